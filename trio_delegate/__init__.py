@@ -1,0 +1,61 @@
+"""trio_delegate: foreground and background delegation to subagents on Trio.
+
+A :class:`Runtime` (``async with open_runtime(...)``) is a nursery that owns
+every child run; a :class:`Parent` (``async with rt.open_parent(...)``)
+delegates to its direct children in the foreground (:meth:`Parent.delegate`)
+or the background (:meth:`Parent.start`, then ``status`` / ``wait`` /
+``cancel``), under a fail-closed policy.
+"""
+
+from ._config import INHERIT, Config
+from ._context import ChildContext
+from ._errors import (
+    DelegationError,
+    ExpiredRunError,
+    InvalidArgumentsError,
+    InvalidResultError,
+    LimitExceededError,
+    RunCancelledError,
+    RunFailedError,
+    RuntimeClosedError,
+    RunTimedOutError,
+    UnknownRunError,
+    UnknownSubagentError,
+    UnresolvedDelegationError,
+    UnresolvedRun,
+)
+from ._parent import Parent
+from ._results import CancelAck, Output, RunHandle, RunResult
+from ._runtime import Runtime, open_runtime
+from ._status import RunStatus
+from ._subagent import Subagent
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "INHERIT",
+    "CancelAck",
+    "ChildContext",
+    "Config",
+    "DelegationError",
+    "ExpiredRunError",
+    "InvalidArgumentsError",
+    "InvalidResultError",
+    "LimitExceededError",
+    "Output",
+    "Parent",
+    "RunCancelledError",
+    "RunFailedError",
+    "RunHandle",
+    "RunResult",
+    "RunStatus",
+    "RunTimedOutError",
+    "Runtime",
+    "RuntimeClosedError",
+    "Subagent",
+    "UnknownRunError",
+    "UnknownSubagentError",
+    "UnresolvedDelegationError",
+    "UnresolvedRun",
+    "open_runtime",
+]

@@ -1,0 +1,98 @@
+"""Runtime configuration (contract §13) and the ``INHERIT`` timeout sentinel."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Final, Literal, final
+
+import attrs
+
+from ._checks import check_bool, check_int, check_seconds
+
+__all__ = ["INHERIT", "Config", "InheritType", "TimeoutSetting"]
+
+
+class InheritType(enum.Enum):
+    """Type of :data:`INHERIT`: use the runtime's ``Config.subagent_timeout_seconds``."""
+
+    INHERIT = "INHERIT"
+
+    def __repr__(self) -> str:
+        return "INHERIT"
+
+
+INHERIT: Final = InheritType.INHERIT
+
+#: What ``Subagent.timeout_seconds`` accepts: INHERIT, seconds, or None (no deadline).
+TimeoutSetting = float | None | Literal[InheritType.INHERIT]
+
+
+def _seconds_or_none(name: str) -> Any:
+    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        check_seconds(f"Config.{name}", value, allow_zero=False, allow_none=True)
+
+    return check
+
+
+def _int_at_least(name: str, minimum: int) -> Any:
+    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        check_int(f"Config.{name}", value, minimum=minimum)
+
+    return check
+
+
+def _seconds_at_least_zero(name: str) -> Any:
+    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        check_seconds(f"Config.{name}", value, allow_zero=True, allow_none=False)
+
+    return check
+
+
+def _boolean(name: str) -> Any:
+    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        check_bool(f"Config.{name}", value)
+
+    return check
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Config:
+    """Limits and policy of one runtime. Every field is validated on construction.
+
+    Attributes:
+        subagent_timeout_seconds: the child deadline of subagents that inherit
+            it, counted from the moment a run starts running; ``None`` for no
+            deadline.
+        max_concurrent_runs: running runs per parent; more wait as ``pending``.
+        max_live_runs: pending plus running runs in the whole runtime; more
+            are refused at admission with ``LimitExceededError``.
+        max_depth: deepest nested delegation (a top-level parent's runs have
+            depth 1).
+        retention_seconds: how long a terminal run is kept after it ended.
+        retention_max_runs: how many terminal runs are kept at most.
+        fail_closed: whether a parent may not claim completion while its
+            delegated work is unresolved.
+        max_task_chars: longest task text accepted.
+        max_result_bytes: largest final result, in bytes of JSON.
+    """
+
+    subagent_timeout_seconds: float | None = attrs.field(
+        default=900.0, validator=_seconds_or_none("subagent_timeout_seconds")
+    )
+    max_concurrent_runs: int = attrs.field(
+        default=16, validator=_int_at_least("max_concurrent_runs", 1)
+    )
+    max_live_runs: int = attrs.field(default=256, validator=_int_at_least("max_live_runs", 1))
+    max_depth: int = attrs.field(default=3, validator=_int_at_least("max_depth", 1))
+    retention_seconds: float = attrs.field(
+        default=3600.0, validator=_seconds_at_least_zero("retention_seconds")
+    )
+    retention_max_runs: int = attrs.field(
+        default=1000, validator=_int_at_least("retention_max_runs", 1)
+    )
+    fail_closed: bool = attrs.field(default=True, validator=_boolean("fail_closed"))
+    max_task_chars: int = attrs.field(default=100_000, validator=_int_at_least("max_task_chars", 1))
+    max_result_bytes: int = attrs.field(
+        default=1_000_000, validator=_int_at_least("max_result_bytes", 1)
+    )

@@ -1,0 +1,188 @@
+"""The exception vocabulary of trio_delegate.
+
+Every error is a :class:`DelegationError`; where a builtin describes the same
+kind of failure (a bad value, a missing key, a timeout), the error subclasses
+it too, so ``except ValueError`` and ``except LookupError`` keep working.
+
+Errors are named by their *cause*: a run that was cancelled is a
+:class:`RunCancelledError`, one whose child deadline passed is a
+:class:`RunTimedOutError`, one whose runner raised is a
+:class:`RunFailedError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, final
+
+import attrs
+
+__all__ = [
+    "DelegationError",
+    "ExpiredRunError",
+    "InvalidArgumentsError",
+    "InvalidResultError",
+    "LimitExceededError",
+    "RunCancelledError",
+    "RunFailedError",
+    "RunTimedOutError",
+    "RuntimeClosedError",
+    "UnknownRunError",
+    "UnknownSubagentError",
+    "UnresolvedDelegationError",
+    "UnresolvedRun",
+]
+
+
+def _snake_case(name: str) -> str:
+    base = name.removesuffix("Error") or name
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
+
+
+class DelegationError(Exception):
+    """Base class of every error raised by trio_delegate.
+
+    Attributes:
+        run_id: the run the error is about, or ``None``.
+        subagent: the subagent the error is about, or ``None``.
+        status: the run's status value (``"failed"``, ...) where one applies.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        subagent: str | None = None,
+        status: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.run_id = run_id
+        self.subagent = subagent
+        self.status = status
+
+    @classmethod
+    def kind(cls) -> str:
+        """The error's snake_case kind, as used in payloads (``"run_failed"``)."""
+        return _snake_case(cls.__name__)
+
+    def to_payload(self) -> dict[str, Any]:
+        """Render the error as a JSON-ready tool-result payload.
+
+        Returns:
+            ``{"error": {"type": <kind>, "message": str, ...}}`` with
+            ``run_id``, ``subagent`` and ``status`` present where they apply.
+        """
+        body: dict[str, Any] = {"type": self.kind(), "message": self.message}
+        for key in ("run_id", "subagent", "status"):
+            value = getattr(self, key)
+            if value is not None:
+                body[key] = value
+        body.update(self._payload_extra())
+        return {"error": body}
+
+    def _payload_extra(self) -> dict[str, Any]:
+        return {}
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgumentsError(DelegationError, ValueError):
+    """An argument is malformed, out of range, or not allowed in this state."""
+
+
+class UnknownSubagentError(DelegationError, LookupError):
+    """The named subagent is not a direct child of this parent.
+
+    Attributes:
+        allowed: the names this parent may delegate to.
+    """
+
+    def __init__(self, message: str, *, subagent: str, allowed: Sequence[str]) -> None:
+        super().__init__(message, subagent=subagent)
+        self.allowed = tuple(allowed)
+
+    def _payload_extra(self) -> dict[str, Any]:
+        return {"allowed": list(self.allowed)}
+
+
+class UnknownRunError(DelegationError, LookupError):
+    """No run with this id belongs to this parent of this runtime."""
+
+
+class ExpiredRunError(UnknownRunError):
+    """The run existed but was evicted by retention before this call."""
+
+
+class RunFailedError(DelegationError):
+    """The run ended ``failed``; the child's exception is ``__cause__``.
+
+    Attributes:
+        error_type: the child exception's type name.
+        error_message: the child exception's message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        subagent: str | None = None,
+        error_type: str = "",
+        error_message: str = "",
+    ) -> None:
+        super().__init__(message, run_id=run_id, subagent=subagent, status="failed")
+        self.error_type = error_type
+        self.error_message = error_message
+
+    def _payload_extra(self) -> dict[str, Any]:
+        return {"error_type": self.error_type, "error_message": self.error_message}
+
+
+class InvalidResultError(RunFailedError):
+    """The runner's result did not satisfy the run's ``final_schema``."""
+
+
+class RunCancelledError(DelegationError):
+    """The run ended ``cancelled`` before it completed."""
+
+
+class RunTimedOutError(DelegationError, TimeoutError):
+    """The run's child deadline passed before it completed."""
+
+
+class LimitExceededError(DelegationError):
+    """A configured limit (live runs, depth, result size) was exceeded."""
+
+
+class RuntimeClosedError(DelegationError, RuntimeError):
+    """The parent or runtime this call was made on is closed."""
+
+
+@final
+@attrs.frozen
+class UnresolvedRun:
+    """One entry of an :class:`UnresolvedDelegationError`."""
+
+    run_id: str
+    subagent: str
+    status: str
+    why: str
+
+
+class UnresolvedDelegationError(DelegationError, RuntimeError):
+    """A parent claimed completion while delegated work was unresolved.
+
+    Attributes:
+        unresolved: every unresolved run, oldest first.
+    """
+
+    def __init__(self, message: str, *, unresolved: Sequence[UnresolvedRun]) -> None:
+        super().__init__(message)
+        self.unresolved = tuple(unresolved)
+
+    def _payload_extra(self) -> dict[str, Any]:
+        return {"unresolved": [attrs.asdict(entry) for entry in self.unresolved]}

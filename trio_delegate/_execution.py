@@ -1,0 +1,157 @@
+"""The body of a run's task: call the runner under its child deadline, then settle.
+
+How a runner's ending maps to a terminal state (contract §3):
+
+* it returned → ``completed`` when the result is JSON-ready and small
+  enough, else ``failed``; a return after an unobserved cancel request is
+  still ``completed``;
+* it raised an ``Exception`` → ``failed`` (the exception is kept as the cause);
+* it was cancelled → ``cancelled`` or ``timed_out`` (see
+  :meth:`Run.settle_interrupted`); a cancellation from outside the run's own
+  scope propagates after settling;
+* it raised another ``BaseException`` (``KeyboardInterrupt``, ``SystemExit``)
+  → ``failed``, then the exception propagates: it is never swallowed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ._context import ChildContext
+from ._errors import LimitExceededError
+from ._groups import pick_exit_exception
+from ._results import Output
+
+if TYPE_CHECKING:
+    from ._run import Run
+
+__all__ = ["execute"]
+
+# Marks "the runner never returned" (its cancel scope swallowed the Cancelled).
+_NO_VALUE: Any = object()
+
+
+async def execute(run: Run) -> None:
+    """Run *run*'s runner to its end and settle the run exactly once."""
+    scope = run.scope
+    assert scope is not None
+    value = _NO_VALUE
+    try:
+        with scope:
+            value = await _call_runner(run)
+    except BaseException as exc:
+        reraise = _settle_raised(run, exc)
+        if reraise is exc:
+            raise
+        if reraise is not None:
+            raise reraise from None
+        return
+    if value is _NO_VALUE:
+        run.settle_interrupted()
+    else:
+        _settle_returned(run, value)
+
+
+def _context(run: Run, parent: Any = None) -> ChildContext:
+    return ChildContext(
+        run.run_id,
+        run.subagent.name,
+        run.task,
+        run.final_schema,
+        run.history,
+        run.deadline,
+        parent,
+    )
+
+
+async def _call_runner(run: Run) -> Any:
+    if not run.subagent.children:
+        return await run.subagent.runner(_context(run))
+    return await _call_with_nested_parent(run)
+
+
+async def _call_with_nested_parent(run: Run) -> Any:
+    """Call a runner that may delegate: its children live inside this scope.
+
+    The runner's own outcome is caught inside the nursery so that it comes out
+    as itself, not wrapped in the nursery's exception group.
+    """
+    body_exc: BaseException | None = None
+    exit_exc: BaseException | None = None
+    value: Any = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nested = run.parent._open_nested(run, nursery)
+            try:
+                value = await run.subagent.runner(_context(run, nested))
+            except BaseException as exc:
+                body_exc = exc
+            finally:
+                nested._close_now()
+    except BaseExceptionGroup as group:
+        exit_exc = pick_exit_exception(group, body_exc)
+    # Raised outside the handler so the exception keeps the context
+    # pick_exit_exception gave it instead of the group's.
+    if exit_exc is not None:
+        raise exit_exc
+    if body_exc is not None:
+        raise body_exc
+    # The runner returned: that is its claim of completion (contract §7).
+    nested._raise_if_unresolved()
+    return value
+
+
+def _settle_raised(run: Run, exc: BaseException) -> BaseException | None:
+    """Settle a run whose runner raised *exc*; return what must propagate."""
+    if isinstance(exc, trio.Cancelled):
+        run.settle_interrupted()
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        cancelled, rest = exc.split(trio.Cancelled)
+        if rest is None:
+            run.settle_interrupted()
+            return exc
+        run.settle_failed(_single(rest))
+        if isinstance(rest, Exception):
+            return cancelled
+        return exc
+    run.settle_failed(exc)
+    if isinstance(exc, Exception):
+        return None
+    return exc
+
+
+def _single(exc: BaseException) -> BaseException:
+    """Unwrap a group that holds exactly one exception."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _settle_returned(run: Run, value: Any) -> None:
+    transcript = None
+    if isinstance(value, Output):
+        value, transcript = value.final_result, value.transcript
+    limit = run.parent._runtime.config.max_result_bytes
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        if transcript is not None:
+            json.dumps(transcript, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        run.settle_failed(exc)
+        return
+    size = len(encoded.encode())
+    if size > limit:
+        run.settle_failed(
+            LimitExceededError(
+                f"the result is {size} bytes of JSON; at most {limit} are allowed "
+                "(Config.max_result_bytes): return a smaller result",
+                run_id=run.run_id,
+                subagent=run.subagent.name,
+            )
+        )
+        return
+    run.settle_completed(value, transcript)

@@ -1,0 +1,64 @@
+"""Turning a nursery's exception group back into the one error a caller expects.
+
+A nursery wraps everything it saw in a ``BaseExceptionGroup``. trio_delegate's
+own nurseries hold run tasks that never raise an ``Exception`` (a runner's
+errors settle its run), so what they can add is ``trio.Cancelled`` and fatal
+``BaseException``s such as ``KeyboardInterrupt``. contract §2 asks that the body's
+exception come out as itself, and that a fatal one from a child win, with the
+body's exception as its context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import trio
+
+__all__ = ["is_cancellation", "leaves", "pick_exit_exception"]
+
+
+def leaves(exc: BaseException) -> Iterator[BaseException]:
+    """Every non-group exception inside *exc* (or *exc* itself)."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from leaves(inner)
+    else:
+        yield exc
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether *exc* is a ``trio.Cancelled`` or a group of nothing else."""
+    return all(isinstance(leaf, trio.Cancelled) for leaf in leaves(exc))
+
+
+def pick_exit_exception(
+    group: BaseExceptionGroup[BaseException], body_exc: BaseException | None
+) -> BaseException:
+    """The exception an ``async with`` block should raise after its nursery raised *group*.
+
+    Args:
+        group: what the nursery raised.
+        body_exc: what the block's body raised, or ``None``.
+
+    Returns:
+        the fatal ``BaseException`` of a child when there is exactly one (with
+        *body_exc* as its context), a group of them when there are several,
+        else *body_exc*, else the group itself when it holds unexpected errors,
+        else its first ``Cancelled``.
+    """
+    found = [leaf for leaf in leaves(group) if leaf is not body_exc]
+    fatal = [leaf for leaf in found if not isinstance(leaf, Exception | trio.Cancelled)]
+    if fatal:
+        chosen: BaseException
+        if len(fatal) == 1:
+            chosen = fatal[0]
+        else:
+            chosen = BaseExceptionGroup("several fatal errors in child runs", fatal)
+        if body_exc is not None and not isinstance(body_exc, trio.Cancelled):
+            chosen.__context__ = body_exc
+        return chosen
+    if body_exc is not None:
+        return body_exc
+    if not found or any(not isinstance(leaf, trio.Cancelled) for leaf in found):
+        return group
+    return found[0]

@@ -1,0 +1,15 @@
+"""Run ids: random, never derived from a subagent's name or the task (contract §8)."""
+
+from __future__ import annotations
+
+import secrets
+
+__all__ = ["RUN_ID_BYTES", "new_run_id"]
+
+#: 128 random bits; contract §8 asks for at least 96.
+RUN_ID_BYTES = 16
+
+
+def new_run_id() -> str:
+    """A fresh run id such as ``run_3f9c…`` (32 hex digits after the prefix)."""
+    return "run_" + secrets.token_hex(RUN_ID_BYTES)

@@ -1,0 +1,511 @@
+"""The delegating side: a :class:`Parent` admits, tracks and answers for its runs.
+
+A parent owns the runs it started: it alone can see them (contract §8), it
+gives them its ``max_concurrent_runs`` slots in admission order (contract §3),
+and it keeps the fail-closed ledger of which of them are unresolved (contract §7).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+import trio
+
+from ._checks import check_seconds, check_text, describe
+from ._construction import NoPublicConstructor
+from ._errors import (
+    ExpiredRunError,
+    InvalidArgumentsError,
+    LimitExceededError,
+    RuntimeClosedError,
+    UnknownRunError,
+    UnknownSubagentError,
+    UnresolvedDelegationError,
+    UnresolvedRun,
+)
+from ._execution import execute
+from ._ids import new_run_id
+from ._results import CancelAck, RunHandle, RunResult
+from ._run import CancelReason, Run
+from ._status import RunStatus
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+    from ._subagent import Subagent
+
+__all__ = ["Parent"]
+
+
+@attrs.frozen
+class _Evicted:
+    """What a parent remembers of an unresolved run that retention evicted."""
+
+    run_id: str
+    subagent: str
+    status: RunStatus
+    replaces: str | None
+
+
+def _why_unresolved(status: RunStatus, evicted: bool) -> str:
+    if evicted:
+        return (
+            f"it ended {status.value} and expired from retention before it was observed; "
+            "its result can no longer be read"
+        )
+    if status is RunStatus.COMPLETED:
+        return "it completed but its result was never observed: wait for it"
+    if status in (RunStatus.PENDING, RunStatus.RUNNING):
+        return f"it is still {status.value}: wait for it, or cancel it and start a replacement"
+    return (
+        f"it ended {status.value} and no replacement has succeeded: start one with "
+        "replaces=<its run_id> and wait for it"
+    )
+
+
+@final
+class Parent(metaclass=NoPublicConstructor):
+    """The delegating agent of one conversation or session.
+
+    Get one from :meth:`Runtime.open_parent` (top level) or from
+    ``ctx.parent`` inside a runner whose subagent declares ``children``.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_children",
+        "_closed",
+        "_depth",
+        "_live",
+        "_nursery",
+        "_owner",
+        "_pending",
+        "_running",
+        "_runs",
+        "_runtime",
+        "_serial",
+        "_unresolved",
+    )
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        owner: str,
+        children: Mapping[str, Subagent],
+        depth: int,
+        nursery: trio.Nursery,
+    ) -> None:
+        self._runtime = runtime
+        self._owner = owner
+        self._children = children
+        self._depth = depth
+        self._nursery = nursery
+        self._serial = runtime._next_serial()
+        self._closed = False
+        # Retained runs of this parent by id: live ones and terminal ones that
+        # retention has not evicted yet.
+        self._runs: dict[str, Run] = {}
+        self._live: dict[str, Run] = {}
+        self._pending: deque[Run] = deque()
+        self._running = 0
+        # The fail-closed ledger: every run this parent started that is not
+        # resolved yet, oldest first.
+        self._unresolved: dict[str, Run | _Evicted] = {}
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<trio_delegate.Parent owner={self._owner!r} {state}>"
+
+    @property
+    def owner(self) -> str:
+        """The owner id: unique among the runtime's open parents."""
+        return self._owner
+
+    @property
+    def subagents(self) -> tuple[str, ...]:
+        """The names of this parent's direct children."""
+        return tuple(self._children)
+
+    # -- public API ------------------------------------------------------------
+
+    async def delegate(
+        self,
+        name: str,
+        task: str,
+        *,
+        final_schema: Mapping[str, Any] | None = None,
+        replaces: str | None = None,
+    ) -> RunResult:
+        """Run *task* on subagent *name* in the foreground and return its result.
+
+        The run counts as observed. If the caller is cancelled while waiting,
+        the child is cancelled and joined before the cancellation propagates.
+
+        Raises:
+            RunFailedError, RunCancelledError, RunTimedOutError: the run did not
+                complete.
+            UnknownSubagentError: *name* is not a direct child.
+            InvalidArgumentsError: a malformed argument or ``replaces``.
+            LimitExceededError: ``max_live_runs`` or ``max_depth`` would be exceeded.
+            RuntimeClosedError: this parent or its runtime is closed.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_usable()
+        run = self._admit(name, task, final_schema, replaces)
+        try:
+            await run.done.wait()
+        except BaseException:
+            run.request_cancel(trio.current_time(), CancelReason.CALLER_CANCELLED)
+            with trio.CancelScope(shield=True):
+                await run.done.wait()
+            raise
+        return self._answer(run)
+
+    async def start(
+        self,
+        name: str,
+        task: str,
+        *,
+        final_schema: Mapping[str, Any] | None = None,
+        replaces: str | None = None,
+    ) -> RunHandle:
+        """Admit *task* on subagent *name* in the background.
+
+        Returns an admission acknowledgment with status ``running`` (a slot
+        was free) or ``pending``, not a result: the child may fail later. Either
+        a handle is returned or no run is left behind.
+
+        Raises:
+            UnknownSubagentError, InvalidArgumentsError, LimitExceededError,
+            RuntimeClosedError: as for :meth:`delegate`; nothing was started.
+        """
+        await trio.lowlevel.checkpoint()
+        self._check_usable()
+        return self._admit(name, task, final_schema, replaces).handle()
+
+    def status(self, run_id: str) -> RunHandle:
+        """A snapshot of a run's status. Never observes, blocks or changes it.
+
+        Raises:
+            UnknownRunError: no such run of this parent (``ExpiredRunError``
+                when retention evicted it).
+            RuntimeClosedError: this parent or its runtime is closed.
+        """
+        self._check_usable()
+        return self._lookup(run_id).handle()
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> RunResult | RunHandle:
+        """Wait for a run and return its result, or its handle if *timeout* ran out.
+
+        Args:
+            run_id: a run this parent started.
+            timeout: seconds on the Trio clock to wait at most; ``None`` waits
+                for the end, ``0`` polls. The timeout bounds this wait only:
+                the child is never touched, and a run whose deadline has passed
+                is waited for until it settles.
+
+        Returns:
+            the :class:`RunResult` of a completed run (now observed), or a
+            :class:`RunHandle` with the live status.
+
+        Raises:
+            RunFailedError, RunCancelledError, RunTimedOutError: the run ended
+                without completing (on every wait).
+            UnknownRunError, ExpiredRunError, InvalidArgumentsError,
+            RuntimeClosedError: as for :meth:`status`, or a bad *timeout*.
+        """
+        self._check_usable()
+        limit = check_seconds("timeout", timeout, allow_zero=True, allow_none=True)
+        run = self._lookup(run_id)
+        if run.is_terminal:
+            await trio.lowlevel.checkpoint()
+        elif limit is None:
+            await run.done.wait()
+        else:
+            with trio.move_on_after(limit):
+                await run.done.wait()
+            if not run.is_terminal and trio.current_time() >= run.deadline:
+                # Past its deadline the run is about to settle: never answer
+                # "running" for it (this also settles a tie with the deadline).
+                await run.done.wait()
+        if run.is_terminal:
+            return self._answer(run)
+        return run.handle()
+
+    def cancel(self, run_id: str) -> CancelAck:
+        """Request cancellation of a run; idempotent.
+
+        A pending run is cancelled at once. A running one keeps reading
+        ``running`` until it has processed the cancellation.
+
+        Returns:
+            a :class:`CancelAck`: ``cancel_requested`` is True for a live run,
+            False for one that had already ended.
+
+        Raises:
+            UnknownRunError, ExpiredRunError, RuntimeClosedError: as for
+                :meth:`status`.
+        """
+        self._check_usable()
+        run = self._lookup(run_id)
+        requested = run.request_cancel(trio.current_time(), CancelReason.REQUEST)
+        return CancelAck(run.run_id, requested, run.status)
+
+    def check_resolved(self) -> None:
+        """Check that every run this parent started is resolved (contract §7).
+
+        Raises:
+            UnresolvedDelegationError: listing every unresolved run, when the
+                runtime is fail-closed.
+            RuntimeClosedError: this parent or its runtime is closed.
+        """
+        self._check_usable()
+        self._raise_if_unresolved()
+
+    # -- admission and slots ----------------------------------------------------
+
+    def _admit(
+        self,
+        name: str,
+        task: str,
+        final_schema: Mapping[str, Any] | None,
+        replaces: str | None,
+        history: tuple[Any, ...] = (),
+    ) -> Run:
+        """Validate and admit one run, all or nothing, without checkpointing."""
+        runtime = self._runtime
+        config = runtime.config
+        subagent = self._child(name)
+        check_text("task", task, max_chars=config.max_task_chars)
+        if final_schema is not None and not isinstance(final_schema, Mapping):
+            raise InvalidArgumentsError(
+                f"final_schema must be a JSON Schema object or None, got {describe(final_schema)}"
+            )
+        if replaces is not None:
+            self._check_replaceable(replaces)
+        depth = self._depth + 1
+        if depth > config.max_depth:
+            raise LimitExceededError(
+                f"delegating from {self._owner!r} would start a run at depth {depth}, deeper "
+                f"than Config.max_depth={config.max_depth}; do this work here instead",
+                subagent=name,
+            )
+        now = trio.current_time()
+        runtime._retention.expire(now)
+        if runtime._live_count >= config.max_live_runs:
+            raise LimitExceededError(
+                f"the runtime already has {runtime._live_count} live runs, the most "
+                f"Config.max_live_runs allows; wait for some to finish and try again",
+                subagent=name,
+            )
+        run = Run(
+            new_run_id(),
+            self,
+            subagent,
+            task,
+            final_schema if final_schema is not None else subagent.final_schema,
+            history,
+            replaces,
+            depth,
+            subagent.resolve_timeout(config.subagent_timeout_seconds),
+        )
+        run_id = run.run_id
+        self._runs[run_id] = run
+        self._live[run_id] = run
+        self._unresolved[run_id] = run
+        runtime._live_count += 1
+        if self._running < config.max_concurrent_runs:
+            self._launch(run, now)
+        else:
+            self._pending.append(run)
+        return run
+
+    def _launch(self, run: Run, now: float) -> None:
+        self._running += 1
+        run.start(now)
+        self._nursery.start_soon(execute, run, name=f"trio_delegate run {run.subagent.name}")
+
+    def _run_settled(self, run: Run, was_running: bool) -> None:
+        """Called by :class:`Run` exactly once, when it reaches a terminal state."""
+        del self._live[run.run_id]
+        runtime = self._runtime
+        runtime._live_count -= 1
+        runtime._retention.add(run)
+        if was_running:
+            self._running -= 1
+            self._launch_pending()
+
+    def _launch_pending(self) -> None:
+        """Start pending runs, oldest first, while slots are free."""
+        pending = self._pending
+        limit = self._runtime.config.max_concurrent_runs
+        while pending and self._running < limit and not self._closed:
+            run = pending.popleft()
+            if not run.is_terminal:  # cancelled while it waited
+                self._launch(run, trio.current_time())
+
+    def _child(self, name: str) -> Subagent:
+        subagent = self._children.get(name) if isinstance(name, str) else None
+        if subagent is None:
+            allowed = tuple(self._children)
+            raise UnknownSubagentError(
+                f"{describe(name)} is not a subagent this parent can delegate to; "
+                f"choose one of: {', '.join(allowed) or '(none)'}",
+                subagent=str(name),
+                allowed=allowed,
+            )
+        return subagent
+
+    def _check_replaceable(self, replaces: str) -> None:
+        if not isinstance(replaces, str):
+            raise InvalidArgumentsError(
+                f"replaces must be the run_id of a failed, cancelled or timed-out run, "
+                f"got {describe(replaces)}"
+            )
+        record: Run | _Evicted | None = self._runs.get(replaces) or self._unresolved.get(replaces)
+        if record is None:
+            raise InvalidArgumentsError(
+                f"replaces={replaces!r} is not a run this parent started (or it expired); "
+                "pass the exact run_id of the failed, cancelled or timed-out run"
+            )
+        if record.status is RunStatus.COMPLETED:
+            raise InvalidArgumentsError(
+                f"replaces={replaces!r} names a completed run, which needs no replacement; "
+                "wait for it to read its result"
+            )
+        if not record.status.is_terminal:
+            raise InvalidArgumentsError(
+                f"replaces={replaces!r} names a run that is still {record.status.value}; "
+                "wait for it, or cancel it first"
+            )
+
+    # -- lookup and answers ---------------------------------------------------
+
+    def _lookup(self, run_id: str) -> Run:
+        if not isinstance(run_id, str):
+            raise InvalidArgumentsError(f"run_id must be a string, got {describe(run_id)}")
+        runtime = self._runtime
+        runtime._retention.expire(trio.current_time())
+        run = self._runs.get(run_id)
+        if run is not None:
+            return run
+        if runtime._retention.evicted_from(run_id) == self._serial:
+            config = runtime.config
+            raise ExpiredRunError(
+                f"run {run_id} has expired: finished runs are kept for "
+                f"{config.retention_seconds:g} s and at most {config.retention_max_runs} at a "
+                "time, and its result is no longer held; start a new run if you still need it",
+                run_id=run_id,
+            )
+        raise UnknownRunError(
+            f"no run {run_id!r} belongs to parent {self._owner!r} in this runtime; use the "
+            "exact run_id that start or delegate returned (ids of other parents or runtimes "
+            "are not valid here)",
+            run_id=run_id,
+        )
+
+    def _answer(self, run: Run) -> RunResult:
+        """The result of a terminal run (observing it), or its error."""
+        if run.status is RunStatus.COMPLETED:
+            self._resolve(run.run_id)
+            assert run.result is not None
+            return run.result
+        raise run.outcome_error()
+
+    def _resolve(self, run_id: str | None) -> None:
+        """Mark a completed, observed run resolved, and what it replaced (contract §7)."""
+        unresolved = self._unresolved
+        while run_id is not None:
+            record = unresolved.pop(run_id, None)
+            if record is None:
+                return
+            run_id = record.replaces
+
+    def _forget(self, run: Run) -> None:
+        """Retention evicted *run*: keep only a small record if it is unresolved."""
+        run_id = run.run_id
+        del self._runs[run_id]
+        if run_id in self._unresolved:
+            self._unresolved[run_id] = _Evicted(run_id, run.subagent.name, run.status, run.replaces)
+
+    def _raise_if_unresolved(self) -> None:
+        if not self._runtime.config.fail_closed or not self._unresolved:
+            return
+        entries = []
+        for record in self._unresolved.values():
+            evicted = isinstance(record, _Evicted)
+            subagent = record.subagent if isinstance(record, _Evicted) else record.subagent.name
+            entries.append(
+                UnresolvedRun(
+                    record.run_id,
+                    subagent,
+                    record.status.value,
+                    _why_unresolved(record.status, evicted),
+                )
+            )
+        lines = "\n".join(f"  - {e.run_id} ({e.subagent}, {e.status}): {e.why}" for e in entries)
+        raise UnresolvedDelegationError(
+            f"parent {self._owner!r} has {len(entries)} unresolved delegated run(s); under the "
+            f"fail-closed policy every run must complete and be observed, or be replaced by "
+            f"one that does:\n{lines}",
+            unresolved=entries,
+        )
+
+    # -- nesting and closing ----------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._runtime._closed:
+            raise RuntimeClosedError(
+                f"the runtime of parent {self._owner!r} is closed; its runs were cancelled "
+                "and nothing more can be done through it: open a new runtime"
+            )
+        if self._closed:
+            raise RuntimeClosedError(
+                f"parent {self._owner!r} is closed; open a new parent to delegate again"
+            )
+
+    def _open_nested(self, run: Run, nursery: trio.Nursery) -> Parent:
+        """The parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
+        runtime = self._runtime
+        children = {name: runtime.subagents[name] for name in run.subagent.children}
+        nested = Parent._create(
+            runtime, f"{self._owner}/{run.run_id}", children, run.depth, nursery
+        )
+        runtime._register(nested)
+        return nested
+
+    def _cancel_pending(self, reason: CancelReason) -> None:
+        """Cancel every pending run at once (they have no task to stop)."""
+        now = trio.current_time()
+        pending = self._pending
+        while pending:
+            pending.popleft().request_cancel(now, reason)
+
+    def _cancel_runs(self, reason: CancelReason) -> None:
+        """Cancel pending runs at once, then request cancellation of running ones.
+
+        Pending ones go first so that no slot freed meanwhile starts one.
+        """
+        self._cancel_pending(reason)
+        now = trio.current_time()
+        for run in list(self._live.values()):
+            run.request_cancel(now, reason)
+
+    def _close_now(self, reason: CancelReason = CancelReason.PARENT_CLOSED) -> None:
+        """Close without waiting: no new calls; every live run is told to stop."""
+        if self._closed:
+            return
+        self._closed = True
+        self._runtime._unregister(self)
+        self._cancel_runs(reason)
+
+    async def _aclose(self) -> None:
+        """Close, then join every run that is still live (shielded, as a nursery does)."""
+        self._close_now()
+        live = list(self._live.values())
+        if live:
+            with trio.CancelScope(shield=True):
+                for run in live:
+                    await run.done.wait()

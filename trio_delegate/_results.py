@@ -1,0 +1,80 @@
+"""Value types a parent gets back: results, handles, cancel acks, outputs."""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+import attrs
+
+from ._status import RunStatus
+
+__all__ = ["CancelAck", "Output", "RunHandle", "RunResult"]
+
+
+@final
+@attrs.frozen
+class RunResult:
+    """The envelope of a completed run.
+
+    Attributes:
+        run_id: the run's id.
+        subagent: the subagent that ran.
+        task_summary: the task, whitespace collapsed and cut to 200 characters.
+        final_result: what the runner returned (validated, JSON-ready).
+    """
+
+    run_id: str
+    subagent: str
+    task_summary: str
+    final_result: Any
+
+
+@final
+@attrs.frozen
+class RunHandle:
+    """A live or terminal run's status: an admission ack, a snapshot, or the
+    "still running" answer of a timed wait. Never a result.
+    """
+
+    run_id: str
+    subagent: str
+    status: RunStatus
+
+
+@final
+@attrs.frozen
+class CancelAck:
+    """The answer to a cancellation request, not proof that the child stopped.
+
+    Attributes:
+        cancel_requested: True when the run was live (also on repeats).
+        status: the run's status right after the request; ``running`` while the
+            child is still processing the cancellation.
+    """
+
+    run_id: str
+    cancel_requested: bool
+    status: RunStatus
+
+
+def _freeze_transcript(value: Any) -> tuple[Any, ...] | None:
+    if value is None:
+        return None
+    return tuple(value)
+
+
+@final
+@attrs.frozen
+class Output:
+    """What a runner may return instead of a bare result.
+
+    Attributes:
+        final_result: the run's final result.
+        transcript: the run's whole conversation as JSON-ready entries
+            (including the history it was given), kept for continuation.
+    """
+
+    final_result: Any
+    transcript: tuple[Any, ...] | None = attrs.field(
+        default=None, converter=_freeze_transcript, kw_only=True
+    )

@@ -1,0 +1,65 @@
+"""Bounded retention of terminal runs and memory of evicted ids (contract §8).
+
+Eviction is lazy: it happens when a run settles (the count bound) and
+before every lookup and admission (the time bound). Nothing can observe a
+run between the moment it became evictable and the next call, so this is
+indistinguishable from a timer, and it needs no task and no clock of its own.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, final
+
+if TYPE_CHECKING:
+    from ._run import Run
+
+__all__ = ["TOMBSTONES_PER_RETAINED_RUN", "Retention"]
+
+#: contract §8: evicted ids read as expired for at least 10 x retention_max_runs evictions.
+TOMBSTONES_PER_RETAINED_RUN = 10
+
+
+@final
+class Retention:
+    """Terminal runs in the order they ended, and tombstones of evicted ones."""
+
+    __slots__ = ("_kept", "_max_runs", "_seconds", "_tombstone_limit", "_tombstones")
+
+    def __init__(self, seconds: float, max_runs: int) -> None:
+        self._seconds = seconds
+        self._max_runs = max_runs
+        self._tombstone_limit = TOMBSTONES_PER_RETAINED_RUN * max_runs
+        self._kept: OrderedDict[str, Run] = OrderedDict()
+        # run id -> serial of the parent that owned it
+        self._tombstones: OrderedDict[str, int] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def add(self, run: Run) -> None:
+        """Keep a run that has just settled; evict the oldest beyond the count."""
+        self._kept[run.run_id] = run
+        if len(self._kept) > self._max_runs:
+            self._evict_oldest()
+
+    def expire(self, now: float) -> None:
+        """Evict every run that ended more than ``retention_seconds`` before *now*."""
+        kept = self._kept
+        while kept:
+            oldest = kept[next(iter(kept))]
+            assert oldest.ended_at is not None
+            if now - oldest.ended_at <= self._seconds:
+                return
+            self._evict_oldest()
+
+    def evicted_from(self, run_id: str) -> int | None:
+        """The serial of the parent an evicted id belonged to, if remembered."""
+        return self._tombstones.get(run_id)
+
+    def _evict_oldest(self) -> None:
+        run_id, run = self._kept.popitem(last=False)
+        self._tombstones[run_id] = run.parent._serial
+        if len(self._tombstones) > self._tombstone_limit:
+            self._tombstones.popitem(last=False)
+        run.parent._forget(run)

@@ -1,0 +1,271 @@
+"""The runtime: one Trio nursery that owns every top-level run (contract §1, §8)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, final
+
+import trio
+
+from ._checks import describe
+from ._config import Config
+from ._construction import NoPublicConstructor
+from ._errors import InvalidArgumentsError, RuntimeClosedError, UnknownSubagentError
+from ._groups import pick_exit_exception
+from ._parent import Parent
+from ._retention import Retention
+from ._run import CancelReason
+from ._subagent import Subagent
+
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+__all__ = ["Runtime", "open_runtime"]
+
+_MAX_OWNER_CHARS = 256
+
+
+@final
+class Runtime(metaclass=NoPublicConstructor):
+    """Owns every run started through it; get one from :func:`open_runtime`.
+
+    Leaving ``async with open_runtime(...)`` cancels and joins every run.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_closed_at",
+        "_live_count",
+        "_nursery",
+        "_parents",
+        "_retention",
+        "_serials",
+        "_subagents",
+        "config",
+    )
+
+    def __init__(self, subagents: Mapping[str, Subagent], config: Config) -> None:
+        self.config = config
+        self._subagents = MappingProxyType(dict(subagents))
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+        self._closed_at: float | None = None
+        # Open parents by owner, nested ones included (owners are unique among them).
+        self._parents: dict[str, Parent] = {}
+        self._live_count = 0
+        self._retention = Retention(config.retention_seconds, config.retention_max_runs)
+        self._serials = itertools.count()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<trio_delegate.Runtime {state} subagents={list(self._subagents)}>"
+
+    @property
+    def subagents(self) -> Mapping[str, Subagent]:
+        """The registered subagents by name (read-only)."""
+        return self._subagents
+
+    @property
+    def live_runs(self) -> int:
+        """How many runs are pending or running in the whole runtime."""
+        return self._live_count
+
+    def open_parent(
+        self, owner: str = "root", *, subagents: Iterable[str] | None = None
+    ) -> AbstractAsyncContextManager[Parent]:
+        """Open a top-level parent for one conversation or session.
+
+        Args:
+            owner: the parent's id, unique among the runtime's open parents.
+            subagents: the names of its direct children; ``None`` for every
+                registered subagent.
+
+        Leaving the block normally is a claim of completion: live runs are
+        cancelled and joined, then ``UnresolvedDelegationError`` is raised if
+        any delegated work is unresolved (fail-closed). Leaving it with an
+        exception cancels and joins, and lets the exception through unmasked.
+
+        Raises:
+            InvalidArgumentsError: a malformed owner, or one that is open already.
+            UnknownSubagentError: *subagents* names an unregistered subagent.
+            RuntimeClosedError: the runtime is closed.
+        """
+        return self._parent_block(owner, subagents)
+
+    @asynccontextmanager
+    async def _parent_block(
+        self, owner: str, subagents: Iterable[str] | None
+    ) -> AsyncIterator[Parent]:
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        _check_owner(owner)
+        children = self._children_for(subagents)
+        if owner in self._parents:
+            raise InvalidArgumentsError(
+                f"a parent with owner {owner!r} is already open in this runtime; owners are "
+                "unique among open parents: close it first or choose another owner"
+            )
+        assert self._nursery is not None
+        parent = Parent._create(self, owner, children, 0, self._nursery)
+        self._register(parent)
+        try:
+            yield parent
+        except BaseException:
+            await parent._aclose()
+            raise
+        await parent._aclose()
+        parent._raise_if_unresolved()
+
+    def _children_for(self, names: Iterable[str] | None) -> dict[str, Subagent]:
+        if names is None:
+            return dict(self._subagents)
+        if isinstance(names, str):
+            raise InvalidArgumentsError(
+                f"subagents must be a sequence of names, got the string {names!r}; "
+                f"write [{names!r}]"
+            )
+        children: dict[str, Subagent] = {}
+        for name in names:
+            subagent = self._subagents.get(name) if isinstance(name, str) else None
+            if subagent is None:
+                allowed = tuple(self._subagents)
+                raise UnknownSubagentError(
+                    f"subagents names {describe(name)}, which is not registered in this "
+                    f"runtime; registered: {', '.join(allowed) or '(none)'}",
+                    subagent=str(name),
+                    allowed=allowed,
+                )
+            if name in children:
+                raise InvalidArgumentsError(f"subagents names {name!r} twice; list it once")
+            children[name] = subagent
+        return children
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeClosedError(
+                "the runtime is closed: its runs were cancelled and nothing more can be done "
+                "through it; open a new runtime"
+            )
+
+    def _next_serial(self) -> int:
+        return next(self._serials)
+
+    def _register(self, parent: Parent) -> None:
+        self._parents[parent.owner] = parent
+
+    def _unregister(self, parent: Parent) -> None:
+        if self._parents.get(parent.owner) is parent:
+            del self._parents[parent.owner]
+
+    def _close_now(self) -> None:
+        """Refuse every further call and stop every run.
+
+        Nested runs stop with the run that contains them.
+        """
+        self._closed = True
+        self._closed_at = trio.current_time()
+        for parent in list(self._parents.values()):
+            if parent._depth == 0:
+                parent._cancel_pending(CancelReason.RUNTIME_CLOSED)
+        # Running runs are cancelled all at once by cancelling the nursery that
+        # holds them; Run.settle_interrupted reads _closed_at as their request time.
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+
+
+def _check_owner(owner: Any) -> None:
+    if (
+        not isinstance(owner, str)
+        or not owner.strip()
+        or len(owner) > _MAX_OWNER_CHARS
+        or not owner.isprintable()
+    ):
+        raise InvalidArgumentsError(
+            f"owner must be a non-empty printable string of at most {_MAX_OWNER_CHARS} "
+            f"characters, got {describe(owner)}"
+        )
+
+
+def _check_subagents(subagents: Any) -> dict[str, Subagent]:
+    if isinstance(subagents, Subagent | str | Mapping) or not isinstance(subagents, Iterable):
+        raise InvalidArgumentsError(
+            f"subagents must be a sequence of trio_delegate.Subagent, got {describe(subagents)}"
+        )
+    registry: dict[str, Subagent] = {}
+    for index, subagent in enumerate(subagents):
+        if not isinstance(subagent, Subagent):
+            raise InvalidArgumentsError(
+                f"subagents[{index}] must be a trio_delegate.Subagent, got {describe(subagent)}"
+            )
+        if subagent.name in registry:
+            raise InvalidArgumentsError(
+                f"subagents[{index}] reuses the name {subagent.name!r}; names must be unique"
+            )
+        registry[subagent.name] = subagent
+    for subagent in registry.values():
+        for child in subagent.children:
+            if child not in registry:
+                raise InvalidArgumentsError(
+                    f"subagent {subagent.name!r} lists child {child!r}, which is not "
+                    f"registered; registered: {', '.join(registry)}"
+                )
+    return registry
+
+
+@asynccontextmanager
+async def open_runtime(
+    subagents: Iterable[Subagent],
+    *,
+    config: Config | None = None,
+    store: None = None,
+) -> AsyncIterator[Runtime]:
+    """Open a runtime owning every run started through it.
+
+    Args:
+        subagents: the subagent definitions; names must be unique and every
+            ``children`` entry must name one of them.
+        config: limits and policy; ``Config()`` when omitted.
+        store: reserved for durable stores; only ``None`` is accepted.
+
+    Leaving the block cancels and joins every run. An exception raised in the
+    body comes out as itself, never wrapped in an ``ExceptionGroup``.
+
+    Raises:
+        InvalidArgumentsError: malformed subagents, config or store.
+    """
+    registry = _check_subagents(subagents)
+    if config is None:
+        config = Config()
+    elif not isinstance(config, Config):
+        raise InvalidArgumentsError(
+            f"config must be a trio_delegate.Config, got {describe(config)}"
+        )
+    if store is not None:
+        raise InvalidArgumentsError(
+            f"store must be None: durable stores are not available in this version, "
+            f"got {describe(store)}"
+        )
+    runtime = Runtime._create(registry, config)
+    body_exc: BaseException | None = None
+    exit_exc: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            runtime._nursery = nursery
+            try:
+                yield runtime
+            except BaseException as exc:
+                # Kept aside so it comes out as itself, not inside the nursery's group.
+                body_exc = exc
+            finally:
+                runtime._close_now()
+    except BaseExceptionGroup as group:
+        exit_exc = pick_exit_exception(group, body_exc)
+    # Raised outside the handler so it keeps the context pick_exit_exception gave it.
+    if exit_exc is not None:
+        raise exit_exc
+    if body_exc is not None:
+        raise body_exc

@@ -1,0 +1,138 @@
+"""Subagent definitions: a name, a description and a runner (contract §2)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+
+from ._checks import check_seconds, describe
+from ._config import INHERIT, TimeoutSetting
+from ._errors import InvalidArgumentsError
+
+if TYPE_CHECKING:
+    from ._context import ChildContext
+
+__all__ = ["NAME_PATTERN", "Runner", "Subagent", "check_name"]
+
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+
+#: A runner: ``async def runner(ctx: ChildContext) -> object``.
+Runner = Callable[["ChildContext"], Awaitable[Any]]
+
+
+def check_name(field: str, value: Any) -> str:
+    """Check that *value* is a valid subagent name."""
+    if not isinstance(value, str) or NAME_PATTERN.fullmatch(value) is None:
+        raise InvalidArgumentsError(
+            f"{field} must match ^[a-z][a-z0-9_-]{{0,63}}$ (lowercase letter first, then "
+            f"lowercase letters, digits, '_' or '-'), got {describe(value)}"
+        )
+    return value
+
+
+def _is_async_callable(value: object) -> bool:
+    if inspect.iscoroutinefunction(value):
+        return True
+    call = getattr(value, "__call__", None)  # noqa: B004 - async __call__ objects
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _check_name(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_name("Subagent.name", value)
+
+
+def _check_runner(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not _is_async_callable(value):
+        raise InvalidArgumentsError(
+            f"Subagent.runner of {instance.name!r} must be an async function "
+            f"`async def runner(ctx) -> result`, got {describe(value)}"
+        )
+
+
+def _check_description(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str):
+        raise InvalidArgumentsError(
+            f"Subagent.description of {instance.name!r} must be a string, got {describe(value)}"
+        )
+
+
+def _check_timeout(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not INHERIT:
+        check_seconds(
+            f"Subagent.timeout_seconds of {instance.name!r}",
+            value,
+            allow_zero=False,
+            allow_none=True,
+        )
+
+
+def _check_final_schema(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not isinstance(value, Mapping):
+        raise InvalidArgumentsError(
+            f"Subagent.final_schema of {instance.name!r} must be a JSON Schema object or None, "
+            f"got {describe(value)}"
+        )
+
+
+def _to_children(value: Iterable[str] | str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        # A lone string is almost always a forgotten comma: ("a") instead of ("a",).
+        raise InvalidArgumentsError(
+            f"Subagent.children must be a sequence of subagent names, got the string "
+            f"{describe(value)}; write ({value!r},)"
+        )
+    return tuple(value)
+
+
+def _check_children(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    seen: set[str] = set()
+    for index, child in enumerate(value):
+        check_name(f"Subagent.children[{index}] of {instance.name!r}", child)
+        if child in seen:
+            raise InvalidArgumentsError(
+                f"Subagent.children of {instance.name!r} names {child!r} twice; list it once"
+            )
+        seen.add(child)
+
+
+@final
+@attrs.frozen
+class Subagent:
+    """A named child definition.
+
+    Args:
+        name: matches ``^[a-z][a-z0-9_-]{0,63}$``; what the model selects.
+        runner: ``async def runner(ctx: ChildContext) -> object`` doing the work.
+        description: what the model is told this subagent is for.
+        timeout_seconds: the child deadline: :data:`INHERIT` (the runtime's
+            ``Config.subagent_timeout_seconds``), seconds > 0, or ``None``.
+        final_schema: the JSON Schema a result must satisfy when a call gives none.
+        children: names of subagents this one may delegate to through
+            ``ctx.parent``.
+
+    Raises:
+        InvalidArgumentsError: when any field is malformed.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    runner: Runner = attrs.field(validator=_check_runner, eq=False)
+    description: str = attrs.field(default="", kw_only=True, validator=_check_description)
+    timeout_seconds: TimeoutSetting = attrs.field(
+        default=INHERIT, kw_only=True, validator=_check_timeout
+    )
+    final_schema: Mapping[str, Any] | None = attrs.field(
+        default=None, kw_only=True, validator=_check_final_schema, eq=False
+    )
+    children: tuple[str, ...] = attrs.field(
+        default=(), kw_only=True, converter=_to_children, validator=_check_children
+    )
+
+    def resolve_timeout(self, default: float | None) -> float | None:
+        """The child deadline in seconds for this subagent under *default*."""
+        if self.timeout_seconds is INHERIT:
+            return default
+        return self.timeout_seconds

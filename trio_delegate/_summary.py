@@ -1,0 +1,18 @@
+"""The ``task_summary`` of a run envelope (contract §2)."""
+
+from __future__ import annotations
+
+__all__ = ["SUMMARY_CHARS", "summarize_task"]
+
+SUMMARY_CHARS = 200
+
+
+def summarize_task(task: str, limit: int = SUMMARY_CHARS) -> str:
+    """Trim *task*, collapse whitespace runs to one space, cut to *limit* chars.
+
+    A cut is marked with ``…``, which counts towards the limit.
+    """
+    text = " ".join(task.split())
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1].rstrip() + "…"
