@@ -49,7 +49,7 @@ class _Evicted:
     replaces: str | None
 
 
-def _why_unresolved(status: RunStatus, evicted: bool) -> str:
+def _why_unresolved(run_id: str, status: RunStatus, evicted: bool) -> str:
     if evicted:
         return (
             f"it ended {status.value} and expired from retention before it was observed; "
@@ -61,7 +61,7 @@ def _why_unresolved(status: RunStatus, evicted: bool) -> str:
         return f"it is still {status.value}: wait for it, or cancel it and start a replacement"
     return (
         f"it ended {status.value} and no replacement has succeeded: start one with "
-        "replaces=<its run_id> and wait for it"
+        f"replaces={run_id!r} and wait for it"
     )
 
 
@@ -442,7 +442,7 @@ class Parent(metaclass=NoPublicConstructor):
                     record.run_id,
                     subagent,
                     record.status.value,
-                    _why_unresolved(record.status, evicted),
+                    _why_unresolved(record.run_id, record.status, evicted),
                 )
             )
         lines = "\n".join(f"  - {e.run_id} ({e.subagent}, {e.status}): {e.why}" for e in entries)
