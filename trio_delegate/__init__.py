@@ -29,6 +29,7 @@ from ._results import CancelAck, Output, RunHandle, RunResult
 from ._runtime import Runtime, open_runtime
 from ._status import RunStatus
 from ._subagent import Subagent
+from ._tools import DelegationTools, ToolDefinition
 
 __version__ = "0.1.0.dev0"
 
@@ -38,6 +39,7 @@ __all__ = [
     "ChildContext",
     "Config",
     "DelegationError",
+    "DelegationTools",
     "ExpiredRunError",
     "InvalidArgumentsError",
     "InvalidResultError",
@@ -53,6 +55,7 @@ __all__ = [
     "Runtime",
     "RuntimeClosedError",
     "Subagent",
+    "ToolDefinition",
     "UnknownRunError",
     "UnknownSubagentError",
     "UnresolvedDelegationError",

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ._context import ChildContext
-from ._errors import LimitExceededError
+from ._errors import InvalidResultError, LimitExceededError
 from ._groups import pick_exit_exception
 from ._results import Output
+from ._schema import SchemaMismatch
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -60,7 +61,7 @@ def _context(run: Run, parent: Any = None) -> ChildContext:
         run.run_id,
         run.subagent.name,
         run.task,
-        run.final_schema,
+        run.schema.json_schema if run.schema is not None else None,
         run.history,
         run.deadline,
         parent,
@@ -132,9 +133,13 @@ def _single(exc: BaseException) -> BaseException:
 
 
 def _settle_returned(run: Run, value: Any) -> None:
+    """Settle a run whose runner returned: check the result, then complete it."""
     transcript = None
     if isinstance(value, Output):
         value, transcript = value.final_result, value.transcript
+    schema = run.schema
+    if schema is not None:
+        value = schema.prepare(value)
     limit = run.parent._runtime.config.max_result_bytes
     try:
         encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
@@ -154,4 +159,10 @@ def _settle_returned(run: Run, value: Any) -> None:
             )
         )
         return
+    if schema is not None:
+        try:
+            value = schema.apply(value)
+        except SchemaMismatch as exc:
+            run.settle_failed(exc, InvalidResultError)
+            return
     run.settle_completed(value, transcript)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
-from ._checks import check_seconds, check_text, describe
+from ._checks import check_bool, check_seconds, check_text, describe
 from ._construction import NoPublicConstructor
 from ._errors import (
     ExpiredRunError,
@@ -29,8 +29,10 @@ from ._errors import (
 from ._execution import execute
 from ._ids import new_run_id
 from ._results import CancelAck, RunHandle, RunResult
-from ._run import CancelReason, Run
+from ._run import CancelReason, Run, conversation_of
+from ._schema import SchemaSpec
 from ._status import RunStatus
+from ._tools import DelegationTools
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -135,7 +137,7 @@ class Parent(metaclass=NoPublicConstructor):
         name: str,
         task: str,
         *,
-        final_schema: Mapping[str, Any] | None = None,
+        final_schema: SchemaSpec | None = None,
         replaces: str | None = None,
     ) -> RunResult:
         """Run *task* on subagent *name* in the foreground and return its result.
@@ -153,22 +155,14 @@ class Parent(metaclass=NoPublicConstructor):
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_usable()
-        run = self._admit(name, task, final_schema, replaces)
-        try:
-            await run.done.wait()
-        except BaseException:
-            run.request_cancel(trio.current_time(), CancelReason.CALLER_CANCELLED)
-            with trio.CancelScope(shield=True):
-                await run.done.wait()
-            raise
-        return self._answer(run)
+        return await self._foreground(self._admit(name, task, final_schema, replaces))
 
     async def start(
         self,
         name: str,
         task: str,
         *,
-        final_schema: Mapping[str, Any] | None = None,
+        final_schema: SchemaSpec | None = None,
         replaces: str | None = None,
     ) -> RunHandle:
         """Admit *task* on subagent *name* in the background.
@@ -184,6 +178,52 @@ class Parent(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint()
         self._check_usable()
         return self._admit(name, task, final_schema, replaces).handle()
+
+    async def continue_run(
+        self,
+        run_id: str,
+        message: str,
+        *,
+        final_schema: SchemaSpec | None = None,
+        background: bool = False,
+    ) -> RunResult | RunHandle:
+        """Start a new run of the same subagent that carries a run's conversation on.
+
+        The new run (with a new id) gets *message* as ``ctx.task`` and, as
+        ``ctx.history``, the earlier run's whole conversation: its transcript,
+        or its own history followed by its task (``{"role": "user", ...}``) and,
+        if it completed, its result (``{"role": "assistant", ...}``).
+
+        Args:
+            run_id: a terminal run of this parent.
+            message: the next message of the conversation.
+            final_schema: what the new result must satisfy (default: the
+                subagent's).
+            background: return an admission :class:`RunHandle` instead of
+                waiting for the :class:`RunResult`.
+
+        Raises:
+            InvalidArgumentsError: the run is still live, or a bad argument.
+            UnknownRunError, ExpiredRunError: as for :meth:`status`.
+            RunFailedError, RunCancelledError, RunTimedOutError: (foreground)
+                the new run did not complete.
+            LimitExceededError, RuntimeClosedError: as for :meth:`start`.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_usable()
+        check_bool("background", background)
+        earlier = self._lookup(run_id)
+        if not earlier.is_terminal:
+            raise InvalidArgumentsError(
+                f"run {run_id} is still {earlier.status.value}; only a finished run can be "
+                "continued: wait for it first"
+            )
+        history = conversation_of(earlier)
+        run = self._admit(earlier.subagent.name, message, final_schema, None, history, "message")
+        if background:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return run.handle()
+        return await self._foreground(run)
 
     def status(self, run_id: str) -> RunHandle:
         """A snapshot of a run's status. Never observes, blocks or changes it.
@@ -264,25 +304,44 @@ class Parent(metaclass=NoPublicConstructor):
         self._check_usable()
         self._raise_if_unresolved()
 
+    def tools(self) -> DelegationTools:
+        """The model-facing delegation tools bound to this parent (contract §10)."""
+        self._check_usable()
+        children = {name: sub.description for name, sub in self._children.items()}
+        return DelegationTools._create(self, children)
+
     # -- admission and slots ----------------------------------------------------
+
+    async def _foreground(self, run: Run) -> RunResult:
+        """Wait for *run*; if the caller is cancelled, cancel and join it first."""
+        try:
+            await run.done.wait()
+        except BaseException:
+            run.request_cancel(trio.current_time(), CancelReason.CALLER_CANCELLED)
+            with trio.CancelScope(shield=True):
+                await run.done.wait()
+            raise
+        return self._answer(run)
 
     def _admit(
         self,
         name: str,
         task: str,
-        final_schema: Mapping[str, Any] | None,
+        final_schema: SchemaSpec | None,
         replaces: str | None,
         history: tuple[Any, ...] = (),
+        task_field: str = "task",
     ) -> Run:
         """Validate and admit one run, all or nothing, without checkpointing."""
         runtime = self._runtime
         config = runtime.config
         subagent = self._child(name)
-        check_text("task", task, max_chars=config.max_task_chars)
-        if final_schema is not None and not isinstance(final_schema, Mapping):
-            raise InvalidArgumentsError(
-                f"final_schema must be a JSON Schema object or None, got {describe(final_schema)}"
-            )
+        check_text(task_field, task, max_chars=config.max_task_chars)
+        schema = (
+            subagent._result_schema
+            if final_schema is None
+            else runtime._compile_schema(final_schema)
+        )
         if replaces is not None:
             self._check_replaceable(replaces)
         depth = self._depth + 1
@@ -305,7 +364,7 @@ class Parent(metaclass=NoPublicConstructor):
             self,
             subagent,
             task,
-            final_schema if final_schema is not None else subagent.final_schema,
+            schema,
             history,
             replaces,
             depth,

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from ._converter import to_json_ready
 from ._errors import (
     DelegationError,
+    InvalidResultError,
     RunCancelledError,
     RunFailedError,
     RunTimedOutError,
@@ -34,9 +35,10 @@ from ._summary import summarize_task
 
 if TYPE_CHECKING:
     from ._parent import Parent
+    from ._schema import ResultSchema
     from ._subagent import Subagent
 
-__all__ = ["CancelReason", "Run"]
+__all__ = ["CancelReason", "Run", "conversation_of"]
 
 
 class CancelReason(enum.Enum):
@@ -56,7 +58,7 @@ class Run:
     parent: Parent
     subagent: Subagent
     task: str
-    final_schema: Mapping[str, Any] | None
+    schema: ResultSchema | None
     history: tuple[Any, ...]
     replaces: str | None
     depth: int
@@ -91,8 +93,10 @@ class Run:
             error = self.error
             kind = type(error).__name__ if error is not None else "Error"
             detail = str(error) if error is not None else ""
+            # A schema mismatch explains itself; other errors are named by type.
+            what = detail if self.failure_type is InvalidResultError else f"{kind}: {detail}"
             exc: DelegationError = self.failure_type(
-                f"{ident} failed: {kind}: {detail}; {retry}",
+                f"{ident} failed: {what}; {retry}",
                 run_id=self.run_id,
                 subagent=name,
                 error_type=kind,
@@ -195,3 +199,18 @@ class Run:
         self.done.set()
         self.parent._run_settled(self, was_running)
         return True
+
+
+def conversation_of(run: Run) -> tuple[Any, ...]:
+    """The whole conversation of a terminal run, as history for a continuation.
+
+    Its transcript when the runner gave one; otherwise its own history, then
+    its task as a user entry and, when it completed, its result as an
+    assistant entry.
+    """
+    if run.transcript is not None:
+        return run.transcript
+    entries: list[Any] = [*run.history, {"role": "user", "content": run.task}]
+    if run.result is not None:
+        entries.append({"role": "assistant", "content": to_json_ready(run.result.final_result)})
+    return tuple(entries)

@@ -18,6 +18,7 @@ from ._groups import pick_exit_exception
 from ._parent import Parent
 from ._retention import Retention
 from ._run import CancelReason
+from ._schema import ResultSchema, SchemaSpec, compile_result_schema
 from ._subagent import Subagent
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class Runtime(metaclass=NoPublicConstructor):
         "_nursery",
         "_parents",
         "_retention",
+        "_schemas",
         "_serials",
         "_subagents",
         "config",
@@ -59,6 +61,9 @@ class Runtime(metaclass=NoPublicConstructor):
         self._live_count = 0
         self._retention = Retention(config.retention_seconds, config.retention_max_runs)
         self._serials = itertools.count()
+        # Checked schemas of host types passed per call (types are few and
+        # long-lived; mappings from a model are checked on every call).
+        self._schemas: dict[type, ResultSchema] = {}
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -150,6 +155,14 @@ class Runtime(metaclass=NoPublicConstructor):
                 "the runtime is closed: its runs were cancelled and nothing more can be done "
                 "through it; open a new runtime"
             )
+
+    def _compile_schema(self, spec: SchemaSpec) -> ResultSchema:
+        if isinstance(spec, type):
+            compiled = self._schemas.get(spec)
+            if compiled is None:
+                compiled = self._schemas[spec] = compile_result_schema(spec)
+            return compiled
+        return compile_result_schema(spec)
 
     def _next_serial(self) -> int:
         return next(self._serials)

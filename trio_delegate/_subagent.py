@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
@@ -12,6 +12,7 @@ import attrs
 from ._checks import check_seconds, describe
 from ._config import INHERIT, TimeoutSetting
 from ._errors import InvalidArgumentsError
+from ._schema import ResultSchema, SchemaSpec, compile_result_schema
 
 if TYPE_CHECKING:
     from ._context import ChildContext
@@ -70,12 +71,12 @@ def _check_timeout(instance: Subagent, attribute: attrs.Attribute[Any], value: A
         )
 
 
-def _check_final_schema(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and not isinstance(value, Mapping):
-        raise InvalidArgumentsError(
-            f"Subagent.final_schema of {instance.name!r} must be a JSON Schema object or None, "
-            f"got {describe(value)}"
-        )
+def _compile_final_schema(instance: Subagent) -> ResultSchema | None:
+    if instance.final_schema is None:
+        return None
+    return compile_result_schema(
+        instance.final_schema, f"Subagent.final_schema of {instance.name!r}"
+    )
 
 
 def _to_children(value: Iterable[str] | str) -> tuple[str, ...]:
@@ -110,7 +111,9 @@ class Subagent:
         description: what the model is told this subagent is for.
         timeout_seconds: the child deadline: :data:`INHERIT` (the runtime's
             ``Config.subagent_timeout_seconds``), seconds > 0, or ``None``.
-        final_schema: the JSON Schema a result must satisfy when a call gives none.
+        final_schema: what a result must satisfy when a call gives none: a JSON
+            Schema mapping, or an attrs class / dataclass (results are then
+            structured into it).
         children: names of subagents this one may delegate to through
             ``ctx.parent``.
 
@@ -124,11 +127,17 @@ class Subagent:
     timeout_seconds: TimeoutSetting = attrs.field(
         default=INHERIT, kw_only=True, validator=_check_timeout
     )
-    final_schema: Mapping[str, Any] | None = attrs.field(
-        default=None, kw_only=True, validator=_check_final_schema, eq=False
-    )
+    final_schema: SchemaSpec | None = attrs.field(default=None, kw_only=True, eq=False)
     children: tuple[str, ...] = attrs.field(
         default=(), kw_only=True, converter=_to_children, validator=_check_children
+    )
+    # Checked once, here, so a malformed schema fails at definition time and
+    # runs that use the default do not check it again.
+    _result_schema: ResultSchema | None = attrs.field(
+        init=False,
+        eq=False,
+        repr=False,
+        default=attrs.Factory(_compile_final_schema, takes_self=True),
     )
 
     def resolve_timeout(self, default: float | None) -> float | None:

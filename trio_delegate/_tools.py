@@ -1,0 +1,497 @@
+"""Model-facing delegation tools bound to one parent (contract §10).
+
+Each tool is described once, as a list of :class:`_Param`; the JSON Schema a
+model sees, the provider formats and the argument checks of
+:meth:`DelegationTools.call` are all derived from that one description, so
+they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, final
+
+import attrs
+
+from ._checks import describe
+from ._construction import NoPublicConstructor
+from ._converter import to_json_ready
+from ._errors import InvalidArgumentsError, UnknownSubagentError
+from ._results import CancelAck, RunHandle, RunResult
+from ._schema import MAX_SCHEMA_BYTES
+
+if TYPE_CHECKING:
+    from ._parent import Parent
+
+__all__ = ["DelegationTools", "ToolDefinition"]
+
+#: Longest run id accepted from a model (ours are 36 characters).
+_MAX_RUN_ID_CHARS: Final = 128
+
+_Kind = Literal["string", "boolean", "number", "object", "subagent"]
+
+
+@final
+@attrs.frozen
+class ToolDefinition:
+    """One tool as a model sees it.
+
+    Attributes:
+        name: the tool's name.
+        description: what the tool does and the rules for using it.
+        parameters: its arguments as a JSON Schema (draft 2020-12) object.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@attrs.frozen
+class _Param:
+    name: str
+    kind: _Kind
+    description: str
+    required: bool = True
+    max_chars: int | None = None
+
+
+@attrs.frozen
+class _Tool:
+    name: str
+    description: str
+    params: tuple[_Param, ...]
+    handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+# -- descriptions: short, and they teach the rules of delegation ---------------
+
+_RUN_ID_HELP = "The exact run_id returned by delegate_task or continue_subagent; never made up."
+
+_DELEGATE_TEXT = (
+    "Delegate a task to one of your subagents. In the foreground (default) this waits and "
+    "returns {run_id, subagent, task_summary, final_result}; use it when your next step "
+    "depends on the result. With background=true it returns {run_id, subagent, status} at "
+    "once: that is an acknowledgment, not a result, and the run may still fail. Keep the "
+    "exact run_id and call wait_subagent on every background run before you finish: work "
+    "you have not waited for is unresolved and you cannot claim completion. A failure is "
+    "an error, never a result. To recover a failed, cancelled or timed-out run, delegate "
+    "again with replaces=<its run_id>. Each delegation starts a fresh conversation."
+)
+_STATUS_TEXT = (
+    "Get a snapshot {run_id, subagent, status} of a run: pending, running, completed, "
+    "failed, cancelled or timed_out. A snapshot does not observe the result: call "
+    "wait_subagent to read it."
+)
+_WAIT_TEXT = (
+    "Wait for a run and return its result {run_id, subagent, task_summary, final_result}; "
+    "this observes it (waiting again returns the same result). With a timeout in seconds, "
+    "a run still going after it returns {run_id, subagent, status}: the run goes on, so do "
+    "other work and wait again later. A failed, cancelled or timed-out run is an error."
+)
+_CANCEL_TEXT = (
+    "Ask a run to stop. Returns {run_id, cancel_requested, status}; status may still read "
+    "running while the run cleans up. Cancelling does not observe or resolve a run: start "
+    "a replacement with replaces=<its run_id> if the work is still needed."
+)
+_CONTINUE_TEXT = (
+    "Continue a finished run's conversation with a new message: starts a new run (new "
+    "run_id) of the same subagent that sees the earlier conversation. Returns like "
+    "delegate_task, in the foreground or with background=true."
+)
+
+
+@final
+class DelegationTools(metaclass=NoPublicConstructor):
+    """The delegation tools a model sees, bound to one parent.
+
+    Get one from :meth:`Parent.tools`.
+    """
+
+    __slots__ = ("_children", "_parent", "_tools")
+
+    def __init__(self, parent: Parent, children: Mapping[str, str]) -> None:
+        self._parent = parent
+        # name -> description of each direct child, in registration order
+        self._children = dict(children)
+        max_task = parent._runtime.config.max_task_chars
+        tools = (
+            _Tool(
+                "delegate_task",
+                _DELEGATE_TEXT + self._children_text(),
+                (
+                    _Param("subagent", "subagent", "The subagent to delegate to."),
+                    _Param(
+                        "task",
+                        "string",
+                        "The whole task, self-contained: the subagent sees nothing else.",
+                        max_chars=max_task,
+                    ),
+                    _Param(
+                        "final_schema",
+                        "object",
+                        "Optional JSON Schema the final result must satisfy.",
+                        required=False,
+                    ),
+                    _Param(
+                        "background",
+                        "boolean",
+                        "true: return a handle at once instead of waiting (default false).",
+                        required=False,
+                    ),
+                    _Param(
+                        "replaces",
+                        "string",
+                        "The run_id of a failed, cancelled or timed-out run this one replaces.",
+                        required=False,
+                        max_chars=_MAX_RUN_ID_CHARS,
+                    ),
+                ),
+                self._delegate_task,
+            ),
+            _Tool(
+                "subagent_status",
+                _STATUS_TEXT,
+                (_Param("run_id", "string", _RUN_ID_HELP, max_chars=_MAX_RUN_ID_CHARS),),
+                self._subagent_status,
+            ),
+            _Tool(
+                "wait_subagent",
+                _WAIT_TEXT,
+                (
+                    _Param("run_id", "string", _RUN_ID_HELP, max_chars=_MAX_RUN_ID_CHARS),
+                    _Param(
+                        "timeout",
+                        "number",
+                        "Optional: seconds to wait at most (>= 0; 0 only checks). Omit to "
+                        "wait until the run ends.",
+                        required=False,
+                    ),
+                ),
+                self._wait_subagent,
+            ),
+            _Tool(
+                "cancel_subagent",
+                _CANCEL_TEXT,
+                (_Param("run_id", "string", _RUN_ID_HELP, max_chars=_MAX_RUN_ID_CHARS),),
+                self._cancel_subagent,
+            ),
+            _Tool(
+                "continue_subagent",
+                _CONTINUE_TEXT,
+                (
+                    _Param("run_id", "string", _RUN_ID_HELP, max_chars=_MAX_RUN_ID_CHARS),
+                    _Param(
+                        "message",
+                        "string",
+                        "The next message to the subagent.",
+                        max_chars=max_task,
+                    ),
+                    _Param(
+                        "final_schema",
+                        "object",
+                        "Optional JSON Schema the final result must satisfy.",
+                        required=False,
+                    ),
+                    _Param(
+                        "background",
+                        "boolean",
+                        "true: return a handle at once instead of waiting (default false).",
+                        required=False,
+                    ),
+                ),
+                self._continue_subagent,
+            ),
+        )
+        self._tools = {tool.name: tool for tool in tools}
+
+    def __repr__(self) -> str:
+        return f"<trio_delegate.DelegationTools of parent {self._parent.owner!r}>"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The tool names, in the order the definitions list them."""
+        return tuple(self._tools)
+
+    # -- definitions -------------------------------------------------------------
+
+    def definitions(self) -> tuple[ToolDefinition, ...]:
+        """Every tool in the neutral form: name, description, JSON Schema parameters."""
+        return tuple(
+            ToolDefinition(tool.name, tool.description, self._schema(tool, strict=False))
+            for tool in self._tools.values()
+        )
+
+    def openai_chat_tools(self, *, strict: bool = True) -> list[dict[str, Any]]:
+        """The tools for OpenAI Chat Completions (``tools=``).
+
+        With *strict* (the default), schemas follow OpenAI's strict mode:
+        every property is required, optional ones accept ``null``, and
+        ``final_schema`` is passed as a JSON-encoded string.
+        """
+        out = []
+        for tool in self._tools.values():
+            function: dict[str, Any] = {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": self._schema(tool, strict=strict),
+            }
+            if strict:
+                function["strict"] = True
+            out.append({"type": "function", "function": function})
+        return out
+
+    def openai_responses_tools(self, *, strict: bool = True) -> list[dict[str, Any]]:
+        """The tools for the OpenAI Responses API (``tools=``); see :meth:`openai_chat_tools`."""
+        return [
+            {
+                "type": "function",
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": self._schema(tool, strict=strict),
+                "strict": strict,
+            }
+            for tool in self._tools.values()
+        ]
+
+    def anthropic_tools(self) -> list[dict[str, Any]]:
+        """The tools for the Anthropic Messages API (``tools=``)."""
+        return [
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": self._schema(tool, strict=False),
+            }
+            for tool in self._tools.values()
+        ]
+
+    # -- dispatch ------------------------------------------------------------------
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
+        """Run one tool call from a model.
+
+        Args:
+            name: the tool's name.
+            arguments: the arguments as a mapping or a JSON string (``None`` or
+                an empty string mean no arguments).
+
+        Returns:
+            the JSON-ready result of the tool.
+
+        Raises:
+            InvalidArgumentsError: unknown tool, bad JSON, or arguments that do
+                not fit the tool's schema (every problem is named).
+            UnknownSubagentError: ``subagent`` is not a direct child.
+            DelegationError: whatever the tool itself raises (unknown run,
+                failed run, limits, closed parent...).
+        """
+        tool = self._tools.get(name) if isinstance(name, str) else None
+        if tool is None:
+            raise InvalidArgumentsError(
+                f"there is no tool {describe(name)}; the tools are: {', '.join(self._tools)}"
+            )
+        values = self._check_arguments(tool, _parse_arguments(tool.name, arguments))
+        return await tool.handler(values)
+
+    # -- the tools ---------------------------------------------------------------------
+
+    async def _delegate_task(self, args: dict[str, Any]) -> dict[str, Any]:
+        parent = self._parent
+        if args.get("background", False):
+            handle = await parent.start(
+                args["subagent"],
+                args["task"],
+                final_schema=args.get("final_schema"),
+                replaces=args.get("replaces"),
+            )
+            return _handle_payload(handle)
+        result = await parent.delegate(
+            args["subagent"],
+            args["task"],
+            final_schema=args.get("final_schema"),
+            replaces=args.get("replaces"),
+        )
+        return _result_payload(result)
+
+    async def _subagent_status(self, args: dict[str, Any]) -> dict[str, Any]:
+        return _handle_payload(self._parent.status(args["run_id"]))
+
+    async def _wait_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
+        answer = await self._parent.wait(args["run_id"], timeout=args.get("timeout"))
+        if isinstance(answer, RunResult):
+            return _result_payload(answer)
+        return _handle_payload(answer)
+
+    async def _cancel_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
+        return _ack_payload(self._parent.cancel(args["run_id"]))
+
+    async def _continue_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
+        answer = await self._parent.continue_run(
+            args["run_id"],
+            args["message"],
+            final_schema=args.get("final_schema"),
+            background=args.get("background", False),
+        )
+        if isinstance(answer, RunResult):
+            return _result_payload(answer)
+        return _handle_payload(answer)
+
+    # -- schemas and checks -----------------------------------------------------------
+
+    def _children_text(self) -> str:
+        if not self._children:
+            return " You have no subagents to delegate to."
+        lines = [f"- {name}: {text or '(no description)'}" for name, text in self._children.items()]
+        return " Your subagents:\n" + "\n".join(lines)
+
+    def _schema(self, tool: _Tool, *, strict: bool) -> dict[str, Any]:
+        properties = {param.name: self._param_schema(param, strict) for param in tool.params}
+        required = [p.name for p in tool.params if p.required or strict]
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": False,
+        }
+
+    def _param_schema(self, param: _Param, strict: bool) -> dict[str, Any]:
+        schema: dict[str, Any]
+        if param.kind == "subagent":
+            schema = {"type": "string", "enum": list(self._children)}
+        elif param.kind == "object" and strict:
+            # Strict mode allows no free-form object: the schema travels as JSON text.
+            schema = {"type": "string"}
+        elif param.kind == "object":
+            schema = {"type": "object"}
+        else:
+            schema = {"type": param.kind}
+        description = param.description
+        if param.kind == "object" and strict:
+            description += " Pass it as a JSON-encoded string, or null."
+        elif param.name == "timeout" and not strict:
+            schema["minimum"] = 0
+        if not param.required and strict:
+            schema["type"] = [schema["type"], "null"]
+        schema["description"] = description
+        return schema
+
+    def _check_arguments(self, tool: _Tool, args: dict[str, Any]) -> dict[str, Any]:
+        """Check every argument; raise once, naming every problem."""
+        problems: list[str] = []
+        known = {param.name for param in tool.params}
+        for key in args:
+            if key not in known:
+                problems.append(
+                    f"{describe(key)} is not a parameter of {tool.name}; its parameters are: "
+                    f"{', '.join(p.name for p in tool.params)}"
+                )
+        values: dict[str, Any] = {}
+        unknown_subagent: str | None = None
+        for param in tool.params:
+            value = args.get(param.name)
+            if value is None:
+                if param.required:
+                    problems.append(f"{param.name} is required: {param.description}")
+                continue
+            problem = _check_value(param, value)
+            if problem is not None:
+                problems.append(f"{param.name} {problem}")
+                continue
+            if param.kind == "subagent" and value not in self._children:
+                unknown_subagent = value
+            if param.kind == "object" and isinstance(value, str):
+                value = json.loads(value)  # _check_value proved it parses to an object
+            values[param.name] = value
+        if problems:
+            raise InvalidArgumentsError(
+                f"invalid arguments for {tool.name}: " + "; ".join(problems)
+            )
+        if unknown_subagent is not None:
+            allowed = tuple(self._children)
+            raise UnknownSubagentError(
+                f"{unknown_subagent!r} is not one of your subagents; choose one of: "
+                f"{', '.join(allowed) or '(none)'}",
+                subagent=unknown_subagent,
+                allowed=allowed,
+            )
+        return values
+
+
+def _parse_arguments(tool: str, arguments: object) -> dict[str, Any]:
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError as exc:
+            raise InvalidArgumentsError(
+                f"the arguments for {tool} are not valid JSON ({exc}); send one JSON object"
+            ) from None
+    if not isinstance(arguments, Mapping):
+        raise InvalidArgumentsError(
+            f"the arguments for {tool} must be a JSON object, got {describe(arguments)}"
+        )
+    for key in arguments:
+        if not isinstance(key, str):
+            raise InvalidArgumentsError(
+                f"the arguments for {tool} must have string keys, got {describe(key)}"
+            )
+    return dict(arguments)
+
+
+def _check_value(param: _Param, value: Any) -> str | None:
+    """What is wrong with *value* for *param*, or None."""
+    kind = param.kind
+    if kind in ("string", "subagent"):
+        if not isinstance(value, str):
+            return f"must be a string, got {describe(value)}"
+        if param.max_chars is not None and len(value) > param.max_chars:
+            return f"is {len(value)} characters long; at most {param.max_chars} are allowed"
+        return None
+    if kind == "boolean":
+        if not isinstance(value, bool):
+            return f"must be true or false, got {describe(value)}"
+        return None
+    if kind == "number":
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            return f"must be a finite number of seconds >= 0, got {describe(value)}"
+        return None
+    # kind == "object": a JSON Schema object, or (strict clients) its JSON text
+    if isinstance(value, str):
+        if len(value) > MAX_SCHEMA_BYTES:
+            return f"is {len(value)} characters long; at most {MAX_SCHEMA_BYTES} are allowed"
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return "must be a JSON object or its JSON text, got text that is not JSON"
+    if not isinstance(value, Mapping):
+        return f"must be a JSON object, got {describe(value)}"
+    return None
+
+
+def _result_payload(result: RunResult) -> dict[str, Any]:
+    return {
+        "run_id": result.run_id,
+        "subagent": result.subagent,
+        "task_summary": result.task_summary,
+        "final_result": to_json_ready(result.final_result),
+    }
+
+
+def _handle_payload(handle: RunHandle) -> dict[str, Any]:
+    return {"run_id": handle.run_id, "subagent": handle.subagent, "status": handle.status.value}
+
+
+def _ack_payload(ack: CancelAck) -> dict[str, Any]:
+    return {
+        "run_id": ack.run_id,
+        "cancel_requested": ack.cancel_requested,
+        "status": ack.status.value,
+    }
