@@ -8,6 +8,7 @@ indistinguishable from a timer, and it needs no task and no clock of its own.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from typing import TYPE_CHECKING, final
 
@@ -24,13 +25,23 @@ TOMBSTONES_PER_RETAINED_RUN = 10
 class Retention:
     """Terminal runs in the order they ended, and tombstones of evicted ones."""
 
-    __slots__ = ("_kept", "_max_runs", "_seconds", "_tombstone_limit", "_tombstones")
+    __slots__ = (
+        "_kept",
+        "_max_runs",
+        "_oldest_end",
+        "_seconds",
+        "_tombstone_limit",
+        "_tombstones",
+    )
 
     def __init__(self, seconds: float, max_runs: int) -> None:
         self._seconds = seconds
         self._max_runs = max_runs
         self._tombstone_limit = TOMBSTONES_PER_RETAINED_RUN * max_runs
         self._kept: OrderedDict[str, Run] = OrderedDict()
+        # ended_at of the first kept run (inf when none): expire() runs before
+        # every admission and lookup, and usually has nothing to do.
+        self._oldest_end = math.inf
         # run id -> serial of the parent that owned it
         self._tombstones: OrderedDict[str, int] = OrderedDict()
 
@@ -39,26 +50,36 @@ class Retention:
 
     def add(self, run: Run) -> None:
         """Keep a run that has just settled; evict the oldest beyond the count."""
-        self._kept[run.run_id] = run
-        if len(self._kept) > self._max_runs:
+        kept = self._kept
+        if not kept:
+            assert run.ended_at is not None
+            self._oldest_end = run.ended_at
+        kept[run.run_id] = run
+        if len(kept) > self._max_runs:
             self._evict_oldest()
 
     def expire(self, now: float) -> None:
         """Evict every run that ended more than ``retention_seconds`` before *now*."""
-        kept = self._kept
-        while kept:
-            oldest = kept[next(iter(kept))]
-            assert oldest.ended_at is not None
-            if now - oldest.ended_at <= self._seconds:
-                return
+        seconds = self._seconds
+        while now - self._oldest_end > seconds:
             self._evict_oldest()
 
     def evicted_from(self, run_id: str) -> int | None:
         """The serial of the parent an evicted id belonged to, if remembered."""
         return self._tombstones.get(run_id)
 
+    def _first_end(self) -> float:
+        kept = self._kept
+        if not kept:
+            return math.inf
+        ended_at = kept[next(iter(kept))].ended_at
+        assert ended_at is not None
+        return ended_at
+
     def _evict_oldest(self) -> None:
-        run_id, run = self._kept.popitem(last=False)
+        kept = self._kept
+        run_id, run = kept.popitem(last=False)
+        self._oldest_end = self._first_end()
         self._tombstones[run_id] = run.parent._serial
         if len(self._tombstones) > self._tombstone_limit:
             self._tombstones.popitem(last=False)
