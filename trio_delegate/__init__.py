@@ -19,6 +19,7 @@ from ._errors import (
     RunFailedError,
     RuntimeClosedError,
     RunTimedOutError,
+    StoreError,
     UnknownRunError,
     UnknownSubagentError,
     UnresolvedDelegationError,
@@ -27,7 +28,9 @@ from ._errors import (
 from ._parent import Parent
 from ._results import CancelAck, Output, RunHandle, RunResult
 from ._runtime import Runtime, open_runtime
+from ._sqlite_store import SQLiteStore
 from ._status import RunStatus
+from ._store import MemoryStore, ResultStore, RunRecord
 from ._subagent import Subagent
 from ._tools import DelegationTools, ToolDefinition
 
@@ -44,16 +47,21 @@ __all__ = [
     "InvalidArgumentsError",
     "InvalidResultError",
     "LimitExceededError",
+    "MemoryStore",
     "Output",
     "Parent",
     "RunCancelledError",
     "RunFailedError",
+    "ResultStore",
     "RunHandle",
+    "RunRecord",
     "RunResult",
     "RunStatus",
     "RunTimedOutError",
     "Runtime",
     "RuntimeClosedError",
+    "SQLiteStore",
+    "StoreError",
     "Subagent",
     "ToolDefinition",
     "UnknownRunError",

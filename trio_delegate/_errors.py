@@ -28,6 +28,7 @@ __all__ = [
     "RunFailedError",
     "RunTimedOutError",
     "RuntimeClosedError",
+    "StoreError",
     "UnknownRunError",
     "UnknownSubagentError",
     "UnresolvedDelegationError",
@@ -160,6 +161,21 @@ class LimitExceededError(DelegationError):
 
 class RuntimeClosedError(DelegationError, RuntimeError):
     """The parent or runtime this call was made on is closed."""
+
+
+class StoreError(DelegationError, OSError):
+    """A durable store could not be opened, read or written.
+
+    Attributes:
+        path: the store's file, or ``None`` for a store without one.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, run_id: str | None = None):
+        super().__init__(message, run_id=run_id)
+        self.path = path
+
+    def _payload_extra(self) -> dict[str, Any]:
+        return {"path": self.path} if self.path is not None else {}
 
 
 @final

@@ -10,11 +10,12 @@ body's exception as its context.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import trio
 
-__all__ = ["is_cancellation", "leaves", "pick_exit_exception"]
+__all__ = ["is_cancellation", "leaves", "open_transparent_nursery", "pick_exit_exception"]
 
 
 def leaves(exc: BaseException) -> Iterator[BaseException]:
@@ -62,3 +63,30 @@ def pick_exit_exception(
     if not found or any(not isinstance(leaf, trio.Cancelled) for leaf in found):
         return group
     return found[0]
+
+
+@asynccontextmanager
+async def open_transparent_nursery() -> AsyncIterator[trio.Nursery]:
+    """A nursery whose body's exception comes out as itself, not in a group.
+
+    The body's exception is caught inside the nursery and raised again once
+    the nursery has joined its children; a fatal ``BaseException`` from a
+    child wins (see :func:`pick_exit_exception`). The body should stop the
+    children (cancel them, or close what they read from) on its way out.
+    """
+    body_exc: BaseException | None = None
+    exit_exc: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                yield nursery
+            except BaseException as exc:
+                body_exc = exc
+    except BaseExceptionGroup as group:
+        exit_exc = pick_exit_exception(group, body_exc)
+    # Raised outside the handler so the exception keeps the context
+    # pick_exit_exception gave it instead of the group's.
+    if exit_exc is not None:
+        raise exit_exc
+    if body_exc is not None:
+        raise body_exc

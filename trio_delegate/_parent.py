@@ -19,8 +19,11 @@ from ._construction import NoPublicConstructor
 from ._errors import (
     ExpiredRunError,
     InvalidArgumentsError,
+    InvalidResultError,
     LimitExceededError,
+    RunFailedError,
     RuntimeClosedError,
+    StoreError,
     UnknownRunError,
     UnknownSubagentError,
     UnresolvedDelegationError,
@@ -28,10 +31,12 @@ from ._errors import (
 )
 from ._execution import execute
 from ._ids import new_run_id
+from ._persistence import history_of
 from ._results import CancelAck, RunHandle, RunResult
-from ._run import CancelReason, Run, conversation_of
-from ._schema import SchemaSpec
+from ._run import CancelReason, Run, conversation_of, terminal_error
+from ._schema import SchemaMismatch, SchemaSpec
 from ._status import RunStatus
+from ._store import RunRecord, StoredRun
 from ._tools import DelegationTools
 
 if TYPE_CHECKING:
@@ -155,7 +160,9 @@ class Parent(metaclass=NoPublicConstructor):
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_usable()
-        return await self._foreground(self._admit(name, task, final_schema, replaces))
+        run = self._admit(name, task, final_schema, replaces)
+        await self._commit_admission(run)
+        return await self._foreground(run)
 
     async def start(
         self,
@@ -177,7 +184,9 @@ class Parent(metaclass=NoPublicConstructor):
         """
         await trio.lowlevel.checkpoint()
         self._check_usable()
-        return self._admit(name, task, final_schema, replaces).handle()
+        run = self._admit(name, task, final_schema, replaces)
+        await self._commit_admission(run)
+        return run.handle()
 
     async def continue_run(
         self,
@@ -212,14 +221,19 @@ class Parent(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_usable()
         check_bool("background", background)
-        earlier = self._lookup(run_id)
-        if not earlier.is_terminal:
+        earlier = self._find(run_id)
+        if isinstance(earlier, StoredRun):
+            record = await self._load(run_id)
+            name, history = record.subagent, history_of(record)
+        elif earlier.is_terminal:
+            name, history = earlier.subagent.name, conversation_of(earlier)
+        else:
             raise InvalidArgumentsError(
                 f"run {run_id} is still {earlier.status.value}; only a finished run can be "
                 "continued: wait for it first"
             )
-        history = conversation_of(earlier)
-        run = self._admit(earlier.subagent.name, message, final_schema, None, history, "message")
+        run = self._admit(name, message, final_schema, None, history, "message")
+        await self._commit_admission(run)
         if background:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return run.handle()
@@ -234,7 +248,10 @@ class Parent(metaclass=NoPublicConstructor):
             RuntimeClosedError: this parent or its runtime is closed.
         """
         self._check_usable()
-        return self._lookup(run_id).handle()
+        found = self._find(run_id)
+        if isinstance(found, StoredRun):
+            return RunHandle(run_id, found.subagent, found.status)
+        return found.handle()
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunResult | RunHandle:
         """Wait for a run and return its result, or its handle if *timeout* ran out.
@@ -258,7 +275,9 @@ class Parent(metaclass=NoPublicConstructor):
         """
         self._check_usable()
         limit = check_seconds("timeout", timeout, allow_zero=True, allow_none=True)
-        run = self._lookup(run_id)
+        run = self._find(run_id)
+        if isinstance(run, StoredRun):
+            return self._answer_record(await self._load(run_id))
         if run.is_terminal:
             await trio.lowlevel.checkpoint()
         elif limit is None:
@@ -289,7 +308,9 @@ class Parent(metaclass=NoPublicConstructor):
                 :meth:`status`.
         """
         self._check_usable()
-        run = self._lookup(run_id)
+        run = self._find(run_id)
+        if isinstance(run, StoredRun):
+            return CancelAck(run_id, False, run.status)
         requested = run.request_cancel(trio.current_time(), CancelReason.REQUEST)
         return CancelAck(run.run_id, requested, run.status)
 
@@ -375,11 +396,42 @@ class Parent(metaclass=NoPublicConstructor):
         self._live[run_id] = run
         self._unresolved[run_id] = run
         runtime._live_count += 1
-        if self._running < config.max_concurrent_runs:
-            self._launch(run, now)
+        if runtime._persister is None:
+            self._enqueue(run)
+        return run
+
+    async def _commit_admission(self, run: Run) -> None:
+        """With a store: make the admission durable, then let the run start.
+
+        Without one, :meth:`_admit` already enqueued it. The write is shielded,
+        so a caller cancelled meanwhile still gets its handle and meets the
+        cancellation at its next checkpoint; if the write fails, the run is
+        withdrawn as if it had never been admitted.
+        """
+        persister = self._runtime._persister
+        if persister is None:
+            return
+        try:
+            await persister.admit(run)
+        except StoreError:
+            if not run.settling:
+                self._withdraw(run)
+            raise
+        self._enqueue(run)
+
+    def _enqueue(self, run: Run) -> None:
+        """Start an admitted run if a slot is free, else queue it (FIFO)."""
+        if run.settling:  # cancelled while its admission was being recorded
+            return
+        if self._running < self._runtime.config.max_concurrent_runs and not self._pending:
+            self._launch(run, trio.current_time())
         else:
             self._pending.append(run)
-        return run
+
+    def _withdraw(self, run: Run) -> None:
+        run_id = run.run_id
+        del self._runs[run_id], self._live[run_id], self._unresolved[run_id]
+        self._runtime._live_count -= 1
 
     def _launch(self, run: Run, now: float) -> None:
         self._running += 1
@@ -400,15 +452,20 @@ class Parent(metaclass=NoPublicConstructor):
         """Start pending runs, oldest first, while slots are free."""
         pending = self._pending
         limit = self._runtime.config.max_concurrent_runs
-        while pending and self._running < limit and not self._closed:
+        while pending and self._running < limit and not self._closed and not self._runtime._closed:
             run = pending.popleft()
-            if not run.is_terminal:  # cancelled while it waited
+            if not run.settling:  # cancelled while it waited
                 self._launch(run, trio.current_time())
 
     def _child(self, name: str) -> Subagent:
-        subagent = self._children.get(name) if isinstance(name, str) else None
+        allowed = tuple(self._children)
+        if not isinstance(name, str):
+            raise InvalidArgumentsError(
+                f"name must be a subagent's name (a string), got {describe(name)}; "
+                f"choose one of: {', '.join(allowed) or '(none)'}"
+            )
+        subagent = self._children.get(name)
         if subagent is None:
-            allowed = tuple(self._children)
             raise UnknownSubagentError(
                 f"{describe(name)} is not a subagent this parent can delegate to; "
                 f"choose one of: {', '.join(allowed) or '(none)'}",
@@ -442,7 +499,14 @@ class Parent(metaclass=NoPublicConstructor):
 
     # -- lookup and answers ---------------------------------------------------
 
-    def _lookup(self, run_id: str) -> Run:
+    def _find(self, run_id: str) -> Run | StoredRun:
+        """This parent's run *run_id*, in memory or (for its owner) in the store.
+
+        Raises:
+            InvalidArgumentsError: *run_id* is not a string.
+            ExpiredRunError: retention evicted it (and no store holds it).
+            UnknownRunError: it is not a run of this parent.
+        """
         if not isinstance(run_id, str):
             raise InvalidArgumentsError(f"run_id must be a string, got {describe(run_id)}")
         runtime = self._runtime
@@ -450,19 +514,55 @@ class Parent(metaclass=NoPublicConstructor):
         run = self._runs.get(run_id)
         if run is not None:
             return run
+        persister = runtime._persister
+        if persister is not None:
+            stored = persister.find(run_id, self._owner)
+            if stored is not None:
+                return stored
         if runtime._retention.evicted_from(run_id) == self._serial:
-            config = runtime.config
-            raise ExpiredRunError(
-                f"run {run_id} has expired: finished runs are kept for "
-                f"{config.retention_seconds:g} s and at most {config.retention_max_runs} at a "
-                "time, and its result is no longer held; start a new run if you still need it",
-                run_id=run_id,
-            )
+            raise self._expired(run_id)
         raise UnknownRunError(
             f"no run {run_id!r} belongs to parent {self._owner!r} in this runtime; use the "
             "exact run_id that start or delegate returned (ids of other parents or runtimes "
             "are not valid here)",
             run_id=run_id,
+        )
+
+    def _expired(self, run_id: str) -> ExpiredRunError:
+        config = self._runtime.config
+        return ExpiredRunError(
+            f"run {run_id} has expired: finished runs are kept for "
+            f"{config.retention_seconds:g} s and at most {config.retention_max_runs} at a "
+            "time, and its result is no longer held; start a new run if you still need it",
+            run_id=run_id,
+        )
+
+    async def _load(self, run_id: str) -> RunRecord:
+        """The stored record of a run :meth:`_find` found in the store."""
+        persister = self._runtime._persister
+        assert persister is not None
+        record = await persister.load(run_id)
+        if record is None:  # pruned by the store's own retention meanwhile
+            raise self._expired(run_id)
+        return record
+
+    def _answer_record(self, record: RunRecord) -> RunResult:
+        """Like :meth:`_answer`, for a run known only from the store."""
+        if record.status is RunStatus.COMPLETED:
+            self._resolve(record.run_id)
+            return RunResult(
+                record.run_id, record.subagent, record.task_summary, record.final_result
+            )
+        failure_type = (
+            InvalidResultError if record.error_type == SchemaMismatch.__name__ else RunFailedError
+        )
+        raise terminal_error(
+            record.run_id,
+            record.subagent,
+            record.status,
+            record.error_type,
+            record.error_message,
+            failure_type,
         )
 
     def _answer(self, run: Run) -> RunResult:
@@ -486,6 +586,9 @@ class Parent(metaclass=NoPublicConstructor):
         """Retention evicted *run*: keep only a small record if it is unresolved."""
         run_id = run.run_id
         del self._runs[run_id]
+        persister = self._runtime._persister
+        if persister is not None and not isinstance(run.error, StoreError):
+            persister.remember(run)
         if run_id in self._unresolved:
             self._unresolved[run_id] = _Evicted(run_id, run.subagent.name, run.status, run.replaces)
 

@@ -9,7 +9,9 @@ This module is the only place a run's status changes:
   :meth:`Run.settle_interrupted` — ``running → terminal``.
 
 A run settles exactly once: the first settlement wins and later ones are
-ignored (they return ``False``).
+ignored (they return ``False``). With a durable store, a settled run stays
+``running`` (or ``pending``) until its terminal record is committed, and only
+then becomes terminal and wakes its waiters.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ._errors import (
     RunCancelledError,
     RunFailedError,
     RunTimedOutError,
+    StoreError,
 )
 from ._results import RunHandle, RunResult
 from ._status import RunStatus
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
     from ._schema import ResultSchema
     from ._subagent import Subagent
 
-__all__ = ["CancelReason", "Run", "conversation_of"]
+__all__ = ["CancelReason", "Run", "conversation", "conversation_of", "terminal_error"]
 
 
 class CancelReason(enum.Enum):
@@ -75,6 +78,11 @@ class Run:
     error: BaseException | None = None
     failure_type: type[RunFailedError] = RunFailedError
 
+    admitted_at: str = ""
+    # Set when the run's outcome is decided; the run is terminal once that
+    # outcome is committed (at once, or when its store has made it durable).
+    settling: bool = False
+
     # -- reading ---------------------------------------------------------
 
     @property
@@ -84,43 +92,35 @@ class Run:
     def handle(self) -> RunHandle:
         return RunHandle(self.run_id, self.subagent.name, self.status)
 
+    def summary(self) -> str:
+        return summarize_task(self.task)
+
+    def error_details(self, status: RunStatus) -> tuple[str | None, str | None]:
+        """``(error_type, error_message)`` describing how a run ended *status*."""
+        if status is RunStatus.FAILED:
+            error = self.error
+            if error is None:  # pragma: no cover - a failed run always has a cause
+                return "Error", ""
+            return type(error).__name__, str(error)
+        if status is RunStatus.CANCELLED:
+            return None, (self.cancel_reason or CancelReason.REQUEST).value
+        if status is RunStatus.TIMED_OUT:
+            return None, f"its deadline of {self.timeout:g} s passed"
+        return None, None
+
     def outcome_error(self) -> DelegationError:
         """A fresh exception describing this terminal, non-completed run."""
-        name = self.subagent.name
-        ident = f"run {self.run_id} (subagent {name!r})"
-        retry = f"start a replacement with replaces={self.run_id!r} if the work is still needed"
-        if self.status is RunStatus.FAILED:
-            error = self.error
-            kind = type(error).__name__ if error is not None else "Error"
-            detail = str(error) if error is not None else ""
-            # A schema mismatch explains itself; other errors are named by type.
-            what = detail if self.failure_type is InvalidResultError else f"{kind}: {detail}"
-            exc: DelegationError = self.failure_type(
-                f"{ident} failed: {what}; {retry}",
-                run_id=self.run_id,
-                subagent=name,
-                error_type=kind,
-                error_message=detail,
-            )
-            exc.__cause__ = error
-            return exc
-        if self.status is RunStatus.CANCELLED:
-            reason = (self.cancel_reason or CancelReason.REQUEST).value
-            return RunCancelledError(
-                f"{ident} was cancelled {reason} before it completed; {retry}",
-                run_id=self.run_id,
-                subagent=name,
-                status=self.status.value,
-            )
-        if self.status is RunStatus.TIMED_OUT:
-            return RunTimedOutError(
-                f"{ident} timed out: it was still running when its deadline of "
-                f"{self.timeout:g} s passed; {retry}, perhaps with a smaller task",
-                run_id=self.run_id,
-                subagent=name,
-                status=self.status.value,
-            )
-        raise AssertionError(f"outcome_error() on a {self.status} run")  # pragma: no cover
+        error_type, error_message = self.error_details(self.status)
+        exc = terminal_error(
+            self.run_id,
+            self.subagent.name,
+            self.status,
+            error_type,
+            error_message,
+            self.failure_type,
+        )
+        exc.__cause__ = self.error
+        return exc
 
     # -- transitions ---------------------------------------------------------
 
@@ -138,13 +138,16 @@ class Run:
 
         A pending run is cancelled at once; a running one has its cancel scope
         cancelled and stays ``running`` until its task settles it. The first
-        request's time and reason are kept (repeats are idempotent).
+        request's time and reason are kept (repeats are idempotent). A run
+        whose outcome is already decided is not changed.
         """
         if self.is_terminal:
             return False
         if self.cancel_requested_at is None:
             self.cancel_requested_at = now
             self.cancel_reason = reason
+        if self.settling:
+            return True
         if self.status is RunStatus.PENDING:
             self._settle(RunStatus.CANCELLED, now)
         else:
@@ -153,18 +156,16 @@ class Run:
         return True
 
     def settle_completed(self, final_result: Any, transcript: tuple[Any, ...] | None) -> bool:
-        if self.is_terminal:
+        if self.settling:
             return False
-        self.result = RunResult(
-            self.run_id, self.subagent.name, summarize_task(self.task), final_result
-        )
+        self.result = RunResult(self.run_id, self.subagent.name, self.summary(), final_result)
         self.transcript = transcript
         return self._settle(RunStatus.COMPLETED, trio.current_time())
 
     def settle_failed(
         self, error: BaseException, failure_type: type[RunFailedError] = RunFailedError
     ) -> bool:
-        if self.is_terminal:
+        if self.settling:
             return False
         self.error = error
         self.failure_type = failure_type
@@ -178,7 +179,7 @@ class Run:
         run's own scope without a recorded request was made by the runtime
         closing (at its closing time) or by the run's parent ending (now).
         """
-        if self.is_terminal:
+        if self.settling:
             return False
         now = trio.current_time()
         requested = self.cancel_requested_at
@@ -192,25 +193,100 @@ class Run:
         return self._settle(status, now)
 
     def _settle(self, status: RunStatus, now: float) -> bool:
+        """Decide the outcome; commit it now, or once the store made it durable."""
+        self.settling = True
+        persister = self.parent._runtime._persister
+        if persister is None:
+            self._commit(status, now)
+        else:
+            persister.settle(self, status, lambda error: self._durable(status, now, error))
+        return True
+
+    def _durable(self, status: RunStatus, now: float, error: StoreError | None) -> None:
+        if error is not None:
+            # A result that could not be recorded is never handed out.
+            status, self.result, self.error = RunStatus.FAILED, None, error
+            self.failure_type = RunFailedError
+        self._commit(status, now)
+
+    def _commit(self, status: RunStatus, now: float) -> None:
         was_running = self.status is RunStatus.RUNNING
         self.status = status
         self.ended_at = now
         self.scope = None
         self.done.set()
         self.parent._run_settled(self, was_running)
-        return True
 
 
-def conversation_of(run: Run) -> tuple[Any, ...]:
+def terminal_error(
+    run_id: str,
+    subagent: str,
+    status: RunStatus,
+    error_type: str | None,
+    error_message: str | None,
+    failure_type: type[RunFailedError] = RunFailedError,
+) -> DelegationError:
+    """The exception that answers for a failed, cancelled or timed-out run."""
+    ident = f"run {run_id} (subagent {subagent!r})"
+    retry = f"start a replacement with replaces={run_id!r} if the work is still needed"
+    if status is RunStatus.FAILED:
+        kind = error_type or "Error"
+        detail = error_message or ""
+        # A schema mismatch explains itself; other errors are named by type.
+        what = detail if failure_type is InvalidResultError else f"{kind}: {detail}"
+        return failure_type(
+            f"{ident} failed: {what}; {retry}",
+            run_id=run_id,
+            subagent=subagent,
+            error_type=kind,
+            error_message=detail,
+        )
+    if status is RunStatus.CANCELLED:
+        return RunCancelledError(
+            f"{ident} was cancelled {error_message} before it completed; {retry}",
+            run_id=run_id,
+            subagent=subagent,
+            status=status.value,
+        )
+    if status is RunStatus.TIMED_OUT:
+        return RunTimedOutError(
+            f"{ident} timed out: it was still running when {error_message}; {retry}, "
+            "perhaps with a smaller task",
+            run_id=run_id,
+            subagent=subagent,
+            status=status.value,
+        )
+    raise AssertionError(f"terminal_error() for a {status} run")  # pragma: no cover
+
+
+def conversation(
+    transcript: tuple[Any, ...] | None,
+    history: tuple[Any, ...],
+    task: str,
+    completed: bool,
+    final_result: Any,
+) -> tuple[Any, ...]:
     """The whole conversation of a terminal run, as history for a continuation.
 
     Its transcript when the runner gave one; otherwise its own history, then
-    its task as a user entry and, when it completed, its result as an
-    assistant entry.
+    its task as a user entry and, when it completed, its result (JSON-ready)
+    as an assistant entry.
     """
-    if run.transcript is not None:
-        return run.transcript
-    entries: list[Any] = [*run.history, {"role": "user", "content": run.task}]
-    if run.result is not None:
-        entries.append({"role": "assistant", "content": to_json_ready(run.result.final_result)})
+    if transcript is not None:
+        return tuple(transcript)
+    entries: list[Any] = [*history, {"role": "user", "content": task}]
+    if completed:
+        entries.append({"role": "assistant", "content": to_json_ready(final_result)})
     return tuple(entries)
+
+
+def conversation_of(run: Run) -> tuple[Any, ...]:
+    """The whole conversation of a terminal run in memory."""
+    result = run.result
+    return conversation(
+        run.transcript,
+        run.history,
+        run.task,
+        result is not None,
+        result.final_result if result is not None else None,
+    )

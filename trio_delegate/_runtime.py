@@ -14,11 +14,14 @@ from ._checks import describe
 from ._config import Config
 from ._construction import NoPublicConstructor
 from ._errors import InvalidArgumentsError, RuntimeClosedError, UnknownSubagentError
-from ._groups import pick_exit_exception
+from ._groups import open_transparent_nursery
+from ._ids import new_runtime_id
 from ._parent import Parent
+from ._persistence import Persister
 from ._retention import Retention
 from ._run import CancelReason
 from ._schema import ResultSchema, SchemaSpec, compile_result_schema
+from ._store import ResultStore
 from ._subagent import Subagent
 
 if TYPE_CHECKING:
@@ -43,6 +46,7 @@ class Runtime(metaclass=NoPublicConstructor):
         "_live_count",
         "_nursery",
         "_parents",
+        "_persister",
         "_retention",
         "_schemas",
         "_serials",
@@ -50,8 +54,11 @@ class Runtime(metaclass=NoPublicConstructor):
         "config",
     )
 
-    def __init__(self, subagents: Mapping[str, Subagent], config: Config) -> None:
+    def __init__(
+        self, subagents: Mapping[str, Subagent], config: Config, persister: Persister | None
+    ) -> None:
         self.config = config
+        self._persister = persister
         self._subagents = MappingProxyType(dict(subagents))
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -73,6 +80,11 @@ class Runtime(metaclass=NoPublicConstructor):
     def subagents(self) -> Mapping[str, Subagent]:
         """The registered subagents by name (read-only)."""
         return self._subagents
+
+    @property
+    def store(self) -> ResultStore | None:
+        """The durable store runs are recorded in, if any."""
+        return self._persister.store if self._persister is not None else None
 
     @property
     def live_runs(self) -> int:
@@ -133,9 +145,18 @@ class Runtime(metaclass=NoPublicConstructor):
                 f"subagents must be a sequence of names, got the string {names!r}; "
                 f"write [{names!r}]"
             )
+        if not isinstance(names, Iterable):
+            raise InvalidArgumentsError(
+                f"subagents must be a sequence of names or None, got {describe(names)}"
+            )
         children: dict[str, Subagent] = {}
-        for name in names:
-            subagent = self._subagents.get(name) if isinstance(name, str) else None
+        for index, name in enumerate(names):
+            if not isinstance(name, str):
+                raise InvalidArgumentsError(
+                    f"subagents[{index}] must be a subagent's name (a string), "
+                    f"got {describe(name)}"
+                )
+            subagent = self._subagents.get(name)
             if subagent is None:
                 allowed = tuple(self._subagents)
                 raise UnknownSubagentError(
@@ -234,7 +255,7 @@ async def open_runtime(
     subagents: Iterable[Subagent],
     *,
     config: Config | None = None,
-    store: None = None,
+    store: ResultStore | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime owning every run started through it.
 
@@ -242,13 +263,17 @@ async def open_runtime(
         subagents: the subagent definitions; names must be unique and every
             ``children`` entry must name one of them.
         config: limits and policy; ``Config()`` when omitted.
-        store: reserved for durable stores; only ``None`` is accepted.
+        store: a durable store (:class:`MemoryStore`, :class:`SQLiteStore`) for
+            run records, results and continuations; ``None`` keeps nothing
+            beyond retention.
 
-    Leaving the block cancels and joins every run. An exception raised in the
-    body comes out as itself, never wrapped in an ``ExceptionGroup``.
+    Leaving the block cancels and joins every run (and, with a store, commits
+    their final records). An exception raised in the body comes out as
+    itself, never wrapped in an ``ExceptionGroup``.
 
     Raises:
         InvalidArgumentsError: malformed subagents, config or store.
+        StoreError: the store could not be opened.
     """
     registry = _check_subagents(subagents)
     if config is None:
@@ -257,28 +282,38 @@ async def open_runtime(
         raise InvalidArgumentsError(
             f"config must be a trio_delegate.Config, got {describe(config)}"
         )
-    if store is not None:
+    if store is not None and not isinstance(store, ResultStore):
         raise InvalidArgumentsError(
-            f"store must be None: durable stores are not available in this version, "
-            f"got {describe(store)}"
+            "store must be a trio_delegate.MemoryStore, a trio_delegate.SQLiteStore or "
+            f"another ResultStore, got {describe(store)}"
         )
-    runtime = Runtime._create(registry, config)
-    body_exc: BaseException | None = None
-    exit_exc: BaseException | None = None
+    persister = Persister(store, new_runtime_id()) if store is not None else None
+    runtime = Runtime._create(registry, config, persister)
+    if persister is None:
+        async with _owning_nursery(runtime):
+            yield runtime
+        return
+    await persister.attach()
     try:
-        async with trio.open_nursery() as nursery:
-            runtime._nursery = nursery
+        async with open_transparent_nursery() as system:
+            await system.start(persister.run_writer)
             try:
-                yield runtime
-            except BaseException as exc:
-                # Kept aside so it comes out as itself, not inside the nursery's group.
-                body_exc = exc
+                async with _owning_nursery(runtime):
+                    yield runtime
             finally:
-                runtime._close_now()
-    except BaseExceptionGroup as group:
-        exit_exc = pick_exit_exception(group, body_exc)
-    # Raised outside the handler so it keeps the context pick_exit_exception gave it.
-    if exit_exc is not None:
-        raise exit_exc
-    if body_exc is not None:
-        raise body_exc
+                # Every run has settled: the writer commits what is queued and ends.
+                persister.close()
+    finally:
+        with trio.CancelScope(shield=True):
+            await persister.detach()
+
+
+@asynccontextmanager
+async def _owning_nursery(runtime: Runtime) -> AsyncIterator[None]:
+    """The nursery that holds the runtime's top-level runs."""
+    async with open_transparent_nursery() as nursery:
+        runtime._nursery = nursery
+        try:
+            yield
+        finally:
+            runtime._close_now()

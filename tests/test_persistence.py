@@ -1,0 +1,337 @@
+"""Durable results, restarts and continuations with a store (contract §12).
+
+Every rule runs against both stores: the in-process MemoryStore and a real
+SQLite file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import trio_delegate as td
+from trio_delegate._store import INTERRUPTED_ERROR_TYPE, StoredRun, StoreSnapshot
+
+StoreFactory = Callable[[], td.ResultStore]
+
+
+async def echo(ctx: td.ChildContext) -> dict[str, Any]:
+    await trio.lowlevel.checkpoint()
+    return {"echo": ctx.task}
+
+
+async def forever(ctx: td.ChildContext) -> str:
+    await trio.sleep_forever()
+
+
+async def broken(ctx: td.ChildContext) -> str:
+    await trio.lowlevel.checkpoint()
+    raise KeyError("missing")
+
+
+SUBAGENTS = [
+    td.Subagent("echo", echo),
+    td.Subagent("forever", forever, timeout_seconds=None),
+    td.Subagent("broken", broken),
+]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    if request.param == "memory":
+        store = td.MemoryStore()
+        return lambda: store
+    return lambda: td.SQLiteStore(tmp_path / "runs.db")
+
+
+async def test_completed_result_survives_a_restart(make_store: StoreFactory) -> None:
+    async with td.open_runtime(SUBAGENTS, store=make_store()) as rt, rt.open_parent("a") as p:
+        result = await p.delegate("echo", "keep me")
+    async with td.open_runtime(SUBAGENTS, store=make_store()) as rt, rt.open_parent("a") as p:
+        assert p.status(result.run_id) == td.RunHandle(result.run_id, "echo", td.RunStatus.COMPLETED)
+        again = await p.wait(result.run_id)
+        assert again == result
+        assert p.cancel(result.run_id) == td.CancelAck(result.run_id, False, td.RunStatus.COMPLETED)
+        # Found in the store, it never makes this parent unresolved.
+        p.check_resolved()
+
+
+async def test_stored_runs_belong_to_their_owner(make_store: StoreFactory) -> None:
+    async with td.open_runtime(SUBAGENTS, store=make_store()) as rt, rt.open_parent("a") as p:
+        result = await p.delegate("echo", "mine")
+    async with td.open_runtime(SUBAGENTS, store=make_store()) as rt, rt.open_parent("b") as p:
+        with pytest.raises(td.UnknownRunError) as info:
+            p.status(result.run_id)
+        assert not isinstance(info.value, td.ExpiredRunError)
+        with pytest.raises(td.UnknownRunError):
+            await p.wait(result.run_id)
+
+
+async def test_failed_run_is_answered_as_failed_after_restart(make_store: StoreFactory) -> None:
+    async with (
+        td.open_runtime(SUBAGENTS, store=make_store(), config=td.Config(fail_closed=False)) as rt,
+        rt.open_parent("a") as p,
+    ):
+        handle = await p.start("broken", "t")
+        with pytest.raises(td.RunFailedError):
+            await p.wait(handle.run_id)
+    async with td.open_runtime(SUBAGENTS, store=make_store()) as rt, rt.open_parent("a") as p:
+        with pytest.raises(td.RunFailedError) as info:
+            await p.wait(handle.run_id)
+    assert info.value.error_type == "KeyError"
+    assert "missing" in info.value.error_message
+
+
+async def test_live_runs_of_a_dead_runtime_are_marked_interrupted(tmp_path: Path) -> None:
+    """A runtime whose process is gone never detaches; the next one marks its runs."""
+    store = td.MemoryStore()
+    runtime_ids: list[str] = []
+    async with td.open_runtime(SUBAGENTS, store=store, config=td.Config(fail_closed=False)) as rt:
+        async with rt.open_parent("a") as p:
+            handle = await p.start("forever", "t")
+            assert rt._persister is not None
+            runtime_ids.append(rt._persister.runtime_id)
+            # Simulate the process dying here: the runtime never detaches.
+            store.abandon(runtime_ids[0])
+            snapshot = await store.attach("rt_next")
+            assert isinstance(snapshot, StoreSnapshot)
+            assert snapshot.interrupted == (handle.run_id,)
+            record = await store.get(handle.run_id)
+            assert record is not None
+            assert record.status is td.RunStatus.FAILED
+            assert record.error_type == INTERRUPTED_ERROR_TYPE
+            assert "interrupted" in (record.error_message or "")
+            assert (handle.run_id, StoredRun("a", "forever", td.RunStatus.FAILED)) in (
+                snapshot.terminal
+            )
+
+
+async def test_live_runs_of_a_live_runtime_are_never_touched(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(path)) as first:
+        async with first.open_parent("a") as p:
+            handle = await p.start("forever", "t")
+            # A second runtime (a separate store object, as another process
+            # would have) opens the same file while the first is alive.
+            other = td.SQLiteStore(path)
+            snapshot = await other.attach("rt_other")
+            assert snapshot.interrupted == ()
+            record = await other.get(handle.run_id)
+            assert record is not None
+            assert record.status is td.RunStatus.PENDING
+            await other.detach("rt_other")
+            p.cancel(handle.run_id)
+            with pytest.raises(td.RunCancelledError):
+                await p.wait(handle.run_id)
+            await p.start("echo", "x", replaces=handle.run_id)
+            await p.wait(p._runs[next(reversed(p._runs))].run_id)
+
+
+async def test_admission_record_is_durable_when_start_returns(make_store: StoreFactory) -> None:
+    store = make_store()
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=td.Config(fail_closed=False)) as rt,
+        rt.open_parent("a") as p,
+    ):
+        handle = await p.start("forever", "the task")
+        record = await store.get(handle.run_id)
+        assert record is not None
+        assert record.status is td.RunStatus.PENDING
+        assert record.task == "the task"
+        assert record.owner == "a"
+        assert record.admitted_at
+    final = await store.get(handle.run_id)
+    assert final is not None
+    assert final.status is td.RunStatus.CANCELLED
+    assert final.ended_at
+
+
+async def test_result_is_durable_before_a_waiter_gets_it(make_store: StoreFactory) -> None:
+    store = make_store()
+    async with td.open_runtime(SUBAGENTS, store=store) as rt, rt.open_parent("a") as p:
+        handle = await p.start("echo", "t")
+        result = await p.wait(handle.run_id)
+        assert isinstance(result, td.RunResult)
+        record = await store.get(handle.run_id)
+        assert record is not None
+        assert record.status is td.RunStatus.COMPLETED
+        assert record.final_result == {"echo": "t"}
+        assert record.task_summary == "t"
+
+
+async def test_continuation_across_a_restart(make_store: StoreFactory) -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    async def chat(ctx: td.ChildContext) -> td.Output:
+        seen.append(ctx.history)
+        await trio.lowlevel.checkpoint()
+        turn = [*ctx.history, {"role": "user", "content": ctx.task}]
+        return td.Output(len(turn), transcript=[*turn, {"role": "assistant", "content": "ok"}])
+
+    subagents = [td.Subagent("chat", chat)]
+    async with td.open_runtime(subagents, store=make_store()) as rt, rt.open_parent("a") as p:
+        first = await p.delegate("chat", "one")
+    async with td.open_runtime(subagents, store=make_store()) as rt, rt.open_parent("a") as p:
+        second = await p.continue_run(first.run_id, "two")
+        assert isinstance(second, td.RunResult)
+    async with td.open_runtime(subagents, store=make_store()) as rt, rt.open_parent("a") as p:
+        third = await p.continue_run(second.run_id, "three")
+        assert isinstance(third, td.RunResult)
+    assert [len(h) for h in seen] == [0, 2, 4]
+    assert [entry["content"] for entry in seen[2]] == ["one", "ok", "two", "ok"]
+
+
+async def test_evicted_result_is_answered_from_the_store(make_store: StoreFactory) -> None:
+    async def quick(ctx: td.ChildContext) -> str:
+        await trio.lowlevel.checkpoint()
+        return ctx.task
+
+    config = td.Config(retention_max_runs=1)
+    async with (
+        td.open_runtime([td.Subagent("quick", quick)], store=make_store(), config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        handle = await p.start("quick", "first")
+        await p._runs[handle.run_id].done.wait()  # settled, not observed
+        await p.delegate("quick", "second")  # its settlement evicts the first
+        assert p.status(handle.run_id).status is td.RunStatus.COMPLETED
+        assert handle.run_id not in p._runs
+        result = await p.wait(handle.run_id)
+        assert isinstance(result, td.RunResult)
+        assert result.final_result == "first"
+        p.check_resolved()  # observed through the store: resolved
+
+
+async def test_without_a_store_an_evicted_run_is_expired(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    config = td.Config(retention_seconds=10, fail_closed=False)
+    async with td.open_runtime(SUBAGENTS, config=config) as rt, rt.open_parent("a") as p:
+        handle = await p.start("echo", "t")
+        await trio.sleep(60)
+        with pytest.raises(td.ExpiredRunError):
+            await p.wait(handle.run_id)
+
+
+async def test_runs_list_filters(make_store: StoreFactory) -> None:
+    store = make_store()
+    config = td.Config(fail_closed=False)
+    async with td.open_runtime(SUBAGENTS, store=store, config=config) as rt:
+        async with rt.open_parent("a") as p:
+            await p.delegate("echo", "1")
+            with pytest.raises(td.RunFailedError):
+                await p.delegate("broken", "2")
+        async with rt.open_parent("b") as p:
+            await p.delegate("echo", "3")
+    everything = await store.list_runs()
+    assert [r.task for r in everything] == ["3", "2", "1"]
+    assert [r.task for r in await store.list_runs(owner="a")] == ["2", "1"]
+    failed = await store.list_runs(status=td.RunStatus.FAILED)
+    assert [r.task for r in failed] == ["2"]
+    assert [r.task for r in await store.list_runs(limit=1)] == ["3"]
+
+
+class FailingStore:
+    """A real store that starts refusing writes on demand (a disk gone bad)."""
+
+    def __init__(self) -> None:
+        self.inner = td.MemoryStore()
+        self.fail = False
+
+    async def attach(self, runtime_id: str) -> StoreSnapshot:
+        return await self.inner.attach(runtime_id)
+
+    async def detach(self, runtime_id: str) -> None:
+        await self.inner.detach(runtime_id)
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.fail:
+            raise td.StoreError("the disk is gone", path="/dev/null")
+        await self.inner.write(records)
+
+    async def get(self, run_id: str) -> td.RunRecord | None:
+        return await self.inner.get(run_id)
+
+    async def list_runs(
+        self, *, status: td.RunStatus | None = None, owner: str | None = None, limit: int = 100
+    ) -> list[td.RunRecord]:
+        return await self.inner.list_runs(status=status, owner=owner, limit=limit)
+
+
+async def test_failed_admission_write_leaves_no_run() -> None:
+    store = FailingStore()
+    async with td.open_runtime(SUBAGENTS, store=store) as rt, rt.open_parent("a") as p:
+        store.fail = True
+        with pytest.raises(td.StoreError, match="the disk is gone"):
+            await p.start("echo", "t")
+        assert rt.live_runs == 0
+        assert p._runs == {}
+        p.check_resolved()
+
+
+async def test_failed_settlement_write_fails_the_run_without_hanging() -> None:
+    store = FailingStore()
+    async with td.open_runtime(SUBAGENTS, store=store) as rt, rt.open_parent("a") as p:
+        handle = await p.start("echo", "t")
+        store.fail = True
+        with trio.fail_after(5):
+            with pytest.raises(td.RunFailedError) as info:
+                await p.wait(handle.run_id)
+        assert isinstance(info.value.__cause__, td.StoreError)
+        assert p.status(handle.run_id).status is td.RunStatus.FAILED
+        store.fail = False
+        await p.delegate("echo", "again", replaces=handle.run_id)
+
+
+async def test_cancelled_caller_still_gets_its_handle_once_admission_committed() -> None:
+    store = td.MemoryStore()
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=td.Config(fail_closed=False)) as rt,
+        rt.open_parent("a") as p,
+    ):
+        handles: list[td.RunHandle] = []
+        with trio.CancelScope() as scope:
+            # Cancelled after the initial checkpoint, while the write is pending.
+            async def cancel_soon() -> None:
+                await trio.lowlevel.checkpoint()
+                scope.cancel()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cancel_soon)
+                handles.append(await p.start("forever", "t"))
+                await trio.lowlevel.checkpoint()  # the cancellation lands here
+                pytest.fail("not reached")  # pragma: no cover
+        assert scope.cancelled_caught
+        # Either it was never admitted, or the caller got its handle: never half.
+        assert len(handles) == len(p._runs)
+        for handle in handles:
+            record = await store.get(handle.run_id)
+            assert record is not None
+
+
+async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
+    config = td.Config(max_concurrent_runs=64, max_live_runs=1000)
+
+    async def quick(ctx: td.ChildContext) -> int:
+        await trio.lowlevel.checkpoint()
+        return 1
+
+    store = td.SQLiteStore(tmp_path / "runs.db")
+    async with (
+        td.open_runtime([td.Subagent("quick", quick)], store=store, config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        async with trio.open_nursery() as nursery:
+            for _ in range(200):
+                nursery.start_soon(p.delegate, "quick", "t")
+        assert rt._persister is not None
+        stats = rt._persister.stats
+    assert stats.records == 400  # an admission and a settlement each
+    assert stats.commits < stats.records / 2
+    assert stats.largest_batch > 10

@@ -1,0 +1,281 @@
+"""The SQLite store for real: files, processes, kills and failures (contract §12)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+import trio_delegate as td
+from trio_delegate._liveness import lock_dir_for
+from trio_delegate._sqlite_store import SCHEMA_VERSION
+from trio_delegate._store import INTERRUPTED_ERROR_TYPE, RunRecord
+
+CHILD = Path(__file__).with_name("store_child.py")
+
+
+async def quick(ctx: td.ChildContext) -> str:
+    await trio.lowlevel.checkpoint()
+    return ctx.task
+
+
+SUBAGENTS = [td.Subagent("quick", quick)]
+
+
+async def read_line(process: trio.Process) -> str:
+    """One line of *process*'s stdout (bounded in time)."""
+    assert process.stdout is not None
+    data = b""
+    with trio.fail_after(30):
+        while not data.endswith(b"\n"):
+            chunk = await process.stdout.receive_some(1)
+            if not chunk:
+                raise AssertionError(f"the child exited early: {data!r}")
+            data += chunk
+    return data.decode().strip()
+
+
+async def spawn(*args: str) -> trio.Process:
+    return await trio.lowlevel.open_process(
+        [sys.executable, str(CHILD), *args], stdout=subprocess.PIPE
+    )
+
+
+async def test_killed_right_after_start_reads_as_interrupted(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    process = await spawn(str(db), "start")
+    run_id = await read_line(process)
+    process.send_signal(signal.SIGKILL)
+    with trio.fail_after(30):
+        await process.wait()
+    store = td.SQLiteStore(db)
+    record = await store.get(run_id)
+    assert record is not None  # the admission it was told about is there
+    assert record.status is td.RunStatus.PENDING  # nobody has looked yet
+    snapshot = await store.attach("rt_after")
+    assert snapshot.interrupted == (run_id,)
+    record = await store.get(run_id)
+    assert record is not None
+    assert record.status is td.RunStatus.FAILED
+    assert record.error_type == INTERRUPTED_ERROR_TYPE
+    await store.detach("rt_after")
+    # And through a runtime: the owner's wait says so, with the reason.
+    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt:
+        async with rt.open_parent("worker") as parent:
+            with pytest.raises(td.RunFailedError, match="interrupted"):
+                await parent.wait(run_id)
+
+
+async def test_exit_right_after_wait_keeps_the_result(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    process = await spawn(str(db), "wait")
+    told = json.loads(await read_line(process))
+    with trio.fail_after(30):
+        await process.wait()
+    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt:
+        async with rt.open_parent("worker") as parent:
+            result = await parent.wait(told["run_id"])
+    assert isinstance(result, td.RunResult)
+    assert result.final_result == told["final_result"]
+
+
+async def test_two_processes_share_one_file(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    processes = [await spawn(str(db), "writer", "40") for _ in range(2)]
+    for process in processes:
+        assert await read_line(process) == "done"
+        with trio.fail_after(30):
+            await process.wait()
+        assert process.returncode == 0
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        statuses = conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall()
+    finally:
+        conn.close()
+    assert statuses == [("completed", 80)]
+    assert list(lock_dir_for(db).iterdir()) == []  # both detached cleanly
+
+
+async def test_file_is_private_and_created_with_its_folder(tmp_path: Path) -> None:
+    db = tmp_path / "deep" / "er" / "runs.db"
+    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt:
+        async with rt.open_parent() as parent:
+            await parent.delegate("quick", "t")
+            lock_files = list(lock_dir_for(db).iterdir())
+            assert len(lock_files) == 1  # this runtime's liveness lock
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+    assert list(lock_dir_for(db).iterdir()) == []
+
+
+async def test_records_are_plain_json(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt:
+        async with rt.open_parent("o") as parent:
+            result = await parent.delegate("quick", "some task")
+    conn = sqlite3.connect(db)
+    try:
+        (text,) = conn.execute(
+            "SELECT record FROM runs WHERE run_id = ?", (result.run_id,)
+        ).fetchone()
+    finally:
+        conn.close()
+    data = json.loads(text)
+    assert data["status"] == "completed"
+    assert data["final_result"] == "some task"
+    assert data["owner"] == "o"
+
+
+async def test_tampered_record_is_a_store_error(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = td.SQLiteStore(db)
+    async with td.open_runtime(SUBAGENTS, store=store) as rt:
+        async with rt.open_parent("o") as parent:
+            result = await parent.delegate("quick", "t")
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "UPDATE runs SET record = ? WHERE run_id = ?",
+        ("cos\nsystem\n(S'echo pwned'\ntR.", result.run_id),
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(td.StoreError, match="not valid trio_delegate JSON") as info:
+        await td.SQLiteStore(db).get(result.run_id)
+    assert info.value.path == str(db)
+
+
+@pytest.mark.parametrize(
+    ("setup", "fragment"),
+    [
+        ("garbage", "is not an SQLite database"),
+        ("foreign", "not a trio_delegate store"),
+        ("newer", "written by a newer trio_delegate"),
+    ],
+)
+async def test_unusable_file_is_refused_and_left_untouched(
+    tmp_path: Path, setup: str, fragment: str
+) -> None:
+    db = tmp_path / "runs.db"
+    if setup == "garbage":
+        db.write_bytes(os.urandom(8192))
+    else:
+        conn = sqlite3.connect(db)
+        if setup == "foreign":
+            conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+        else:
+            conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute("INSERT INTO meta VALUES ('application', 'trio_delegate')")
+            conn.execute(
+                "INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION + 1),)
+            )
+        conn.commit()
+        conn.close()
+    before = db.read_bytes()
+    with pytest.raises(td.StoreError) as info:
+        async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)):
+            pytest.fail("opened an unusable store")  # pragma: no cover
+    assert fragment in str(info.value)
+    assert str(db) in str(info.value)
+    assert db.read_bytes() == before
+    assert info.value.to_payload()["error"]["path"] == str(db)
+
+
+async def test_unwritable_location_is_a_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where a folder should be")
+    db = blocker / "runs.db"
+    with pytest.raises(td.StoreError) as info:
+        async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)):
+            pytest.fail("opened an unwritable store")  # pragma: no cover
+    assert str(db) in str(info.value)
+
+
+async def test_full_store_fails_cleanly_and_keeps_what_it_had(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+
+    async def big(ctx: td.ChildContext) -> str:
+        await trio.lowlevel.checkpoint()
+        return ctx.task * 2000
+
+    store = td.SQLiteStore(db, max_bytes=64 * 1024)
+    kept: list[str] = []
+    config = td.Config(fail_closed=False)
+    async with td.open_runtime([td.Subagent("big", big)], store=store, config=config) as rt:
+        async with rt.open_parent("o") as parent:
+            with pytest.raises((td.StoreError, td.RunFailedError)) as info:
+                for index in range(100):
+                    result = await parent.delegate("big", f"{index:05d}")
+                    kept.append(result.run_id)
+    error = info.value
+    cause = error if isinstance(error, td.StoreError) else error.__cause__
+    assert isinstance(cause, td.StoreError)
+    assert "is full" in str(cause)
+    assert kept
+    fresh = td.SQLiteStore(db)
+    for run_id in kept:
+        record = await fresh.get(run_id)
+        assert record is not None
+        assert record.status is td.RunStatus.COMPLETED
+
+
+async def test_store_retention_prunes_old_terminal_runs(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt:
+        async with rt.open_parent("o") as parent:
+            ids = [(await parent.delegate("quick", str(i))).run_id for i in range(5)]
+    capped = td.SQLiteStore(db, max_rows=2)
+    await capped.attach("rt_prune")
+    await capped.detach("rt_prune")
+    remaining = [record.run_id for record in await capped.list_runs()]
+    assert remaining == [ids[4], ids[3]]
+    expiring = td.SQLiteStore(db, retention_seconds=0)
+    await expiring.attach("rt_prune2")
+    await expiring.detach("rt_prune2")
+    assert await expiring.list_runs() == []
+
+
+async def test_live_runs_are_never_pruned(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = td.SQLiteStore(db, retention_seconds=0, max_rows=1)
+    record = RunRecord(
+        run_id="run_live",
+        runtime_id="rt_alive",
+        owner="o",
+        subagent="quick",
+        task="t",
+        task_summary="t",
+        status=td.RunStatus.RUNNING,
+        admitted_at="2000-01-01T00:00:00.000+00:00",
+    )
+    await store.attach("rt_alive")
+    await store.write([record])
+    other = td.SQLiteStore(db, retention_seconds=0, max_rows=1)
+    snapshot = await other.attach("rt_other")
+    assert snapshot.interrupted == ()  # rt_alive still holds its lock
+    assert await other.get("run_live") == record
+    await other.detach("rt_other")
+    await store.detach("rt_alive")
+
+
+def test_store_arguments_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(td.InvalidArgumentsError, match="max_rows"):
+        td.SQLiteStore(tmp_path / "x.db", max_rows=0)
+    with pytest.raises(td.InvalidArgumentsError, match="retention_seconds"):
+        td.SQLiteStore(tmp_path / "x.db", retention_seconds=-1)
+    with pytest.raises(td.InvalidArgumentsError, match="max_bytes"):
+        td.SQLiteStore(tmp_path / "x.db", max_bytes=10)
+
+
+async def test_open_runtime_refuses_something_that_is_not_a_store() -> None:
+    with pytest.raises(td.InvalidArgumentsError, match="store must be"):
+        async with td.open_runtime(SUBAGENTS, store="runs.db"):  # type: ignore[arg-type]
+            pytest.fail("accepted a path as a store")  # pragma: no cover
