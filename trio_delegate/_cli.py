@@ -1,0 +1,110 @@
+"""The ``trio-delegate`` command line.
+
+One sub-command per job (``demo``, ``runs``). Each sub-command registers
+its parser with :func:`_add_demo`-style functions and sets a ``handler`` that
+takes the parsed arguments and returns the exit code, so adding one (``serve``,
+``runs`` ...) is one more ``_add_...`` function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from . import __version__
+from ._runs_command import DEFAULT_DB, add_runs_parser
+
+__all__ = ["build_parser", "main"]
+
+#: A sub-command's body: parsed arguments in, exit code out.
+Handler = Callable[[argparse.Namespace], int]
+
+# At 1000 the whole scenario is over in about 10 ms of real time: there is
+# nothing more to see faster, and a typo such as 1e9 is better refused.
+_MAX_SPEED = 1000.0
+
+
+def _speed(text: str) -> float:
+    """Parse ``--speed``: a finite factor in (0, 1000]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= _MAX_SPEED):
+        raise argparse.ArgumentTypeError(
+            f"must be a number > 0 and at most {_MAX_SPEED:g}, got {text!r}"
+        )
+    return value
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    # Imported here so that other sub-commands do not pay for rich's live display.
+    from ._demo import run_demo
+
+    return run_demo(live=not args.no_live, speed=args.speed, db=None if args.no_store else args.db)
+
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = commands.add_parser(
+        "demo",
+        help="watch a scripted, offline delegation session (about 10 s)",
+        description=(
+            "Play a scripted session offline: a parent delegates to an investigator, a "
+            "writer and a flaky checker, in the foreground and the background, with timed "
+            "waits, a cancellation, a child deadline, a failure and its replacement, and "
+            "the fail-closed check. Exits 0 when the final check passes."
+        ),
+    )
+    demo.add_argument(
+        "--no-live",
+        action="store_true",
+        help="print one plain line per event instead of the live table "
+        "(automatic when stdout is not a terminal)",
+    )
+    demo.add_argument(
+        "--speed",
+        type=_speed,
+        default=1.0,
+        metavar="FACTOR",
+        help=f"play FACTOR times faster (default: 1.0, about 10 s; at most {_MAX_SPEED:g})",
+    )
+    demo.add_argument(
+        "--db",
+        type=Path,
+        default=DEFAULT_DB,
+        metavar="PATH",
+        help=f"the SQLite store to record the runs in (default: {DEFAULT_DB})",
+    )
+    demo.add_argument("--no-store", action="store_true", help="record nothing (no database file)")
+    demo.set_defaults(handler=_run_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``trio-delegate`` argument parser with every sub-command."""
+    parser = argparse.ArgumentParser(
+        prog="trio-delegate",
+        description="Delegate work from an LLM agent to subagents on Trio.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    commands.required = True
+    _add_demo(commands)
+    add_runs_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``trio-delegate`` command; return its exit code.
+
+    Bad arguments print argparse's usage error and raise ``SystemExit(2)``.
+    """
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("trio-delegate: interrupted", file=sys.stderr)
+        return 130
