@@ -39,23 +39,25 @@ def say(line: str) -> None:
 async def main(db: str, mode: str, *args: str) -> None:
     store = td.SQLiteStore(db)
     config = td.Config(fail_closed=False)
-    async with td.open_runtime(SUBAGENTS, store=store, config=config) as rt:
-        async with rt.open_parent("worker") as parent:
-            if mode == "start":
-                handle = await parent.start("forever", "never ends")
-                say(handle.run_id)
-                await trio.sleep_forever()
-            elif mode == "wait":
-                result = await parent.delegate("echo", "remember me")
-                say(json.dumps({"run_id": result.run_id, "final_result": result.final_result}))
-                os._exit(0)
-            elif mode == "writer":
-                for index in range(int(args[0])):
-                    await parent.delegate("echo", f"{os.getpid()}-{index}")
-                say("done")
-            else:
-                raise SystemExit(f"unknown mode {mode!r}")
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+        rt.open_parent("worker") as parent,
+    ):
+        if mode == "start":
+            handle = await parent.start("forever", "never ends")
+            say(handle.run_id)
+            await trio.sleep_forever()
+        elif mode == "wait":
+            result = await parent.delegate("echo", "remember me")
+            say(json.dumps({"run_id": result.run_id, "final_result": result.final_result}))
+            os._exit(0)
+        elif mode == "writer":
+            for index in range(int(args[0])):
+                await parent.delegate("echo", f"{os.getpid()}-{index}")
+            say("done")
+        else:
+            raise SystemExit(f"unknown mode {mode!r}")
 
 
 if __name__ == "__main__":
-    trio.run(main, *sys.argv[1:])
+    trio.run(main, sys.argv[1], sys.argv[2], *sys.argv[3:])

@@ -53,7 +53,9 @@ async def test_completed_result_survives_a_restart(make_store: StoreFactory) -> 
     async with td.open_runtime(SUBAGENTS, store=make_store()) as rt, rt.open_parent("a") as p:
         result = await p.delegate("echo", "keep me")
     async with td.open_runtime(SUBAGENTS, store=make_store()) as rt, rt.open_parent("a") as p:
-        assert p.status(result.run_id) == td.RunHandle(result.run_id, "echo", td.RunStatus.COMPLETED)
+        assert p.status(result.run_id) == td.RunHandle(
+            result.run_id, "echo", td.RunStatus.COMPLETED
+        )
         again = await p.wait(result.run_id)
         assert again == result
         assert p.cancel(result.run_id) == td.CancelAck(result.run_id, False, td.RunStatus.COMPLETED)
@@ -91,45 +93,49 @@ async def test_live_runs_of_a_dead_runtime_are_marked_interrupted(tmp_path: Path
     """A runtime whose process is gone never detaches; the next one marks its runs."""
     store = td.MemoryStore()
     runtime_ids: list[str] = []
-    async with td.open_runtime(SUBAGENTS, store=store, config=td.Config(fail_closed=False)) as rt:
-        async with rt.open_parent("a") as p:
-            handle = await p.start("forever", "t")
-            assert rt._persister is not None
-            runtime_ids.append(rt._persister.runtime_id)
-            # Simulate the process dying here: the runtime never detaches.
-            store.abandon(runtime_ids[0])
-            snapshot = await store.attach("rt_next")
-            assert isinstance(snapshot, StoreSnapshot)
-            assert snapshot.interrupted == (handle.run_id,)
-            record = await store.get(handle.run_id)
-            assert record is not None
-            assert record.status is td.RunStatus.FAILED
-            assert record.error_type == INTERRUPTED_ERROR_TYPE
-            assert "interrupted" in (record.error_message or "")
-            assert (handle.run_id, StoredRun("a", "forever", td.RunStatus.FAILED)) in (
-                snapshot.terminal
-            )
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=td.Config(fail_closed=False)) as rt,
+        rt.open_parent("a") as p,
+    ):
+        handle = await p.start("forever", "t")
+        assert rt._persister is not None
+        runtime_ids.append(rt._persister.runtime_id)
+        # Simulate the process dying here: the runtime never detaches.
+        store.abandon(runtime_ids[0])
+        snapshot = await store.attach("rt_next")
+        assert isinstance(snapshot, StoreSnapshot)
+        assert snapshot.interrupted == (handle.run_id,)
+        record = await store.get(handle.run_id)
+        assert record is not None
+        assert record.status is td.RunStatus.FAILED
+        assert record.error_type == INTERRUPTED_ERROR_TYPE
+        assert "interrupted" in (record.error_message or "")
+        assert (handle.run_id, StoredRun("a", "forever", td.RunStatus.FAILED)) in (
+            snapshot.terminal
+        )
 
 
 async def test_live_runs_of_a_live_runtime_are_never_touched(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
-    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(path)) as first:
-        async with first.open_parent("a") as p:
-            handle = await p.start("forever", "t")
-            # A second runtime (a separate store object, as another process
-            # would have) opens the same file while the first is alive.
-            other = td.SQLiteStore(path)
-            snapshot = await other.attach("rt_other")
-            assert snapshot.interrupted == ()
-            record = await other.get(handle.run_id)
-            assert record is not None
-            assert record.status is td.RunStatus.PENDING
-            await other.detach("rt_other")
-            p.cancel(handle.run_id)
-            with pytest.raises(td.RunCancelledError):
-                await p.wait(handle.run_id)
-            await p.start("echo", "x", replaces=handle.run_id)
-            await p.wait(p._runs[next(reversed(p._runs))].run_id)
+    async with (
+        td.open_runtime(SUBAGENTS, store=td.SQLiteStore(path)) as first,
+        first.open_parent("a") as p,
+    ):
+        handle = await p.start("forever", "t")
+        # A second runtime (a separate store object, as another process
+        # would have) opens the same file while the first is alive.
+        other = td.SQLiteStore(path)
+        snapshot = await other.attach("rt_other")
+        assert snapshot.interrupted == ()
+        record = await other.get(handle.run_id)
+        assert record is not None
+        assert record.status is td.RunStatus.PENDING
+        await other.detach("rt_other")
+        p.cancel(handle.run_id)
+        with pytest.raises(td.RunCancelledError):
+            await p.wait(handle.run_id)
+        await p.start("echo", "x", replaces=handle.run_id)
+        await p.wait(p._runs[next(reversed(p._runs))].run_id)
 
 
 async def test_admission_record_is_durable_when_start_returns(make_store: StoreFactory) -> None:
@@ -221,11 +227,13 @@ async def test_without_a_store_an_evicted_run_is_expired(
 async def test_runs_list_filters(make_store: StoreFactory) -> None:
     store = make_store()
     config = td.Config(fail_closed=False)
-    async with td.open_runtime(SUBAGENTS, store=store, config=config) as rt:
-        async with rt.open_parent("a") as p:
-            await p.delegate("echo", "1")
-            with pytest.raises(td.RunFailedError):
-                await p.delegate("broken", "2")
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        await p.delegate("echo", "1")
+        with pytest.raises(td.RunFailedError):
+            await p.delegate("broken", "2")
         async with rt.open_parent("b") as p:
             await p.delegate("echo", "3")
     everything = await store.list_runs()

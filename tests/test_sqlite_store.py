@@ -68,10 +68,12 @@ async def test_killed_right_after_start_reads_as_interrupted(tmp_path: Path) -> 
     assert record.error_type == INTERRUPTED_ERROR_TYPE
     await store.detach("rt_after")
     # And through a runtime: the owner's wait says so, with the reason.
-    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt:
-        async with rt.open_parent("worker") as parent:
-            with pytest.raises(td.RunFailedError, match="interrupted"):
-                await parent.wait(run_id)
+    async with (
+        td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt,
+        rt.open_parent("worker") as parent,
+    ):
+        with pytest.raises(td.RunFailedError, match="interrupted"):
+            await parent.wait(run_id)
 
 
 async def test_exit_right_after_wait_keeps_the_result(tmp_path: Path) -> None:
@@ -80,9 +82,11 @@ async def test_exit_right_after_wait_keeps_the_result(tmp_path: Path) -> None:
     told = json.loads(await read_line(process))
     with trio.fail_after(30):
         await process.wait()
-    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt:
-        async with rt.open_parent("worker") as parent:
-            result = await parent.wait(told["run_id"])
+    async with (
+        td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt,
+        rt.open_parent("worker") as parent,
+    ):
+        result = await parent.wait(told["run_id"])
     assert isinstance(result, td.RunResult)
     assert result.final_result == told["final_result"]
 
@@ -107,11 +111,13 @@ async def test_two_processes_share_one_file(tmp_path: Path) -> None:
 
 async def test_file_is_private_and_created_with_its_folder(tmp_path: Path) -> None:
     db = tmp_path / "deep" / "er" / "runs.db"
-    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt:
-        async with rt.open_parent() as parent:
-            await parent.delegate("quick", "t")
-            lock_files = list(lock_dir_for(db).iterdir())
-            assert len(lock_files) == 1  # this runtime's liveness lock
+    async with (
+        td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt,
+        rt.open_parent() as parent,
+    ):
+        await parent.delegate("quick", "t")
+        lock_files = list(lock_dir_for(db).iterdir())
+        assert len(lock_files) == 1  # this runtime's liveness lock
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
     assert list(lock_dir_for(db).iterdir()) == []
@@ -119,9 +125,11 @@ async def test_file_is_private_and_created_with_its_folder(tmp_path: Path) -> No
 
 async def test_records_are_plain_json(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt:
-        async with rt.open_parent("o") as parent:
-            result = await parent.delegate("quick", "some task")
+    async with (
+        td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt,
+        rt.open_parent("o") as parent,
+    ):
+        result = await parent.delegate("quick", "some task")
     conn = sqlite3.connect(db)
     try:
         (text,) = conn.execute(
@@ -138,9 +146,8 @@ async def test_records_are_plain_json(tmp_path: Path) -> None:
 async def test_tampered_record_is_a_store_error(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     store = td.SQLiteStore(db)
-    async with td.open_runtime(SUBAGENTS, store=store) as rt:
-        async with rt.open_parent("o") as parent:
-            result = await parent.delegate("quick", "t")
+    async with td.open_runtime(SUBAGENTS, store=store) as rt, rt.open_parent("o") as parent:
+        result = await parent.delegate("quick", "t")
     conn = sqlite3.connect(db)
     conn.execute(
         "UPDATE runs SET record = ? WHERE run_id = ?",
@@ -209,12 +216,18 @@ async def test_full_store_fails_cleanly_and_keeps_what_it_had(tmp_path: Path) ->
     store = td.SQLiteStore(db, max_bytes=64 * 1024)
     kept: list[str] = []
     config = td.Config(fail_closed=False)
-    async with td.open_runtime([td.Subagent("big", big)], store=store, config=config) as rt:
-        async with rt.open_parent("o") as parent:
-            with pytest.raises((td.StoreError, td.RunFailedError)) as info:
-                for index in range(100):
-                    result = await parent.delegate("big", f"{index:05d}")
-                    kept.append(result.run_id)
+    async with (
+        td.open_runtime([td.Subagent("big", big)], store=store, config=config) as rt,
+        rt.open_parent("o") as parent,
+    ):
+
+        async def fill_up() -> None:
+            for index in range(100):
+                result = await parent.delegate("big", f"{index:05d}")
+                kept.append(result.run_id)
+
+        with pytest.raises((td.StoreError, td.RunFailedError)) as info:
+            await fill_up()
     error = info.value
     cause = error if isinstance(error, td.StoreError) else error.__cause__
     assert isinstance(cause, td.StoreError)
@@ -229,9 +242,11 @@ async def test_full_store_fails_cleanly_and_keeps_what_it_had(tmp_path: Path) ->
 
 async def test_store_retention_prunes_old_terminal_runs(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt:
-        async with rt.open_parent("o") as parent:
-            ids = [(await parent.delegate("quick", str(i))).run_id for i in range(5)]
+    async with (
+        td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt,
+        rt.open_parent("o") as parent,
+    ):
+        ids = [(await parent.delegate("quick", str(i))).run_id for i in range(5)]
     capped = td.SQLiteStore(db, max_rows=2)
     await capped.attach("rt_prune")
     await capped.detach("rt_prune")

@@ -153,8 +153,7 @@ class Runtime(metaclass=NoPublicConstructor):
         for index, name in enumerate(names):
             if not isinstance(name, str):
                 raise InvalidArgumentsError(
-                    f"subagents[{index}] must be a subagent's name (a string), "
-                    f"got {describe(name)}"
+                    f"subagents[{index}] must be a subagent's name (a string), got {describe(name)}"
                 )
             subagent = self._subagents.get(name)
             if subagent is None:
