@@ -1,0 +1,102 @@
+"""Small runners and blocks shared by the test modules."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+import trio_delegate as td
+
+Runner = Callable[[td.ChildContext], Awaitable[Any]]
+
+
+def returning(value: Any) -> Runner:
+    """A runner that checkpoints once and returns *value*."""
+
+    async def runner(ctx: td.ChildContext) -> Any:
+        await trio.lowlevel.checkpoint()
+        return value
+
+    return runner
+
+
+def sleeping(seconds: float, value: Any = "done") -> Runner:
+    """A runner that sleeps *seconds* on the Trio clock, then returns *value*."""
+
+    async def runner(ctx: td.ChildContext) -> Any:
+        await trio.sleep(seconds)
+        return value
+
+    return runner
+
+
+def raising(exc: BaseException, after: float = 0.0) -> Runner:
+    """A runner that sleeps *after* seconds, then raises *exc*."""
+
+    async def runner(ctx: td.ChildContext) -> Any:
+        await trio.sleep(after)
+        raise exc
+
+    return runner
+
+
+async def forever(ctx: td.ChildContext) -> Any:
+    """A runner that never returns on its own."""
+    await trio.sleep_forever()
+
+
+def slow_cleanup(seconds: float, log: list[str] | None = None) -> Runner:
+    """A runner that runs until cancelled, then spends *seconds* in shielded cleanup."""
+
+    async def runner(ctx: td.ChildContext) -> Any:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(seconds)
+            if log is not None:
+                log.append(f"cleaned {ctx.run_id}")
+
+    return runner
+
+
+def sub(name: str, runner: Runner, **kwargs: Any) -> td.Subagent:
+    return td.Subagent(name, runner, **kwargs)
+
+
+@asynccontextmanager
+async def open_parent(
+    *subagents: td.Subagent, config: td.Config | None = None, owner: str = "root"
+) -> AsyncIterator[td.Parent]:
+    """A runtime holding *subagents* and one parent over all of them."""
+    async with (
+        td.open_runtime(subagents, config=config) as rt,
+        rt.open_parent(owner) as parent,
+    ):
+        yield parent
+
+
+@asynccontextmanager
+async def open_parent_lenient(
+    *subagents: td.Subagent, config: td.Config | None = None
+) -> AsyncIterator[td.Parent]:
+    """Like :func:`open_parent`, with the fail-closed check off."""
+    base = config if config is not None else td.Config()
+    async with open_parent(*subagents, config=_evolve(base, fail_closed=False)) as parent:
+        yield parent
+
+
+def _evolve(config: td.Config, **changes: Any) -> td.Config:
+    return attrs.evolve(config, **changes)
+
+
+async def advance(clock: trio.testing.MockClock, seconds: float) -> None:
+    """Let every task block, move a manual mock clock by *seconds*, and let them react."""
+    await trio.testing.wait_all_tasks_blocked()
+    clock.jump(seconds)
+    await trio.testing.wait_all_tasks_blocked()
