@@ -264,3 +264,15 @@ async def test_default_retention_keeps_a_thousand_runs(
         with pytest.raises(td.ExpiredRunError):
             parent.status(ids[0])
         assert parent.status(ids[1]).status is S.COMPLETED
+
+
+async def test_max_result_bytes_counts_compact_json(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    value = {"a": [1, 2]}
+    compact = '{"a":[1,2]}'
+    assert len(json.dumps(value)) > len(compact)
+    config = td.Config(max_result_bytes=len(compact), fail_closed=False)
+    async with open_parent(sub("fits", returning(value)), config=config) as parent:
+        result = await parent.delegate("fits", "t")
+    assert result.final_result == value

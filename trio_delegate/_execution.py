@@ -36,7 +36,7 @@ _NO_VALUE: Any = object()
 
 # Built once: json.dumps with options builds a new encoder on every call, which
 # costs more than encoding a small result. Encoders keep no state between calls.
-_RESULT_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+_RESULT_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _TRANSCRIPT_ENCODER = json.JSONEncoder(allow_nan=False)
 
 
