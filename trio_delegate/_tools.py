@@ -68,7 +68,24 @@ class _Tool:
 
 # -- descriptions: short, and they teach the rules of delegation ---------------
 
-_RUN_ID_HELP = "The exact run_id returned by delegate_task or continue_subagent; never made up."
+_RUN_ID = _Param(
+    "run_id",
+    "string",
+    "The exact run_id returned by delegate_task or continue_subagent; never made up.",
+    max_chars=_MAX_RUN_ID_CHARS,
+)
+_FINAL_SCHEMA = _Param(
+    "final_schema",
+    "object",
+    "Optional JSON Schema the final result must satisfy.",
+    required=False,
+)
+_BACKGROUND = _Param(
+    "background",
+    "boolean",
+    "true: return a handle at once instead of waiting (default false).",
+    required=False,
+)
 
 _DELEGATE_TEXT = (
     "Delegate a task to one of your subagents. In the foreground (default) this waits and "
@@ -129,18 +146,8 @@ class DelegationTools(metaclass=NoPublicConstructor):
                         "The whole task, self-contained: the subagent sees nothing else.",
                         max_chars=max_task,
                     ),
-                    _Param(
-                        "final_schema",
-                        "object",
-                        "Optional JSON Schema the final result must satisfy.",
-                        required=False,
-                    ),
-                    _Param(
-                        "background",
-                        "boolean",
-                        "true: return a handle at once instead of waiting (default false).",
-                        required=False,
-                    ),
+                    _FINAL_SCHEMA,
+                    _BACKGROUND,
                     _Param(
                         "replaces",
                         "string",
@@ -154,14 +161,14 @@ class DelegationTools(metaclass=NoPublicConstructor):
             _Tool(
                 "subagent_status",
                 _STATUS_TEXT,
-                (_Param("run_id", "string", _RUN_ID_HELP, max_chars=_MAX_RUN_ID_CHARS),),
+                (_RUN_ID,),
                 self._subagent_status,
             ),
             _Tool(
                 "wait_subagent",
                 _WAIT_TEXT,
                 (
-                    _Param("run_id", "string", _RUN_ID_HELP, max_chars=_MAX_RUN_ID_CHARS),
+                    _RUN_ID,
                     _Param(
                         "timeout",
                         "number",
@@ -175,32 +182,22 @@ class DelegationTools(metaclass=NoPublicConstructor):
             _Tool(
                 "cancel_subagent",
                 _CANCEL_TEXT,
-                (_Param("run_id", "string", _RUN_ID_HELP, max_chars=_MAX_RUN_ID_CHARS),),
+                (_RUN_ID,),
                 self._cancel_subagent,
             ),
             _Tool(
                 "continue_subagent",
                 _CONTINUE_TEXT,
                 (
-                    _Param("run_id", "string", _RUN_ID_HELP, max_chars=_MAX_RUN_ID_CHARS),
+                    _RUN_ID,
                     _Param(
                         "message",
                         "string",
                         "The next message to the subagent.",
                         max_chars=max_task,
                     ),
-                    _Param(
-                        "final_schema",
-                        "object",
-                        "Optional JSON Schema the final result must satisfy.",
-                        required=False,
-                    ),
-                    _Param(
-                        "background",
-                        "boolean",
-                        "true: return a handle at once instead of waiting (default false).",
-                        required=False,
-                    ),
+                    _FINAL_SCHEMA,
+                    _BACKGROUND,
                 ),
                 self._continue_subagent,
             ),
