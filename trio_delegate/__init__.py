@@ -7,6 +7,7 @@ or the background (:meth:`Parent.start`, then ``status`` / ``wait`` /
 ``cancel``), under a fail-closed policy.
 """
 
+from ._command import CommandFailedError, CommandRunner
 from ._config import INHERIT, Config
 from ._context import ChildContext
 from ._errors import (
@@ -40,6 +41,8 @@ __all__ = [
     "INHERIT",
     "CancelAck",
     "ChildContext",
+    "CommandFailedError",
+    "CommandRunner",
     "Config",
     "DelegationError",
     "DelegationTools",

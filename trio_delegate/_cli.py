@@ -1,6 +1,6 @@
 """The ``trio-delegate`` command line.
 
-One sub-command per job (``demo``, ``runs``). Each sub-command registers
+One sub-command per job (``demo``, ``serve``, ``runs``). Each sub-command registers
 its parser with :func:`_add_demo`-style functions and sets a ``handler`` that
 takes the parsed arguments and returns the exit code, so adding one (``serve``,
 ``runs`` ...) is one more ``_add_...`` function.
@@ -82,6 +82,33 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.set_defaults(handler=_run_demo)
 
 
+def _run_serve(args: argparse.Namespace) -> int:
+    # Imported here so that other sub-commands do not pay for the MCP SDK.
+    from ._serve_command import run_serve
+
+    return run_serve(args.config)
+
+
+def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="serve the delegation tools to an MCP client (Claude Code, Codex ...) over stdio",
+        description=(
+            "Serve the delegation tools over stdio to one MCP client, with the subagents "
+            "of a TOML configuration file (see docs/mcp.md). The client's runs are "
+            "cancelled, and their processes killed, when it disconnects. Exits 2 on a bad "
+            "configuration, before serving."
+        ),
+    )
+    serve.add_argument(
+        "--config",
+        required=True,
+        metavar="FILE",
+        help="the TOML file with [runtime] and [[subagents]]",
+    )
+    serve.set_defaults(handler=_run_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``trio-delegate`` argument parser with every sub-command."""
     parser = argparse.ArgumentParser(
@@ -92,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     commands.required = True
     _add_demo(commands)
+    _add_serve(commands)
     add_runs_parser(commands)
     return parser
 

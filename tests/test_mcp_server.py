@@ -1,0 +1,262 @@
+"""The MCP server, driven in memory by the ``mcp`` SDK's own client."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+import trio_delegate as td
+
+mcp = pytest.importorskip("mcp")
+
+from mcp import Client  # noqa: E402
+from mcp.types import CallToolResult, TextContent  # noqa: E402
+
+from trio_delegate.mcp import build_parent_server, build_server  # noqa: E402
+
+TOOLS = (
+    "delegate_task",
+    "subagent_status",
+    "wait_subagent",
+    "cancel_subagent",
+    "continue_subagent",
+)
+
+
+async def shout(ctx: td.ChildContext) -> str:
+    await trio.lowlevel.checkpoint()
+    return ctx.task.upper()
+
+
+async def broken(ctx: td.ChildContext) -> str:
+    await trio.lowlevel.checkpoint()
+    raise ValueError("disk on fire")
+
+
+class Gate:
+    """A runner that waits until released, and records that it was cancelled."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+        self.started = trio.Event()
+        self.cancelled = False
+
+    async def __call__(self, ctx: td.ChildContext) -> str:
+        self.started.set()
+        try:
+            await self.release.wait()
+        except trio.Cancelled:
+            self.cancelled = True
+            raise
+        return "released"
+
+
+def subagents(gate: Gate) -> list[td.Subagent]:
+    return [
+        td.Subagent("shout", shout, description="Shouts the task."),
+        td.Subagent("broken", broken, description="Always fails."),
+        td.Subagent("gate", gate, description="Waits to be released."),
+    ]
+
+
+@asynccontextmanager
+async def open_client(server: Any, mode: str = "legacy") -> AsyncIterator[Client]:
+    with trio.fail_after(10):
+        async with Client(server, mode=mode) as client:
+            yield client
+
+
+def payload(result: CallToolResult) -> dict[str, Any]:
+    """The structured content, checked against the text rendering."""
+    assert isinstance(result.structured_content, dict)
+    [content] = result.content
+    assert isinstance(content, TextContent)
+    if result.is_error:
+        message, _, rendered = content.text.partition("\n\n")
+        assert message == result.structured_content["error"]["message"]
+    else:
+        rendered = content.text
+    assert json.loads(rendered) == result.structured_content
+    return result.structured_content
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_tools_are_the_parents_delegation_tools(mode: str) -> None:
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt:
+        async with rt.open_parent("reference") as reference:
+            expected = {d.name: d for d in reference.tools().definitions()}
+        async with open_client(build_server(rt), mode) as client:
+            listed = (await client.list_tools()).tools
+    assert tuple(tool.name for tool in listed) == TOOLS
+    for tool in listed:
+        assert tool.description == expected[tool.name].description
+        assert tool.input_schema == expected[tool.name].parameters
+        assert tool.annotations is not None
+    read_only = {tool.name: tool.annotations.read_only_hint for tool in listed if tool.annotations}
+    # status and waits need no approval; delegating runs whatever a subagent does
+    assert read_only == {
+        "delegate_task": None,
+        "subagent_status": True,
+        "wait_subagent": True,
+        "cancel_subagent": False,
+        "continue_subagent": None,
+    }
+
+
+async def test_results_are_structured_and_rendered_as_json() -> None:
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt, open_client(build_server(rt)) as client:
+        done = await client.call_tool("delegate_task", {"subagent": "shout", "task": "hi"})
+        assert not done.is_error
+        result = payload(done)
+        assert result["final_result"] == "HI"
+        assert result["subagent"] == "shout"
+        waited = payload(await client.call_tool("wait_subagent", {"run_id": result["run_id"]}))
+        assert waited == result
+
+
+async def test_every_delegation_error_is_an_error_result_with_its_payload() -> None:
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt, open_client(build_server(rt)) as client:
+        failed = await client.call_tool("delegate_task", {"subagent": "broken", "task": "go"})
+        assert failed.is_error
+        error = payload(failed)["error"]
+        assert error["type"] == "run_failed"
+        assert error["error_type"] == "ValueError"
+        assert "disk on fire" in error["message"]
+
+        unknown = await client.call_tool("delegate_task", {"subagent": "nobody", "task": "go"})
+        assert unknown.is_error
+        assert payload(unknown)["error"]["allowed"] == ["shout", "broken", "gate"]
+
+        bad: list[tuple[str, dict[str, Any], str]] = [
+            ("delegate_task", {"subagent": "shout"}, "invalid_arguments"),
+            ("delegate_task", {"subagent": "shout", "task": 3}, "invalid_arguments"),
+            ("wait_subagent", {"run_id": "run_0", "timeout": -1}, "invalid_arguments"),
+            ("wait_subagent", {"run_id": "run_made_up"}, "unknown_run"),
+            ("no_such_tool", {}, "invalid_arguments"),
+        ]
+        for name, arguments, kind in bad:
+            result = await client.call_tool(name, arguments)
+            assert result.is_error, (name, arguments)
+            assert payload(result)["error"]["type"] == kind
+
+
+async def test_each_connection_is_a_parent_of_its_own() -> None:
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt:
+        server = build_server(rt)
+        async with open_client(server) as first, open_client(server) as second:
+            started = payload(
+                await first.call_tool(
+                    "delegate_task", {"subagent": "gate", "task": "wait", "background": True}
+                )
+            )
+            run_id = started["run_id"]
+            # the other connection's parent does not know the run
+            foreign = await second.call_tool("subagent_status", {"run_id": run_id})
+            assert payload(foreign)["error"]["type"] == "unknown_run"
+            status = payload(await first.call_tool("subagent_status", {"run_id": run_id}))
+            assert status["status"] == "running"
+            gate.release.set()
+            waited = payload(await first.call_tool("wait_subagent", {"run_id": run_id}))
+            assert waited["final_result"] == "released"
+        assert rt.live_runs == 0
+
+
+async def test_a_timed_wait_answers_running_then_cancel_ends_the_run() -> None:
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt, open_client(build_server(rt)) as client:
+        started = payload(
+            await client.call_tool(
+                "delegate_task", {"subagent": "gate", "task": "x", "background": True}
+            )
+        )
+        run_id = started["run_id"]
+        timed = await client.call_tool("wait_subagent", {"run_id": run_id, "timeout": 0.01})
+        assert not timed.is_error
+        assert payload(timed) == {"run_id": run_id, "subagent": "gate", "status": "running"}
+        ack = payload(await client.call_tool("cancel_subagent", {"run_id": run_id}))
+        assert ack["cancel_requested"] is True
+        ended = await client.call_tool("wait_subagent", {"run_id": run_id})
+        assert ended.is_error
+        assert payload(ended)["error"]["type"] == "run_cancelled"
+        assert gate.cancelled
+        replaced = await client.call_tool(
+            "delegate_task", {"subagent": "shout", "task": "again", "replaces": run_id}
+        )
+        assert payload(replaced)["final_result"] == "AGAIN"
+
+
+async def test_a_connection_ending_cancels_and_joins_its_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt:
+        async with open_client(build_server(rt)) as client:
+            await client.call_tool(
+                "delegate_task", {"subagent": "gate", "task": "x", "background": True}
+            )
+            await gate.started.wait()
+            assert rt.live_runs == 1
+        # joined by the time the connection is closed
+        assert gate.cancelled
+        assert rt.live_runs == 0
+    [record] = [r for r in caplog.records if r.name == "trio_delegate.mcp"]
+    assert record.levelno == logging.WARNING
+    assert "unresolved" in record.getMessage()
+
+
+async def test_a_cancelled_foreground_call_cancels_its_run() -> None:
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt, open_client(build_server(rt)) as client:
+        with trio.move_on_after(0.2):
+            await client.call_tool("delegate_task", {"subagent": "gate", "task": "x"})
+        with trio.fail_after(5):
+            while rt.live_runs:  # noqa: ASYNC110 - the server settles it on its side
+                await trio.sleep(0.01)
+        assert gate.cancelled
+
+
+async def test_continue_subagent_carries_the_conversation() -> None:
+    async def recall(ctx: td.ChildContext) -> Any:
+        await trio.lowlevel.checkpoint()
+        return {"task": ctx.task, "history": list(ctx.history)}
+
+    async with (
+        td.open_runtime([td.Subagent("recall", recall)]) as rt,
+        open_client(build_server(rt)) as client,
+    ):
+        first = payload(
+            await client.call_tool("delegate_task", {"subagent": "recall", "task": "a"})
+        )
+        later = payload(
+            await client.call_tool("continue_subagent", {"run_id": first["run_id"], "message": "b"})
+        )
+    assert later["final_result"]["task"] == "b"
+    assert later["final_result"]["history"][0] == {"role": "user", "content": "a"}
+
+
+async def test_a_parent_server_works_for_the_hosts_parent() -> None:
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt, rt.open_parent("host") as parent:
+        server = build_parent_server(parent, name="delegate", instructions=None)
+        async with open_client(server) as client:
+            started = payload(
+                await client.call_tool(
+                    "delegate_task", {"subagent": "gate", "task": "x", "background": True}
+                )
+            )
+        # the host's parent owns the run: it outlives the connection
+        assert parent.status(started["run_id"]).status is td.RunStatus.RUNNING
+        gate.release.set()
+        result = await parent.wait(started["run_id"])
+        assert isinstance(result, td.RunResult)
+        assert result.final_result == "released"

@@ -1,0 +1,455 @@
+"""Command subagents: a runner that runs one program per run.
+
+Each run starts the command in a process group of its own (a new session),
+writes the task to its stdin and closes it, and reads its stdout as the
+result. What the runtime asks of a runner maps onto the process like this:
+
+* the run completes with stdout, decoded as UTF-8 and trimmed (parsed as JSON
+  when the run has a ``final_schema``);
+* a non-zero exit, a signal, output that is not UTF-8 (or not JSON when JSON
+  is due) fail the run with :class:`CommandFailedError`, naming the exit and
+  the last lines of stderr;
+* more than ``max_output_bytes`` on stdout fails the run with
+  :class:`LimitExceededError` as soon as the limit is passed, without holding
+  more than that in memory;
+* cancellation and the child deadline send SIGTERM to the whole group, then
+  SIGKILL after ``kill_grace_seconds``; the command is always reaped, and
+  processes it left behind in its group are ended too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, Final, final
+
+import attrs
+import trio
+
+from ._checks import describe
+from ._context import ChildContext
+from ._errors import DelegationError, InvalidArgumentsError, LimitExceededError
+
+__all__ = ["CommandFailedError", "CommandRunner"]
+
+#: How much of stdout is read at a time.
+_CHUNK_BYTES: Final = 64 * 1024
+#: How much of the end of stderr is kept for error messages.
+_STDERR_TAIL_BYTES: Final = 8 * 1024
+#: How many of its last lines an error message shows.
+_STDERR_TAIL_LINES: Final = 20
+#: How long output may go on flowing after the command exited (written by
+#: processes it left behind) before they are stopped.
+_DRAIN_SECONDS: Final = 2.0
+#: How often to look whether processes left in the group have exited.
+_GROUP_POLL_SECONDS: Final = 0.02
+#: How much of an unusable output an error message quotes.
+_QUOTE_CHARS: Final = 200
+
+
+class CommandFailedError(DelegationError, RuntimeError):
+    """A command subagent's process did not produce a usable result.
+
+    Raised inside the run, so it becomes the ``__cause__`` of the
+    ``RunFailedError`` a parent sees.
+
+    Attributes:
+        returncode: the exit code (negative: killed by that signal), or
+            ``None`` when the process exited cleanly but its output was
+            unusable, or never started.
+        stderr_tail: the last lines of its stderr, possibly empty.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        returncode: int | None = None,
+        stderr_tail: str = "",
+        run_id: str | None = None,
+        subagent: str | None = None,
+    ) -> None:
+        super().__init__(message, run_id=run_id, subagent=subagent)
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+
+
+def _to_command(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidArgumentsError(
+            f"command must be a sequence of strings (the program, then its arguments), got "
+            f"{describe(value)}; for example ['python3', 'summarize.py']"
+        )
+    command = tuple(value)
+    if not command:
+        raise InvalidArgumentsError("command must name a program; it is empty")
+    for index, part in enumerate(command):
+        if not isinstance(part, str) or "\0" in part:
+            raise InvalidArgumentsError(
+                f"command[{index}] must be a string without NUL characters, got {describe(part)}"
+            )
+    if not command[0]:
+        raise InvalidArgumentsError("command[0], the program, must not be empty")
+    return command
+
+
+def _to_cwd(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike):
+        raise InvalidArgumentsError(f"cwd must be a path or None, got {describe(value)}")
+    return os.fspath(value)
+
+
+def _to_env(value: Any) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentsError(
+            f"env must be a mapping of variable names to strings, got {describe(value)}"
+        )
+    for key, text in value.items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise InvalidArgumentsError(
+                f"env has the variable name {describe(key)}; names are non-empty strings "
+                "without '=' or NUL"
+            )
+        if not isinstance(text, str) or "\0" in text:
+            raise InvalidArgumentsError(
+                f"env[{key!r}] must be a string without NUL characters, got {describe(text)}"
+            )
+    return MappingProxyType(dict(value))
+
+
+def _check_limit(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentsError(
+            f"max_output_bytes must be an integer >= 1, got {describe(value)}"
+        )
+
+
+def _check_grace(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and value >= 0
+    )
+    if not ok:
+        raise InvalidArgumentsError(
+            f"kill_grace_seconds must be a finite number of seconds >= 0, got {describe(value)}"
+        )
+
+
+@final
+@attrs.frozen(eq=False)
+class CommandRunner:
+    """A runner that runs a program for each run: task on stdin, result on stdout.
+
+    Use it as a :class:`Subagent`'s runner::
+
+        td.Subagent("summarizer", td.CommandRunner(["python3", "summarize.py"]))
+
+    The process gets the task text on stdin (then end of file), and these
+    variables on top of this process's environment and *env*:
+    ``TRIO_DELEGATE_RUN_ID``, ``TRIO_DELEGATE_SUBAGENT``, ``TRIO_DELEGATE_FINAL_SCHEMA``
+    (the run's JSON Schema, when it has one) and, for a continuation,
+    ``TRIO_DELEGATE_HISTORY_FILE`` (a JSON file holding ``ctx.history``; the
+    new message is on stdin).
+
+    Args:
+        command: the program and its arguments; no shell is involved.
+        cwd: the working directory (default: the current one). A relative
+            program path is looked up from it.
+        env: variables added to the inherited environment.
+        max_output_bytes: the most stdout accepted; past it the run fails.
+        kill_grace_seconds: how long the process group has to exit after
+            SIGTERM before it gets SIGKILL.
+
+    Raises:
+        InvalidArgumentsError: when any argument is malformed.
+    """
+
+    command: tuple[str, ...] = attrs.field(converter=_to_command)
+    cwd: str | None = attrs.field(default=None, kw_only=True, converter=_to_cwd)
+    env: Mapping[str, str] = attrs.field(
+        factory=lambda: MappingProxyType({}), kw_only=True, converter=_to_env
+    )
+    max_output_bytes: int = attrs.field(default=1_000_000, kw_only=True, validator=_check_limit)
+    kill_grace_seconds: float = attrs.field(default=2.0, kw_only=True, validator=_check_grace)
+
+    async def __call__(self, ctx: ChildContext) -> Any:
+        """Run the command for one run and return its result.
+
+        Raises:
+            CommandFailedError: the process failed, or its output is unusable.
+            LimitExceededError: stdout was longer than ``max_output_bytes``.
+        """
+        async with _history_file(ctx.history) as history_path:
+            try:
+                process = await trio.lowlevel.open_process(
+                    list(self.command),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=self.cwd,
+                    env=self._environment(ctx, history_path),
+                    # A group of its own: signals reach everything it starts,
+                    # and a terminal's Ctrl-C reaches only the server.
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise CommandFailedError(
+                    f"could not start {self._program()}: {exc}; check command and cwd",
+                    run_id=ctx.run_id,
+                    subagent=ctx.subagent,
+                ) from exc
+            try:
+                stdout, stderr = await self._communicate(process, ctx.task.encode(errors="replace"))
+            finally:
+                await self._stop(process)
+        returncode = process.returncode
+        assert returncode is not None
+        return self._result(ctx, returncode, stdout, stderr)
+
+    # -- the process ------------------------------------------------------------
+
+    def _environment(self, ctx: ChildContext, history_path: str | None) -> dict[str, str]:
+        env = {**os.environ, **self.env}
+        env["TRIO_DELEGATE_RUN_ID"] = ctx.run_id
+        env["TRIO_DELEGATE_SUBAGENT"] = ctx.subagent
+        # Variables of an enclosing run must not leak into this one.
+        env.pop("TRIO_DELEGATE_FINAL_SCHEMA", None)
+        env.pop("TRIO_DELEGATE_HISTORY_FILE", None)
+        if ctx.final_schema is not None:
+            env["TRIO_DELEGATE_FINAL_SCHEMA"] = json.dumps(ctx.final_schema)
+        if history_path is not None:
+            env["TRIO_DELEGATE_HISTORY_FILE"] = history_path
+        return env
+
+    async def _communicate(self, process: trio.Process, task: bytes) -> tuple[_Capture, _Tail]:
+        """Feed stdin, collect stdout and the end of stderr, until the command exits."""
+        stdout = _Capture(self.max_output_bytes)
+        stderr = _Tail(_STDERR_TAIL_BYTES)
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_feed, process.stdin, task)
+            nursery.start_soon(stdout.read, process.stdout, nursery.cancel_scope)
+            nursery.start_soon(stderr.read, process.stderr)
+            await process.wait()
+            # The pipes end when every process holding them has exited; one
+            # the command left running in the background may hold them on.
+            with trio.move_on_after(_DRAIN_SECONDS):
+                await stdout.done.wait()
+                await stderr.done.wait()
+            nursery.cancel_scope.cancel()
+        return stdout, stderr
+
+    async def _stop(self, process: trio.Process) -> None:
+        """End the command's whole process group, then reap the command.
+
+        Shielded: this runs on cancellation too, and must finish (boundedly)
+        so that no process outlives its run.
+        """
+        with trio.CancelScope(shield=True):
+            group = process.pid
+            if _signal_group(group, signal.SIGTERM):
+                with trio.move_on_after(self.kill_grace_seconds):
+                    await process.wait()
+                    # Nothing signals the exit of a process that is not our
+                    # child, so the rest of the group is polled.
+                    while _group_exists(group):  # noqa: ASYNC110
+                        await trio.sleep(_GROUP_POLL_SECONDS)
+                _signal_group(group, signal.SIGKILL)
+            await process.wait()
+
+    # -- the result ---------------------------------------------------------------
+
+    def _program(self) -> str:
+        text = shlex.join(self.command)
+        if len(text) > _QUOTE_CHARS:
+            text = text[: _QUOTE_CHARS - 1] + "…"
+        return f"command `{text}`"
+
+    def _result(self, ctx: ChildContext, returncode: int, stdout: _Capture, stderr: _Tail) -> Any:
+        def fail(what: str, *, code: int | None = None) -> CommandFailedError:
+            tail = stderr.text()
+            detail = f"; its stderr ended with:\n{tail}" if tail else "; its stderr was empty"
+            return CommandFailedError(
+                f"{self._program()} {what}{detail}",
+                returncode=code,
+                stderr_tail=tail,
+                run_id=ctx.run_id,
+                subagent=ctx.subagent,
+            )
+
+        if stdout.overflowed:
+            raise LimitExceededError(
+                f"{self._program()} wrote more than {self.max_output_bytes} bytes to stdout, "
+                "the most a result may have (max_output_bytes); it was stopped: make it write "
+                "a shorter result",
+                run_id=ctx.run_id,
+                subagent=ctx.subagent,
+            )
+        if returncode < 0:
+            name = _signal_name(-returncode)
+            raise fail(f"was killed by signal {name}", code=returncode)
+        if returncode > 0:
+            raise fail(f"exited with code {returncode}", code=returncode)
+        try:
+            text = bytes(stdout.data).decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise fail(
+                f"wrote stdout that is not UTF-8 (at byte {exc.start}); make it write UTF-8 "
+                "(for Python, PYTHONIOENCODING=utf-8)"
+            ) from None
+        if ctx.final_schema is None:
+            return text
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            quoted = text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 1] + "…"
+            raise fail(
+                f"wrote stdout that is not JSON ({exc}), but the run has a final_schema and "
+                f"its result must be one JSON value; stdout began {quoted!r}"
+            ) from None
+
+
+# -- helpers ------------------------------------------------------------------------
+
+
+class _Capture:
+    """stdout, held up to a limit; passing it stops the command."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.overflowed = False
+        self.done = trio.Event()
+
+    async def read(self, stream: trio.abc.ReceiveStream, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                # Never ask for more than one byte past the limit, so memory
+                # stays bounded by it.
+                wanted = min(_CHUNK_BYTES, self.limit - len(self.data) + 1)
+                chunk = await stream.receive_some(wanted)
+                if not chunk:
+                    return
+                self.data += chunk
+                if len(self.data) > self.limit:
+                    self.overflowed = True
+                    del self.data[self.limit :]
+                    scope.cancel()
+                    return
+        except trio.ClosedResourceError:  # pragma: no cover - closed under us at teardown
+            return
+        finally:
+            self.done.set()
+
+
+class _Tail:
+    """The last bytes of stderr, for error messages."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.data = bytearray()
+        self.done = trio.Event()
+
+    async def read(self, stream: trio.abc.ReceiveStream) -> None:
+        try:
+            while chunk := await stream.receive_some(_CHUNK_BYTES):
+                self.data += chunk
+                if len(self.data) > self.keep:
+                    del self.data[: len(self.data) - self.keep]
+        except trio.ClosedResourceError:  # pragma: no cover - closed under us at teardown
+            return
+        finally:
+            self.done.set()
+
+    def text(self) -> str:
+        lines = bytes(self.data).decode("utf-8", errors="replace").strip().splitlines()
+        return "\n".join(lines[-_STDERR_TAIL_LINES:])
+
+
+async def _feed(stream: trio.abc.SendStream, data: bytes) -> None:
+    """Write the task to stdin and close it; a command may exit without reading it."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        async with stream:
+            if data:
+                await stream.send_all(data)
+
+
+def _signal_group(group: int, signum: int) -> bool:
+    """Send *signum* to process group *group*; False when the group is gone."""
+    try:
+        os.killpg(group, signum)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - a member changed its credentials
+        return True
+    return True
+
+
+def _group_exists(group: int) -> bool:
+    """Whether a process of *group* is still running.
+
+    A member that has exited but waits for its reaper (a zombie) does not
+    count: an orphan's reaper, the init process, may take its time.
+    """
+    if not _signal_group(group, 0):
+        return False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # pragma: no cover - no procfs: trust the signal probe
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:
+            continue
+        # After the command name: state, ppid, pgrp, ...
+        fields = stat.rpartition(b")")[2].split()
+        if len(fields) > 2 and fields[2] == str(group).encode() and fields[0] != b"Z":
+            return True
+    return False
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
+
+
+@contextlib.asynccontextmanager
+async def _history_file(history: tuple[Any, ...]) -> AsyncIterator[str | None]:
+    """A JSON file holding a continuation's history, removed afterwards."""
+    if not history:
+        yield None
+        return
+    text = json.dumps(list(history), ensure_ascii=False)
+    path = await trio.to_thread.run_sync(_write_temporary, text)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _write_temporary(text: str) -> str:
+    handle, path = tempfile.mkstemp(prefix="trio-delegate-history-", suffix=".json")
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        file.write(text)
+    return path

@@ -1,0 +1,68 @@
+"""The body of ``trio-delegate serve``: check the configuration, then serve over stdio."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+
+import trio
+
+from ._errors import StoreError
+from ._server_config import ConfigError, load_server_config
+from ._sqlite_store import SQLiteStore
+
+__all__ = ["run_serve"]
+
+#: Exit code for a configuration that cannot be served (argparse's usage code).
+EXIT_CONFIG: int = 2
+#: Exit code when the MCP SDK is missing.
+EXIT_MISSING_SDK: int = 1
+#: The store named by ``[runtime] store`` could not be opened.
+EXIT_STORE: int = 1
+
+
+def run_serve(config_path: str) -> int:
+    """Load *config_path* and serve its subagents over stdio until the client leaves.
+
+    Returns:
+        0 after the client closed the connection; 2 for a bad configuration
+        (reported on stderr before anything starts); 1 when the ``mcp``
+        package is missing or the store cannot be opened.
+    """
+    try:
+        server_config = load_server_config(config_path)
+    except ConfigError as exc:
+        print(f"trio-delegate serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        # Imported only now, so that a bad configuration is reported quickly
+        # and without the MCP SDK.
+        from .mcp import serve_stdio
+    except ImportError as exc:
+        if not (exc.name or "").startswith(("mcp", "pydantic", "anyio")):
+            raise
+        print(
+            f"trio-delegate serve: the MCP SDK is missing ({exc}); install it with "
+            "pip install 'trio-delegate[mcp]'",
+            file=sys.stderr,
+        )
+        return EXIT_MISSING_SDK
+    # stdout carries the protocol: every diagnostic goes to stderr.
+    logging.basicConfig(stream=sys.stderr, format="trio-delegate: %(message)s")
+    logging.getLogger("trio_delegate").setLevel(logging.INFO)
+    names = ", ".join(subagent.name for subagent in server_config.subagents)
+    logging.getLogger("trio_delegate.mcp").info(
+        "serving subagents %s from %s over stdio", names, server_config.path
+    )
+    store = SQLiteStore(server_config.store) if server_config.store is not None else None
+    try:
+        trio.run(
+            functools.partial(
+                serve_stdio, server_config.subagents, config=server_config.config, store=store
+            )
+        )
+    except StoreError as exc:
+        print(f"trio-delegate serve: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    return 0

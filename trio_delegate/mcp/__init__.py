@@ -1,0 +1,40 @@
+"""The delegation tools as an MCP server, for Claude Code, Codex and every MCP client.
+
+Needs the ``mcp`` extra (``pip install 'trio-delegate[mcp]'``).
+
+* :func:`build_server` — a low-level ``mcp.server.Server`` giving each
+  connection a parent of its own on a runtime; its runs end with the
+  connection.
+* :func:`build_parent_server` — the same tools bound to one parent the host
+  owns (used by :mod:`trio_delegate.adapters.claude`).
+* :func:`serve_stdio` — serve over stdin/stdout as a process's main job
+  (what ``trio-delegate serve`` runs).
+* :func:`load_server_config` — read and check a ``trio-delegate serve``
+  configuration file (:class:`ServerConfig`, :class:`ConfigError`).
+
+See ``docs/mcp.md`` for client configuration.
+"""
+
+from .._server_config import ConfigError, ServerConfig, load_server_config
+from ._serve import serve_stdio
+from ._server import (
+    DEFAULT_INSTRUCTIONS,
+    DEFAULT_NAME,
+    build_parent_server,
+    build_server,
+    error_result,
+    success_result,
+)
+
+__all__ = [
+    "DEFAULT_INSTRUCTIONS",
+    "DEFAULT_NAME",
+    "ConfigError",
+    "ServerConfig",
+    "build_parent_server",
+    "build_server",
+    "error_result",
+    "load_server_config",
+    "serve_stdio",
+    "success_result",
+]
