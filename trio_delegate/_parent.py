@@ -11,7 +11,6 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, final
 
-import attrs
 import trio
 
 from ._checks import check_bool, check_seconds, check_text, describe
@@ -26,10 +25,9 @@ from ._errors import (
     StoreError,
     UnknownRunError,
     UnknownSubagentError,
-    UnresolvedDelegationError,
-    UnresolvedRun,
 )
 from ._execution import execute
+from ._fail_closed import Evicted, Ledger
 from ._ids import new_run_id
 from ._persistence import history_of
 from ._results import CancelAck, RunHandle, RunResult
@@ -46,32 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["Parent"]
 
 
-@attrs.frozen
-class _Evicted:
-    """What a parent remembers of an unresolved run that retention evicted."""
-
-    run_id: str
-    subagent: str
-    status: RunStatus
-    replaces: str | None
-
-
-def _why_unresolved(run_id: str, status: RunStatus, evicted: bool) -> str:
-    if evicted:
-        return (
-            f"it ended {status.value} and expired from retention before it was observed; "
-            "its result can no longer be read"
-        )
-    if status is RunStatus.COMPLETED:
-        return "it completed but its result was never observed: wait for it"
-    if status in (RunStatus.PENDING, RunStatus.RUNNING):
-        return f"it is still {status.value}: wait for it, or cancel it and start a replacement"
-    return (
-        f"it ended {status.value} and no replacement has succeeded: start one with "
-        f"replaces={run_id!r} and wait for it"
-    )
-
-
 @final
 class Parent(metaclass=NoPublicConstructor):
     """The delegating agent of one conversation or session.
@@ -85,6 +57,7 @@ class Parent(metaclass=NoPublicConstructor):
         "_children",
         "_closed",
         "_depth",
+        "_ledger",
         "_live",
         "_nursery",
         "_owner",
@@ -93,7 +66,6 @@ class Parent(metaclass=NoPublicConstructor):
         "_runs",
         "_runtime",
         "_serial",
-        "_unresolved",
     )
 
     def __init__(
@@ -117,9 +89,7 @@ class Parent(metaclass=NoPublicConstructor):
         self._live: dict[str, Run] = {}
         self._pending: deque[Run] = deque()
         self._running = 0
-        # The fail-closed ledger: every run this parent started that is not
-        # resolved yet, oldest first.
-        self._unresolved: dict[str, Run | _Evicted] = {}
+        self._ledger = Ledger()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -394,7 +364,7 @@ class Parent(metaclass=NoPublicConstructor):
         run_id = run.run_id
         self._runs[run_id] = run
         self._live[run_id] = run
-        self._unresolved[run_id] = run
+        self._ledger.add(run)
         runtime._live_count += 1
         if runtime._persister is None:
             self._enqueue(run)
@@ -430,7 +400,8 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _withdraw(self, run: Run) -> None:
         run_id = run.run_id
-        del self._runs[run_id], self._live[run_id], self._unresolved[run_id]
+        del self._runs[run_id], self._live[run_id]
+        self._ledger.withdraw(run_id)
         self._runtime._live_count -= 1
 
     def _launch(self, run: Run, now: float) -> None:
@@ -480,7 +451,7 @@ class Parent(metaclass=NoPublicConstructor):
                 f"replaces must be the run_id of a failed, cancelled or timed-out run, "
                 f"got {describe(replaces)}"
             )
-        record: Run | _Evicted | None = self._runs.get(replaces) or self._unresolved.get(replaces)
+        record: Run | Evicted | None = self._runs.get(replaces) or self._ledger.get(replaces)
         if record is None:
             raise InvalidArgumentsError(
                 f"replaces={replaces!r} is not a run this parent started (or it expired); "
@@ -549,7 +520,7 @@ class Parent(metaclass=NoPublicConstructor):
     def _answer_record(self, record: RunRecord) -> RunResult:
         """Like :meth:`_answer`, for a run known only from the store."""
         if record.status is RunStatus.COMPLETED:
-            self._resolve(record.run_id)
+            self._ledger.resolve(record.run_id)
             return RunResult(
                 record.run_id, record.subagent, record.task_summary, record.final_result
             )
@@ -568,19 +539,10 @@ class Parent(metaclass=NoPublicConstructor):
     def _answer(self, run: Run) -> RunResult:
         """The result of a terminal run (observing it), or its error."""
         if run.status is RunStatus.COMPLETED:
-            self._resolve(run.run_id)
+            self._ledger.resolve(run.run_id)
             assert run.result is not None
             return run.result
         raise run.outcome_error()
-
-    def _resolve(self, run_id: str | None) -> None:
-        """Mark a completed, observed run resolved, and what it replaced (contract §7)."""
-        unresolved = self._unresolved
-        while run_id is not None:
-            record = unresolved.pop(run_id, None)
-            if record is None:
-                return
-            run_id = record.replaces
 
     def _forget(self, run: Run) -> None:
         """Retention evicted *run*: keep only a small record if it is unresolved."""
@@ -589,31 +551,11 @@ class Parent(metaclass=NoPublicConstructor):
         persister = self._runtime._persister
         if persister is not None and not isinstance(run.error, StoreError):
             persister.remember(run)
-        if run_id in self._unresolved:
-            self._unresolved[run_id] = _Evicted(run_id, run.subagent.name, run.status, run.replaces)
+        self._ledger.evicted(run)
 
     def _raise_if_unresolved(self) -> None:
-        if not self._runtime.config.fail_closed or not self._unresolved:
-            return
-        entries = []
-        for record in self._unresolved.values():
-            evicted = isinstance(record, _Evicted)
-            subagent = record.subagent if isinstance(record, _Evicted) else record.subagent.name
-            entries.append(
-                UnresolvedRun(
-                    record.run_id,
-                    subagent,
-                    record.status.value,
-                    _why_unresolved(record.run_id, record.status, evicted),
-                )
-            )
-        lines = "\n".join(f"  - {e.run_id} ({e.subagent}, {e.status}): {e.why}" for e in entries)
-        raise UnresolvedDelegationError(
-            f"parent {self._owner!r} has {len(entries)} unresolved delegated run(s); under the "
-            f"fail-closed policy every run must complete and be observed, or be replaced by "
-            f"one that does:\n{lines}",
-            unresolved=entries,
-        )
+        if self._runtime.config.fail_closed:
+            self._ledger.check(self._owner)
 
     # -- nesting and closing ----------------------------------------------------
 

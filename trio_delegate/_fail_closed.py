@@ -1,0 +1,119 @@
+"""The fail-closed ledger of one parent (contract §7).
+
+A run a parent started is *resolved* when it completed and was observed, or
+when it ended failed, cancelled or timed out and a replacement
+(``replaces=<its id>``, same parent) is itself resolved. The ledger holds
+exactly the runs that are not resolved yet, oldest first, so resolving is a
+walk up the ``replaces`` chain and the memory it needs is bounded by the
+unresolved work, not by every run ever started.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, final
+
+import attrs
+
+from ._errors import UnresolvedDelegationError, UnresolvedRun
+from ._status import RunStatus
+
+if TYPE_CHECKING:
+    from ._run import Run
+
+__all__ = ["Evicted", "Ledger"]
+
+
+@final
+@attrs.frozen
+class Evicted:
+    """What the ledger keeps of an unresolved run that retention evicted."""
+
+    run_id: str
+    subagent: str
+    status: RunStatus
+    replaces: str | None
+
+
+@final
+class Ledger:
+    """The unresolved runs of one parent."""
+
+    __slots__ = ("_unresolved",)
+
+    def __init__(self) -> None:
+        self._unresolved: dict[str, Run | Evicted] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._unresolved)
+
+    def add(self, run: Run) -> None:
+        """A run was admitted: it is unresolved until observed or replaced."""
+        self._unresolved[run.run_id] = run
+
+    def withdraw(self, run_id: str) -> None:
+        """A run's admission was undone: it never existed."""
+        del self._unresolved[run_id]
+
+    def get(self, run_id: str) -> Run | Evicted | None:
+        return self._unresolved.get(run_id)
+
+    def resolve(self, run_id: str | None) -> None:
+        """A completed run was observed: it is resolved, and so is what it replaced."""
+        unresolved = self._unresolved
+        while run_id is not None:
+            record = unresolved.pop(run_id, None)
+            if record is None:
+                return  # already resolved, and its chain with it
+            run_id = record.replaces
+
+    def evicted(self, run: Run) -> None:
+        """Retention evicted *run*: if it is unresolved, keep only a small record."""
+        if run.run_id in self._unresolved:
+            self._unresolved[run.run_id] = Evicted(
+                run.run_id, run.subagent.name, run.status, run.replaces
+            )
+
+    def check(self, owner: str) -> None:
+        """Raise if anything is unresolved.
+
+        Raises:
+            UnresolvedDelegationError: listing every unresolved run, oldest first.
+        """
+        if not self._unresolved:
+            return
+        entries = [_entry(record) for record in self._unresolved.values()]
+        lines = "\n".join(f"  - {e.run_id} ({e.subagent}, {e.status}): {e.why}" for e in entries)
+        raise UnresolvedDelegationError(
+            f"parent {owner!r} has {len(entries)} unresolved delegated run(s); under the "
+            f"fail-closed policy every run must complete and be observed, or be replaced by "
+            f"one that does:\n{lines}",
+            unresolved=entries,
+        )
+
+
+def _entry(record: Run | Evicted) -> UnresolvedRun:
+    if isinstance(record, Evicted):
+        return UnresolvedRun(
+            record.run_id, record.subagent, record.status.value, _why_evicted(record.status)
+        )
+    return UnresolvedRun(
+        record.run_id, record.subagent.name, record.status.value, _why(record.run_id, record.status)
+    )
+
+
+def _why_evicted(status: RunStatus) -> str:
+    return (
+        f"it ended {status.value} and expired from retention before it was observed; "
+        "its result can no longer be read"
+    )
+
+
+def _why(run_id: str, status: RunStatus) -> str:
+    if status is RunStatus.COMPLETED:
+        return "it completed but its result was never observed: wait for it"
+    if status in (RunStatus.PENDING, RunStatus.RUNNING):
+        return f"it is still {status.value}: wait for it, or cancel it and start a replacement"
+    return (
+        f"it ended {status.value} and no replacement has succeeded: start one with "
+        f"replaces={run_id!r} and wait for it"
+    )
