@@ -68,18 +68,15 @@ class Retention:
         """The serial of the parent an evicted id belonged to, if remembered."""
         return self._tombstones.get(run_id)
 
-    def _first_end(self) -> float:
-        kept = self._kept
-        if not kept:
-            return math.inf
-        ended_at = kept[next(iter(kept))].ended_at
-        assert ended_at is not None
-        return ended_at
-
     def _evict_oldest(self) -> None:
         kept = self._kept
         run_id, run = kept.popitem(last=False)
-        self._oldest_end = self._first_end()
+        if kept:
+            ended_at = next(iter(kept.values())).ended_at
+            assert ended_at is not None
+            self._oldest_end = ended_at
+        else:
+            self._oldest_end = math.inf
         self._tombstones[run_id] = run.parent._serial
         if len(self._tombstones) > self._tombstone_limit:
             self._tombstones.popitem(last=False)

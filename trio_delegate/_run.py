@@ -69,7 +69,9 @@ class Run:
     status: RunStatus = RunStatus.PENDING
     deadline: float = math.inf
     scope: trio.CancelScope | None = None
-    done: trio.Event = attrs.Factory(trio.Event)
+    # Made on first use (see `done`): a run nobody waits for while it is live,
+    # such as one started in the background and read once it ended, needs none.
+    _done: trio.Event | None = None
     cancel_requested_at: float | None = None
     cancel_reason: CancelReason | None = None
     ended_at: float | None = None
@@ -84,6 +86,16 @@ class Run:
     settling: bool = False
 
     # -- reading ---------------------------------------------------------
+
+    @property
+    def done(self) -> trio.Event:
+        """The event every waiter waits for: set once the run is terminal."""
+        done = self._done
+        if done is None:
+            done = self._done = trio.Event()
+            if self.ended_at is not None:
+                done.set()
+        return done
 
     @property
     def is_terminal(self) -> bool:
@@ -214,7 +226,8 @@ class Run:
         self.status = status
         self.ended_at = now
         self.scope = None
-        self.done.set()
+        if self._done is not None:
+            self._done.set()
         self.parent._run_settled(self, was_running)
 
 
