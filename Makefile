@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
+STAMP_BENCH := $(VENV)/.installed-bench
 
 .PHONY: demo test lint typecheck pytest bench bench-full clean
 
@@ -19,6 +20,10 @@ $(STAMP_BASE): pyproject.toml | $(BIN)/python
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@ $(STAMP_BASE)
+
+$(STAMP_BENCH): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $@ $(STAMP_DEV) $(STAMP_BASE)
 
 demo: $(STAMP_BASE)
 	$(BIN)/trio-delegate demo $(DEMO_ARGS)
@@ -38,7 +43,7 @@ test: lint typecheck pytest
 bench: $(STAMP_DEV)
 	$(BIN)/python -m benchmarks
 
-bench-full: $(STAMP_DEV)
+bench-full: $(STAMP_BENCH)
 	$(BIN)/python -m benchmarks --full
 
 clean:
