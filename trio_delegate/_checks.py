@@ -56,6 +56,10 @@ def check_bool(field: str, value: Any) -> bool:
 
 
 def check_text(field: str, value: Any, *, max_chars: int, allow_blank: bool = False) -> str:
+    # The common case first, without building anything: isspace() scans in C
+    # where strip() would copy the text.
+    if type(value) is str and 0 < len(value) <= max_chars and not value.isspace():
+        return value
     if not isinstance(value, str):
         raise InvalidArgumentsError(f"{field} must be a string, got {describe(value)}")
     if not allow_blank and not value.strip():

@@ -28,7 +28,6 @@ from ._errors import (
 )
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
-from ._ids import new_run_id
 from ._persistence import history_of
 from ._results import CancelAck, RunHandle, RunResult
 from ._run import CancelReason, Run, conversation_of, terminal_error
@@ -131,7 +130,8 @@ class Parent(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
-        await self._commit_admission(run)
+        if self._runtime._persister is not None:
+            await self._commit_admission(run)
         return await self._foreground(run)
 
     async def start(
@@ -155,8 +155,9 @@ class Parent(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint()
         self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
-        await self._commit_admission(run)
-        return run.handle()
+        if self._runtime._persister is not None:
+            await self._commit_admission(run)
+        return RunHandle(run.run_id, run.subagent.name, run.status)
 
     async def continue_run(
         self,
@@ -203,7 +204,8 @@ class Parent(metaclass=NoPublicConstructor):
                 "continued: wait for it first"
             )
         run = self._admit(name, message, final_schema, None, history, "message")
-        await self._commit_admission(run)
+        if self._runtime._persister is not None:
+            await self._commit_admission(run)
         if background:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return run.handle()
@@ -244,7 +246,11 @@ class Parent(metaclass=NoPublicConstructor):
             RuntimeClosedError: as for :meth:`status`, or a bad *timeout*.
         """
         self._check_usable()
-        limit = check_seconds("timeout", timeout, allow_zero=True, allow_none=True)
+        limit = (
+            None
+            if timeout is None
+            else check_seconds("timeout", timeout, allow_zero=True, allow_none=False)
+        )
         run = self._find(run_id)
         if isinstance(run, StoredRun):
             return self._answer_record(await self._load(run_id))
@@ -255,7 +261,7 @@ class Parent(metaclass=NoPublicConstructor):
         else:
             with trio.move_on_after(limit):
                 await run.done.wait()
-            if not run.is_terminal and trio.current_time() >= run.deadline:
+            if not run.is_terminal and self._runtime._now() >= run.deadline:
                 # Past its deadline the run is about to settle: never answer
                 # "running" for it (this also settles a tie with the deadline).
                 await run.done.wait()
@@ -281,7 +287,7 @@ class Parent(metaclass=NoPublicConstructor):
         run = self._find(run_id)
         if isinstance(run, StoredRun):
             return CancelAck(run_id, False, run.status)
-        requested = run.request_cancel(trio.current_time(), CancelReason.REQUEST)
+        requested = run.request_cancel(self._runtime._now(), CancelReason.REQUEST)
         return CancelAck(run.run_id, requested, run.status)
 
     def check_resolved(self) -> None:
@@ -308,7 +314,7 @@ class Parent(metaclass=NoPublicConstructor):
         try:
             await run.done.wait()
         except BaseException:
-            run.request_cancel(trio.current_time(), CancelReason.CALLER_CANCELLED)
+            run.request_cancel(self._runtime._now(), CancelReason.CALLER_CANCELLED)
             with trio.CancelScope(shield=True):
                 await run.done.wait()
             raise
@@ -342,7 +348,7 @@ class Parent(metaclass=NoPublicConstructor):
                 f"than Config.max_depth={config.max_depth}; do this work here instead",
                 subagent=name,
             )
-        now = trio.current_time()
+        now = self._runtime._now()
         runtime._retention.expire(now)
         if runtime._live_count >= config.max_live_runs:
             raise LimitExceededError(
@@ -351,7 +357,7 @@ class Parent(metaclass=NoPublicConstructor):
                 subagent=name,
             )
         run = Run(
-            new_run_id(),
+            runtime._run_ids.new(),
             self,
             subagent,
             task,
@@ -367,34 +373,33 @@ class Parent(metaclass=NoPublicConstructor):
         self._ledger.add(run)
         runtime._live_count += 1
         if runtime._persister is None:
-            self._enqueue(run)
+            self._enqueue(run, now)
         return run
 
     async def _commit_admission(self, run: Run) -> None:
         """With a store: make the admission durable, then let the run start.
 
-        Without one, :meth:`_admit` already enqueued it. The write is shielded,
+        Without a store, :meth:`_admit` already enqueued it. The write is shielded,
         so a caller cancelled meanwhile still gets its handle and meets the
         cancellation at its next checkpoint; if the write fails, the run is
         withdrawn as if it had never been admitted.
         """
         persister = self._runtime._persister
-        if persister is None:
-            return
+        assert persister is not None
         try:
             await persister.admit(run)
         except StoreError:
             if not run.settling:
                 self._withdraw(run)
             raise
-        self._enqueue(run)
+        self._enqueue(run, self._runtime._now())
 
-    def _enqueue(self, run: Run) -> None:
+    def _enqueue(self, run: Run, now: float) -> None:
         """Start an admitted run if a slot is free, else queue it (FIFO)."""
         if run.settling:  # cancelled while its admission was being recorded
             return
         if self._running < self._runtime.config.max_concurrent_runs and not self._pending:
-            self._launch(run, trio.current_time())
+            self._launch(run, now)
         else:
             self._pending.append(run)
 
@@ -407,7 +412,7 @@ class Parent(metaclass=NoPublicConstructor):
     def _launch(self, run: Run, now: float) -> None:
         self._running += 1
         run.start(now)
-        self._nursery.start_soon(execute, run, name=f"trio_delegate run {run.subagent.name}")
+        self._nursery.start_soon(execute, run, name=run.subagent._task_name)
 
     def _run_settled(self, run: Run, was_running: bool) -> None:
         """Called by :class:`Run` exactly once, when it reaches a terminal state."""
@@ -426,7 +431,7 @@ class Parent(metaclass=NoPublicConstructor):
         while pending and self._running < limit and not self._closed and not self._runtime._closed:
             run = pending.popleft()
             if not run.settling:  # cancelled while it waited
-                self._launch(run, trio.current_time())
+                self._launch(run, self._runtime._now())
 
     def _child(self, name: str) -> Subagent:
         allowed = tuple(self._children)
@@ -481,7 +486,7 @@ class Parent(metaclass=NoPublicConstructor):
         if not isinstance(run_id, str):
             raise InvalidArgumentsError(f"run_id must be a string, got {describe(run_id)}")
         runtime = self._runtime
-        runtime._retention.expire(trio.current_time())
+        runtime._retention.expire(self._runtime._now())
         run = self._runs.get(run_id)
         if run is not None:
             return run
@@ -582,7 +587,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _cancel_pending(self, reason: CancelReason) -> None:
         """Cancel every pending run at once (they have no task to stop)."""
-        now = trio.current_time()
+        now = self._runtime._now()
         pending = self._pending
         while pending:
             pending.popleft().request_cancel(now, reason)
@@ -593,7 +598,7 @@ class Parent(metaclass=NoPublicConstructor):
         Pending ones go first so that no slot freed meanwhile starts one.
         """
         self._cancel_pending(reason)
-        now = trio.current_time()
+        now = self._runtime._now()
         for run in list(self._live.values()):
             run.request_cancel(now, reason)
 

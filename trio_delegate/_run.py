@@ -172,7 +172,7 @@ class Run:
             return False
         self.result = RunResult(self.run_id, self.subagent.name, self.summary(), final_result)
         self.transcript = transcript
-        return self._settle(RunStatus.COMPLETED, trio.current_time())
+        return self._settle(RunStatus.COMPLETED, self.parent._runtime._now())
 
     def settle_failed(
         self, error: BaseException, failure_type: type[RunFailedError] = RunFailedError
@@ -181,7 +181,7 @@ class Run:
             return False
         self.error = error
         self.failure_type = failure_type
-        return self._settle(RunStatus.FAILED, trio.current_time())
+        return self._settle(RunStatus.FAILED, self.parent._runtime._now())
 
     def settle_interrupted(self) -> bool:
         """Settle a run whose runner ended by cancellation.
@@ -193,7 +193,7 @@ class Run:
         """
         if self.settling:
             return False
-        now = trio.current_time()
+        now = self.parent._runtime._now()
         requested = self.cancel_requested_at
         if requested is None:
             closed_at = self.parent._runtime._closed_at

@@ -15,7 +15,7 @@ from ._config import Config
 from ._construction import NoPublicConstructor
 from ._errors import InvalidArgumentsError, RuntimeClosedError, UnknownSubagentError
 from ._groups import open_transparent_nursery
-from ._ids import new_runtime_id
+from ._ids import RunIds, new_runtime_id
 from ._parent import Parent
 from ._persistence import Persister
 from ._retention import Retention
@@ -44,10 +44,12 @@ class Runtime(metaclass=NoPublicConstructor):
         "_closed",
         "_closed_at",
         "_live_count",
+        "_now",
         "_nursery",
         "_parents",
         "_persister",
         "_retention",
+        "_run_ids",
         "_schemas",
         "_serials",
         "_subagents",
@@ -59,6 +61,10 @@ class Runtime(metaclass=NoPublicConstructor):
     ) -> None:
         self.config = config
         self._persister = persister
+        # The Trio run's clock, read directly: trio.current_time() finds the
+        # same clock through the run context on every call, several per run.
+        self._now = trio.lowlevel.current_clock().current_time
+        self._run_ids = RunIds()
         self._subagents = MappingProxyType(dict(subagents))
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -200,7 +206,7 @@ class Runtime(metaclass=NoPublicConstructor):
         Nested runs stop with the run that contains them.
         """
         self._closed = True
-        self._closed_at = trio.current_time()
+        self._closed_at = self._now()
         for parent in list(self._parents.values()):
             if parent._depth == 0:
                 parent._cancel_pending(CancelReason.RUNTIME_CLOSED)

@@ -133,6 +133,13 @@ class Subagent:
     )
     # Checked once, here, so a malformed schema fails at definition time and
     # runs that use the default do not check it again.
+    # The name of each run's Trio task, made once rather than once per run.
+    _task_name: str = attrs.field(
+        init=False,
+        eq=False,
+        repr=False,
+        default=attrs.Factory(lambda self: f"trio_delegate run {self.name}", takes_self=True),
+    )
     _result_schema: ResultSchema | None = attrs.field(
         init=False,
         eq=False,
