@@ -276,3 +276,26 @@ async def test_max_result_bytes_counts_compact_json(
     async with open_parent(sub("fits", returning(value)), config=config) as parent:
         result = await parent.delegate("fits", "t")
     assert result.final_result == value
+
+
+async def test_result_that_cannot_be_utf8_fails_the_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A lone surrogate is a valid Python string but not valid UTF-8 JSON.
+    async with open_parent_lenient(sub("odd", returning("\ud800"))) as parent:
+        with pytest.raises(td.RunFailedError) as info:
+            await parent.delegate("odd", "t")
+    assert isinstance(info.value.__cause__, UnicodeEncodeError)
+
+
+async def test_result_size_counts_escapes(autojump_clock: trio.testing.MockClock) -> None:
+    value = 'a"b\n'
+    size = len(json.dumps(value, separators=(",", ":")))
+    assert size == 8
+    config = td.Config(max_result_bytes=size, fail_closed=False)
+    async with open_parent(
+        sub("fits", returning(value)), sub("over", returning(value + "c")), config=config
+    ) as parent:
+        assert (await parent.delegate("fits", "t")).final_result == value
+        with pytest.raises(td.RunFailedError):
+            await parent.delegate("over", "t")

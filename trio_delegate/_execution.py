@@ -16,6 +16,7 @@ How a runner's ending maps to a terminal state (contract §3):
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -61,8 +62,13 @@ async def execute(run: Run) -> None:
         return
     if value is _NO_VALUE:
         run.settle_interrupted()
-    else:
+        return
+    try:
         _settle_returned(run, value)
+    except Exception as exc:
+        # Whatever a result does to the checks (a custom type's hook raising,
+        # say), the run settles: a waiter must never be left hanging.
+        run.settle_failed(exc)
 
 
 def _context(run: Run, parent: Any = None) -> ChildContext:
@@ -126,6 +132,20 @@ def _single(exc: BaseException) -> BaseException:
     return exc
 
 
+def _json_size(value: Any) -> int:
+    """Bytes of *value* as compact UTF-8 JSON.
+
+    Raises:
+        TypeError, ValueError: *value* is not JSON-serialisable.
+    """
+    if value is None:
+        return 4
+    # A string goes to the C escaper alone, without the encoder's machinery:
+    # most results of language-model subagents are one string.
+    text = encode_basestring(value) if type(value) is str else _RESULT_ENCODER.encode(value)
+    return len(text) if text.isascii() else len(text.encode())
+
+
 def _settle_returned(run: Run, value: Any) -> None:
     """Settle a run whose runner returned: check the result, then complete it."""
     transcript = None
@@ -136,13 +156,12 @@ def _settle_returned(run: Run, value: Any) -> None:
         value = schema.prepare(value)
     limit = run.parent._runtime.config.max_result_bytes
     try:
-        encoded = "null" if value is None else _RESULT_ENCODER.encode(value)
+        size = _json_size(value)
         if transcript is not None:
             _TRANSCRIPT_ENCODER.encode(transcript)
     except (TypeError, ValueError) as exc:
         run.settle_failed(exc)
         return
-    size = len(encoded.encode())
     if size > limit:
         run.settle_failed(
             LimitExceededError(

@@ -57,7 +57,6 @@ class Parent(metaclass=NoPublicConstructor):
         "_closed",
         "_depth",
         "_ledger",
-        "_live",
         "_nursery",
         "_owner",
         "_pending",
@@ -85,7 +84,6 @@ class Parent(metaclass=NoPublicConstructor):
         # Retained runs of this parent by id: live ones and terminal ones that
         # retention has not evicted yet.
         self._runs: dict[str, Run] = {}
-        self._live: dict[str, Run] = {}
         self._pending: deque[Run] = deque()
         self._running = 0
         self._ledger = Ledger()
@@ -128,7 +126,8 @@ class Parent(metaclass=NoPublicConstructor):
             RuntimeClosedError: this parent or its runtime is closed.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_usable()
+        if self._closed or self._runtime._closed:
+            self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
         if self._runtime._persister is not None:
             await self._commit_admission(run)
@@ -153,7 +152,8 @@ class Parent(metaclass=NoPublicConstructor):
             RuntimeClosedError: as for :meth:`delegate`; nothing was started.
         """
         await trio.lowlevel.checkpoint()
-        self._check_usable()
+        if self._closed or self._runtime._closed:
+            self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
         if self._runtime._persister is not None:
             await self._commit_admission(run)
@@ -245,14 +245,15 @@ class Parent(metaclass=NoPublicConstructor):
             UnknownRunError, ExpiredRunError, InvalidArgumentsError,
             RuntimeClosedError: as for :meth:`status`, or a bad *timeout*.
         """
-        self._check_usable()
+        if self._closed or self._runtime._closed:
+            self._check_usable()
         limit = (
             None
             if timeout is None
             else check_seconds("timeout", timeout, allow_zero=True, allow_none=False)
         )
         run = self._find(run_id)
-        if isinstance(run, StoredRun):
+        if type(run) is StoredRun:
             return self._answer_record(await self._load(run_id))
         if run.is_terminal:
             await trio.lowlevel.checkpoint()
@@ -266,6 +267,10 @@ class Parent(metaclass=NoPublicConstructor):
                 # "running" for it (this also settles a tie with the deadline).
                 await run.done.wait()
         if run.is_terminal:
+            result = run.result
+            if result is not None:  # completed: _answer's common case, inline
+                self._ledger.resolve(run_id)
+                return result
             return self._answer(run)
         return run.handle()
 
@@ -332,8 +337,11 @@ class Parent(metaclass=NoPublicConstructor):
         """Validate and admit one run, all or nothing, without checkpointing."""
         runtime = self._runtime
         config = runtime.config
-        subagent = self._child(name)
-        check_text(task_field, task, max_chars=config.max_task_chars)
+        subagent = self._children.get(name) if type(name) is str else None
+        if subagent is None:
+            subagent = self._child(name)  # raises, naming what is allowed
+        if type(task) is not str or not 0 < len(task) <= config.max_task_chars or task.isspace():
+            check_text(task_field, task, max_chars=config.max_task_chars)  # raises
         schema = (
             subagent._result_schema
             if final_schema is None
@@ -365,11 +373,10 @@ class Parent(metaclass=NoPublicConstructor):
             history,
             replaces,
             depth,
-            subagent.resolve_timeout(config.subagent_timeout_seconds),
+            runtime._timeouts[subagent.name],
         )
         run_id = run.run_id
         self._runs[run_id] = run
-        self._live[run_id] = run
         self._ledger.add(run)
         runtime._live_count += 1
         if runtime._persister is None:
@@ -405,7 +412,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _withdraw(self, run: Run) -> None:
         run_id = run.run_id
-        del self._runs[run_id], self._live[run_id]
+        del self._runs[run_id]
         self._ledger.withdraw(run_id)
         self._runtime._live_count -= 1
 
@@ -416,13 +423,13 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _run_settled(self, run: Run, was_running: bool) -> None:
         """Called by :class:`Run` exactly once, when it reaches a terminal state."""
-        del self._live[run.run_id]
         runtime = self._runtime
         runtime._live_count -= 1
         runtime._retention.add(run)
         if was_running:
             self._running -= 1
-            self._launch_pending()
+            if self._pending:
+                self._launch_pending()
 
     def _launch_pending(self) -> None:
         """Start pending runs, oldest first, while slots are free."""
@@ -565,6 +572,11 @@ class Parent(metaclass=NoPublicConstructor):
     # -- nesting and closing ----------------------------------------------------
 
     def _check_usable(self) -> None:
+        """Raise RuntimeClosedError if this parent or its runtime is closed.
+
+        Hot paths test ``self._closed or self._runtime._closed`` first and call
+        this only to raise.
+        """
         if self._runtime._closed:
             raise RuntimeClosedError(
                 f"the runtime of parent {self._owner!r} is closed; its runs were cancelled "
@@ -585,6 +597,10 @@ class Parent(metaclass=NoPublicConstructor):
         runtime._register(nested)
         return nested
 
+    def _live_runs(self) -> list[Run]:
+        """The runs of this parent that have not ended (live runs are never evicted)."""
+        return [run for run in self._runs.values() if not run.is_terminal]
+
     def _cancel_pending(self, reason: CancelReason) -> None:
         """Cancel every pending run at once (they have no task to stop)."""
         now = self._runtime._now()
@@ -599,7 +615,7 @@ class Parent(metaclass=NoPublicConstructor):
         """
         self._cancel_pending(reason)
         now = self._runtime._now()
-        for run in list(self._live.values()):
+        for run in self._live_runs():
             run.request_cancel(now, reason)
 
     def _close_now(self, reason: CancelReason = CancelReason.PARENT_CLOSED) -> None:
@@ -613,7 +629,7 @@ class Parent(metaclass=NoPublicConstructor):
     async def _aclose(self) -> None:
         """Close, then join every run that is still live (shielded, as a nursery does)."""
         self._close_now()
-        live = list(self._live.values())
+        live = self._live_runs()
         if live:
             with trio.CancelScope(shield=True):
                 for run in live:

@@ -170,7 +170,9 @@ class Run:
     def settle_completed(self, final_result: Any, transcript: tuple[Any, ...] | None) -> bool:
         if self.settling:
             return False
-        self.result = RunResult(self.run_id, self.subagent.name, self.summary(), final_result)
+        self.result = RunResult(
+            self.run_id, self.subagent.name, summarize_task(self.task), final_result
+        )
         self.transcript = transcript
         return self._settle(RunStatus.COMPLETED, self.parent._runtime._now())
 

@@ -53,6 +53,7 @@ class Runtime(metaclass=NoPublicConstructor):
         "_schemas",
         "_serials",
         "_subagents",
+        "_timeouts",
         "config",
     )
 
@@ -66,6 +67,11 @@ class Runtime(metaclass=NoPublicConstructor):
         self._now = trio.lowlevel.current_clock().current_time
         self._run_ids = RunIds()
         self._subagents = MappingProxyType(dict(subagents))
+        # Each subagent's child deadline in seconds (or None) under this config.
+        self._timeouts = {
+            name: subagent.resolve_timeout(config.subagent_timeout_seconds)
+            for name, subagent in subagents.items()
+        }
         self._nursery: trio.Nursery | None = None
         self._closed = False
         self._closed_at: float | None = None
