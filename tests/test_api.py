@@ -194,3 +194,16 @@ async def test_opening_a_parent_is_a_checkpoint(autojump_clock: trio.testing.Moc
         with trio.testing.assert_checkpoints():
             async with rt.open_parent():
                 pass
+
+
+def test_child_context_is_read_only_and_readable() -> None:
+    ctx = td.ChildContext("run_x", "worker", "the task")
+    assert (ctx.run_id, ctx.subagent, ctx.task) == ("run_x", "worker", "the task")
+    assert ctx.final_schema is None
+    assert ctx.history == ()
+    assert ctx.deadline == float("inf")
+    assert ctx.parent is None
+    for name in ("run_id", "subagent", "task", "final_schema", "history", "deadline", "parent"):
+        with pytest.raises(AttributeError):
+            setattr(ctx, name, "changed")
+    assert "run_id='run_x'" in repr(ctx)

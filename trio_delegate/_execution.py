@@ -52,7 +52,16 @@ async def execute(run: Run) -> None:
             if run.subagent.children:
                 value = await _call_with_nested_parent(run)
             else:
-                value = await run.subagent.runner(_context(run))
+                schema = run.schema
+                ctx = ChildContext(
+                    run.run_id,
+                    run.subagent.name,
+                    run.task,
+                    schema.json_schema if schema is not None else None,
+                    run.history,
+                    run.deadline,
+                )
+                value = await run.subagent.runner(ctx)
     except BaseException as exc:
         reraise = _settle_raised(run, exc)
         if reraise is exc:
@@ -138,8 +147,6 @@ def _json_size(value: Any) -> int:
     Raises:
         TypeError, ValueError: *value* is not JSON-serialisable.
     """
-    if value is None:
-        return 4
     # A string goes to the C escaper alone, without the encoder's machinery:
     # most results of language-model subagents are one string.
     text = encode_basestring(value) if type(value) is str else _RESULT_ENCODER.encode(value)
@@ -156,7 +163,7 @@ def _settle_returned(run: Run, value: Any) -> None:
         value = schema.prepare(value)
     limit = run.parent._runtime.config.max_result_bytes
     try:
-        size = _json_size(value)
+        size = 4 if value is None else _json_size(value)
         if transcript is not None:
             _TRANSCRIPT_ENCODER.encode(transcript)
     except (TypeError, ValueError) as exc:

@@ -255,7 +255,7 @@ class Parent(metaclass=NoPublicConstructor):
         run = self._find(run_id)
         if type(run) is StoredRun:
             return self._answer_record(await self._load(run_id))
-        if run.is_terminal:
+        if run.ended_at is not None:  # terminal
             await trio.lowlevel.checkpoint()
         elif limit is None:
             await run.done.wait()
@@ -266,7 +266,7 @@ class Parent(metaclass=NoPublicConstructor):
                 # Past its deadline the run is about to settle: never answer
                 # "running" for it (this also settles a tie with the deadline).
                 await run.done.wait()
-        if run.is_terminal:
+        if run.ended_at is not None:  # terminal
             result = run.result
             if result is not None:  # completed: _answer's common case, inline
                 self._ledger.resolve(run_id)

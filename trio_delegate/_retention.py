@@ -9,7 +9,7 @@ indistinguishable from a timer, and it needs no task and no clock of its own.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
@@ -38,7 +38,8 @@ class Retention:
         self._seconds = seconds
         self._max_runs = max_runs
         self._tombstone_limit = TOMBSTONES_PER_RETAINED_RUN * max_runs
-        self._kept: OrderedDict[str, Run] = OrderedDict()
+        # Terminal runs, oldest ended first (runs end in clock order).
+        self._kept: deque[Run] = deque()
         # ended_at of the first kept run (inf when none): expire() runs before
         # every admission and lookup, and usually has nothing to do.
         self._oldest_end = math.inf
@@ -54,7 +55,7 @@ class Retention:
         if not kept:
             assert run.ended_at is not None
             self._oldest_end = run.ended_at
-        kept[run.run_id] = run
+        kept.append(run)
         if len(kept) > self._max_runs:
             self._evict_oldest()
 
@@ -70,9 +71,10 @@ class Retention:
 
     def _evict_oldest(self) -> None:
         kept = self._kept
-        run_id, run = kept.popitem(last=False)
+        run = kept.popleft()
+        run_id = run.run_id
         if kept:
-            ended_at = next(iter(kept.values())).ended_at
+            ended_at = kept[0].ended_at
             assert ended_at is not None
             self._oldest_end = ended_at
         else:
