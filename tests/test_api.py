@@ -10,9 +10,12 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 import trio_delegate as td
 from tests.helpers import forever, open_parent, open_parent_lenient, returning, sleeping, sub
+from trio_delegate._summary import summarize_task
 
 S = td.RunStatus
 
@@ -207,3 +210,10 @@ def test_child_context_is_read_only_and_readable() -> None:
         with pytest.raises(AttributeError):
             setattr(ctx, name, "changed")
     assert "run_id='run_x'" in repr(ctx)
+
+
+@given(st.text(max_size=260))
+def test_task_summary_matches_its_definition(task: str) -> None:
+    collapsed = " ".join(task.split())
+    expected = collapsed if len(collapsed) <= 200 else collapsed[:199].rstrip() + "…"
+    assert summarize_task(task) == expected

@@ -21,22 +21,20 @@ class RunIds:
     ``os.urandom`` that no other id shares.
     """
 
-    __slots__ = ("_hex", "_next")
+    __slots__ = ("_ready",)
 
     _BATCH = 256  # ids per read
 
     def __init__(self) -> None:
-        self._hex = ""
-        self._next = 0
+        self._ready: list[str] = []
 
     def new(self) -> str:
-        width = 2 * RUN_ID_BYTES
-        start = self._next
-        if start >= len(self._hex):
-            self._hex = os.urandom(RUN_ID_BYTES * self._BATCH).hex()
-            start = 0
-        self._next = start + width
-        return "run_" + self._hex[start : start + width]
+        ready = self._ready
+        if not ready:
+            digits = os.urandom(RUN_ID_BYTES * self._BATCH).hex()
+            width = 2 * RUN_ID_BYTES
+            ready.extend("run_" + digits[i : i + width] for i in range(0, len(digits), width))
+        return ready.pop()
 
 
 def new_runtime_id() -> str:

@@ -356,8 +356,6 @@ class Parent(metaclass=NoPublicConstructor):
                 f"than Config.max_depth={config.max_depth}; do this work here instead",
                 subagent=name,
             )
-        now = self._runtime._now()
-        runtime._retention.expire(now)
         if runtime._live_count >= config.max_live_runs:
             raise LimitExceededError(
                 f"the runtime already has {runtime._live_count} live runs, the most "
@@ -379,8 +377,12 @@ class Parent(metaclass=NoPublicConstructor):
         self._runs[run_id] = run
         self._ledger.add(run)
         runtime._live_count += 1
-        if runtime._persister is None:
-            self._enqueue(run, now)
+        if runtime._persister is None:  # else _commit_admission enqueues it
+            # _enqueue, inline: this is every admission without a store.
+            if self._running < config.max_concurrent_runs and not self._pending:
+                self._launch(run, runtime._now())
+            else:
+                self._pending.append(run)
         return run
 
     async def _commit_admission(self, run: Run) -> None:

@@ -1,7 +1,7 @@
 """Bounded retention of terminal runs and memory of evicted ids (contract §8).
 
-Eviction is lazy: it happens when a run settles (the count bound) and
-before every lookup and admission (the time bound). Nothing can observe a
+Eviction is lazy: it happens when a run settles (by count, and by time as
+of its end) and before every lookup (by time). Nothing can observe a
 run between the moment it became evictable and the next call, so this is
 indistinguishable from a timer, and it needs no task and no clock of its own.
 """
@@ -50,14 +50,21 @@ class Retention:
         return len(self._kept)
 
     def add(self, run: Run) -> None:
-        """Keep a run that has just settled; evict the oldest beyond the count."""
+        """Keep a run that has just settled; evict what is too old or too many.
+
+        The run's end is the current time: runs that ended more than
+        ``retention_seconds`` before it go now, not at the next lookup.
+        """
+        ended_at = run.ended_at
+        assert ended_at is not None
         kept = self._kept
         if not kept:
-            assert run.ended_at is not None
-            self._oldest_end = run.ended_at
+            self._oldest_end = ended_at
         kept.append(run)
         if len(kept) > self._max_runs:
             self._evict_oldest()
+        if ended_at - self._oldest_end > self._seconds:
+            self.expire(ended_at)
 
     def expire(self, now: float) -> None:
         """Evict every run that ended more than ``retention_seconds`` before *now*."""

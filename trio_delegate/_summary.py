@@ -12,6 +12,17 @@ def summarize_task(task: str, limit: int = SUMMARY_CHARS) -> str:
 
     A cut is marked with ``…``, which counts towards the limit.
     """
+    # Already a summary when it is short, has no whitespace but single inner
+    # spaces (isprintable() is False for every other whitespace character) and
+    # no space at either end: checking is cheaper than rebuilding.
+    if (
+        len(task) <= limit
+        and task.isprintable()
+        and "  " not in task
+        and task[:1] != " "
+        and task[-1:] != " "
+    ):
+        return task
     text = " ".join(task.split())
     if len(text) <= limit:
         return text
