@@ -449,3 +449,31 @@ async def test_delegation_tools_have_no_public_constructor() -> None:
     async with tools_for() as (parent, _):
         with pytest.raises(TypeError, match="no public constructor"):
             td.DelegationTools(parent, {})
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("subagent_status", {"run_id": "RUN"}),
+        ("cancel_subagent", {"run_id": "RUN"}),
+        ("wait_subagent", {"run_id": "RUN", "timeout": 0}),
+        ("delegate_task", {"subagent": "echo", "task": "t", "background": True}),
+    ],
+)
+async def test_every_tool_call_is_a_checkpoint(
+    name: str, arguments: dict[str, Any], autojump_clock: trio.testing.MockClock
+) -> None:
+    async with tools_for() as (parent, tools):
+        handle = await parent.start("slow", "t")
+        filled = {k: handle.run_id if v == "RUN" else v for k, v in arguments.items()}
+        with trio.testing.assert_checkpoints():
+            await tools.call(name, filled)
+
+
+async def test_a_cancelled_caller_is_refused_before_the_tool_runs() -> None:
+    async with tools_for() as (parent, tools):
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await tools.call("delegate_task", {"subagent": "echo", "task": "t"})
+        assert scope.cancelled_caught
+        assert parent._runtime.live_runs == 0

@@ -45,6 +45,8 @@ _LIVE = ("pending", "running")
 #: Store-side retention is applied after this many written records (and on attach).
 _PRUNE_EVERY: Final = 512
 _BUSY_TIMEOUT_MS: Final = 10_000
+# Built once: json.dumps with options builds a new encoder on every call.
+_RECORD_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 T = TypeVar("T")
 
@@ -66,8 +68,11 @@ def _migrate_to_1(conn: sqlite3.Connection) -> None:
         """
     )
     conn.execute("CREATE INDEX runs_by_owner ON runs (owner)")
-    conn.execute("CREATE INDEX runs_by_status ON runs (status)")
-    conn.execute("CREATE INDEX runs_by_runtime ON runs (runtime_id, status)")
+    # Only live runs are looked up by runtime (to find those of a dead one), and
+    # they are few: a partial index costs nothing for the terminal majority.
+    conn.execute(
+        "CREATE INDEX runs_live ON runs (runtime_id) WHERE status IN ('pending', 'running')"
+    )
     conn.execute("INSERT INTO meta VALUES ('application', ?)", (_APPLICATION,))
 
 
@@ -337,8 +342,7 @@ class SQLiteStore:
     def _write_sync(self, records: list[RunRecord]) -> None:
         conn = self._connection()
         with _transaction(conn):
-            for record in records:
-                self._upsert(conn, record)
+            self._upsert(conn, *records)
             self._written += len(records)
             if self._written >= _PRUNE_EVERY:
                 self._written = 0
@@ -369,9 +373,9 @@ class SQLiteStore:
         rows = self._connection().execute(query, (*params, limit)).fetchall()
         return [self._decode(text) for (text,) in rows]
 
-    def _upsert(self, conn: sqlite3.Connection, record: RunRecord) -> None:
+    def _upsert(self, conn: sqlite3.Connection, *records: RunRecord) -> None:
         # An upsert keeps the row's rowid, so rowid order stays admission order.
-        conn.execute(
+        conn.executemany(
             """
             INSERT INTO runs (run_id, runtime_id, owner, subagent, status, admitted_at,
                               ended_at, record)
@@ -381,16 +385,19 @@ class SQLiteStore:
                 ended_at = excluded.ended_at,
                 record = excluded.record
             """,
-            (
-                record.run_id,
-                record.runtime_id,
-                record.owner,
-                record.subagent,
-                record.status.value,
-                record.admitted_at,
-                record.ended_at,
-                json.dumps(converter.unstructure(record), ensure_ascii=False),
-            ),
+            [
+                (
+                    record.run_id,
+                    record.runtime_id,
+                    record.owner,
+                    record.subagent,
+                    record.status.value,
+                    record.admitted_at,
+                    record.ended_at,
+                    _RECORD_ENCODER.encode(converter.unstructure(record)),
+                )
+                for record in records
+            ],
         )
 
     def _decode(self, text: str) -> RunRecord:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import attrs
+import trio
 
 from ._checks import describe
 from ._construction import NoPublicConstructor
@@ -284,6 +285,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
             DelegationError: whatever the tool itself raises (unknown run,
                 failed run, limits, closed parent...).
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
             raise InvalidArgumentsError(
@@ -313,7 +315,10 @@ class DelegationTools(metaclass=NoPublicConstructor):
         return _result_payload(result)
 
     async def _subagent_status(self, args: dict[str, Any]) -> dict[str, Any]:
-        return _handle_payload(self._parent.status(args["run_id"]))
+        answer = _handle_payload(self._parent.status(args["run_id"]))
+        # Every async call is a checkpoint; the answer stands whatever happens.
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return answer
 
     async def _wait_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
         answer = await self._parent.wait(args["run_id"], timeout=args.get("timeout"))
@@ -322,7 +327,9 @@ class DelegationTools(metaclass=NoPublicConstructor):
         return _handle_payload(answer)
 
     async def _cancel_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
-        return _ack_payload(self._parent.cancel(args["run_id"]))
+        answer = _ack_payload(self._parent.cancel(args["run_id"]))
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return answer
 
     async def _continue_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
         answer = await self._parent.continue_run(
