@@ -71,4 +71,3 @@ def bench(options: Options) -> Row:
         "argument and builds the JSON-ready answer",
         data={"direct_us": direct.to_json(), "call_us": call.to_json(), "calls": count},
     )
-
