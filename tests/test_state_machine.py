@@ -1,0 +1,675 @@
+"""The runtime against its reference model, as a Hypothesis state machine.
+
+Every rule performs one operation on a real runtime (in a Trio run hosted by
+``TrioThread``, on a manual ``MockClock``) and on ``LifecycleModel``, and
+compares the two answers. After every step the invariants compare the whole
+state: statuses, fail-closed verdicts, the clock, live runs and the runners'
+trace (every step of every runner, with its time), plus checks that need no
+model at all: terminal states never change, at most ``max_concurrent_runs``
+run per parent, pending runs start in admission order, a timed wait leaves
+its child as it was, and every runner's ``finally`` ran once its parent or
+runtime closed.
+
+The operations reach the runtime through :class:`PythonSurface`, the public
+Python API. The model-facing tools (``parent.tools()``) answer the same
+questions in another form; a surface that goes through them can be added
+beside it to fuzz that layer with the same rules and model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar, TypeVarTuple
+
+import attrs
+import trio
+from hypothesis import note, reject, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import trio_delegate as td
+import trio_delegate.testing as tdt
+from trio_delegate.testing import Answer, IndeterminateError, LifecycleModel
+
+S = td.RunStatus
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+NAMES = ("alpha", "beta", "gamma", "boss")
+BOSS_CHILDREN = ("alpha", "beta", "boss")
+OWNERS = ("p0", "p1", "p2")
+
+
+def mostly_none(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """None three times in four, else a value of *strategy*."""
+    return st.one_of(st.none(), st.none(), st.none(), strategy)
+
+
+#: What start and delegate name: mostly registered subagents, sometimes not.
+SUBAGENT_NAMES = st.sampled_from([*NAMES, *NAMES, "nope"])
+#: An id no runtime ever issued (rules draw None for it, now and then).
+BOGUS_ID = "run_" + "0" * 32
+
+# -- what the strategies draw ---------------------------------------------------
+
+
+@attrs.frozen
+class Setup:
+    """The runtime's configuration, drawn once per example."""
+
+    max_concurrent_runs: int
+    max_live_runs: int
+    max_depth: int
+    subagent_timeout: int | None
+    timeouts: tuple[Any, ...]  # Subagent.timeout_seconds, per NAMES
+    fail_closed: bool
+    max_result_bytes: int
+
+    def config(self) -> td.Config:
+        return td.Config(
+            subagent_timeout_seconds=self.subagent_timeout,
+            max_concurrent_runs=self.max_concurrent_runs,
+            max_live_runs=self.max_live_runs,
+            max_depth=self.max_depth,
+            fail_closed=self.fail_closed,
+            max_result_bytes=self.max_result_bytes,
+            retention_seconds=1e9,
+            retention_max_runs=100_000,
+        )
+
+
+@attrs.frozen
+class Nested:
+    """A ``Start`` or ``Delegate`` step, with the script its run will play."""
+
+    kind: Literal["start", "delegate"]
+    subagent: str
+    plan: Plan
+
+
+@attrs.frozen
+class Plan:
+    """A script before it is given task names: steps, then a final step."""
+
+    steps: tuple[PlanStep, ...]
+    final: tdt.Return | tdt.Raise | tdt.Hang | None
+    cleanup: int
+
+
+@attrs.frozen
+class ParentRef:
+    number: int
+    owner: str
+
+
+@attrs.frozen
+class RunRef:
+    number: int
+    parent: ParentRef
+
+
+@st.composite
+def setups(draw: st.DrawFn) -> Setup:
+    # Short deadlines, against runs of up to a few seconds: many runs time out,
+    # some while others wait for a slot.
+    timeout = st.one_of(st.just(td.INHERIT), st.none(), st.integers(1, 6).map(float))
+    return Setup(
+        max_concurrent_runs=draw(st.sampled_from([1, 1, 2, 3])),
+        # Small limits make admissions fail; the large one lets nesting run free.
+        max_live_runs=draw(st.integers(2, 8) | st.just(10_000)),
+        max_depth=draw(st.integers(1, 3)),
+        subagent_timeout=draw(st.one_of(st.none(), st.integers(1, 8), st.integers(1, 8))),
+        timeouts=tuple(draw(timeout) for _ in NAMES),
+        fail_closed=draw(st.booleans()),
+        max_result_bytes=draw(st.sampled_from([20, 1_000_000])),
+    )
+
+
+RESULTS = st.sampled_from([None, 0, 7, "ok", {"k": [1, 2]}, "x" * 40, b"raw", math.nan])
+FINALS = st.one_of(
+    st.none(),
+    st.builds(tdt.Return, RESULTS),
+    st.builds(tdt.Raise, st.sampled_from([RuntimeError, KeyError])),
+    st.just(tdt.Hang()),
+)
+SLEEP = st.builds(tdt.Sleep, st.integers(0, 8))
+LEAF_STEPS = st.one_of(
+    SLEEP,
+    SLEEP,
+    st.just(tdt.Checkpoint()),
+    st.builds(tdt.Shielded, st.integers(0, 5)),
+)
+
+
+PlanStep = tdt.Sleep | tdt.Checkpoint | tdt.Shielded | tdt.WaitStarted | Nested
+
+
+def _plans(nested: st.SearchStrategy[Plan] | None) -> st.SearchStrategy[Plan]:
+    """Plans whose nested runs play plans drawn from *nested* (none if None)."""
+    options: list[st.SearchStrategy[PlanStep]] = [LEAF_STEPS]
+    if nested is not None:
+        kinds = st.sampled_from(["start", "delegate"])
+        children = st.sampled_from([*BOSS_CHILDREN, "gamma"])
+        options += [st.builds(Nested, kinds, children, nested), st.just(tdt.WaitStarted())]
+    return st.builds(
+        Plan,
+        st.lists(st.one_of(*options), max_size=4).map(tuple),
+        FINALS,
+        st.sampled_from([0, 0, 1, 3]),
+    )
+
+
+#: Plans up to two levels of nested runs deep (built once: drawing is the slow part).
+PLANS = _plans(_plans(_plans(None)))
+
+
+# -- reaching the runtime -------------------------------------------------------
+
+
+class PythonSurface:
+    """The operations of the state machine, through the public Python API.
+
+    Each method runs inside the Trio thread and returns what the call
+    returned or the ``DelegationError`` it raised.
+    """
+
+    async def start(self, parent: td.Parent, name: str, task: str, replaces: str | None) -> Any:
+        return await parent.start(name, task, replaces=replaces)
+
+    async def delegate(self, parent: td.Parent, name: str, task: str, replaces: str | None) -> Any:
+        return await parent.delegate(name, task, replaces=replaces)
+
+    async def status(self, parent: td.Parent, run_id: str) -> Any:
+        return parent.status(run_id)
+
+    async def wait(self, parent: td.Parent, run_id: str, timeout: float | None) -> Any:
+        return await parent.wait(run_id, timeout=timeout)
+
+    async def cancel(self, parent: td.Parent, run_id: str) -> Any:
+        return parent.cancel(run_id)
+
+    async def check_resolved(self, parent: td.Parent) -> Any:
+        parent.check_resolved()
+        return None
+
+
+#: Virtual seconds after which an operation is taken as blocked forever: far
+#: beyond anything the scripts add up to.
+BLOCKED = 100_000.0
+
+
+async def _outcome(act: Callable[[], Awaitable[Any]]) -> Any:
+    """Run *act* with the clock jumping while it blocks; its result or its error."""
+    try:
+        return await tdt.drive(act, limit=BLOCKED)
+    except td.DelegationError as exc:
+        await tdt.settle()
+        return exc
+
+
+async def _leave(block: tdt.Entered[Any]) -> Any:
+    """Leave a block (no time limit: its cancel scope would sit inside the block)."""
+    try:
+        return await tdt.drive(block.aexit)
+    except td.DelegationError as exc:
+        await tdt.settle()
+        return exc
+
+
+@attrs.frozen
+class Snapshot:
+    now: float
+    live_runs: int
+    statuses: dict[int, td.RunHandle]
+    verdicts: dict[int, td.DelegationError | None]
+    trace: list[str]
+
+
+class RuntimeMachine(RuleBasedStateMachine):
+    """One runtime, several parents, and the model alongside."""
+
+    parents = Bundle("parents")
+    runs = Bundle("runs")
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Every call takes milliseconds; a planted deadlock should not cost more.
+        self.host = tdt.TrioThread(clock=tdt.mock_clock(), call_timeout=10.0)
+        self.host.start()
+        self.surface = PythonSurface()
+        self.trace = tdt.Trace()
+        self.runners = {name: tdt.ScriptedRunner(trace=self.trace) for name in NAMES}
+        self.model: LifecycleModel | None = None
+        self.setup: Setup | None = None
+        self.runtime: tdt.Entered[td.Runtime] | None = None
+        self.blocks: dict[int, tdt.Entered[td.Parent]] = {}
+        self.parent_numbers: dict[td.Parent, int] = {}
+        self.run_ids: dict[int, str] = {}
+        self.numbers: dict[str, int] = {}
+        self.tasks = 0
+        self.latest: Snapshot | None = None
+        # For the checks that need no model.
+        self.seen: dict[int, S] = {}
+        self.admitted_pending: dict[int, list[int]] = {}
+
+    # -- plumbing ------------------------------------------------------------
+
+    @property
+    def m(self) -> LifecycleModel:
+        assert self.model is not None
+        return self.model
+
+    def predict(self, operation: Callable[[LifecycleModel], Answer]) -> Answer:
+        try:
+            return operation(self.m)
+        except IndeterminateError as exc:
+            # Trio may order this tie either way: not a case one answer fits.
+            note(f"indeterminate: {exc}")
+            reject()
+
+    def answer(self, outcome: Any) -> Answer:
+        return tdt.answer_of(outcome, runs=self.numbers, parents=self.parent_numbers)
+
+    def bind(self, outcome: Any, expected: Answer) -> None:
+        """Bind the run id a real answer names to the number the model gave."""
+        run_id = getattr(outcome, "run_id", None)
+        if run_id is not None and run_id not in self.numbers and expected.run is not None:
+            self.numbers[run_id] = expected.run
+            self.run_ids[expected.run] = run_id
+            self.trace.name(run_id, self.m.run_task(expected.run))
+
+    def check(self, what: str, expected: Answer, outcome: Any) -> Answer:
+        self.bind(outcome, expected)
+        actual = self.answer(outcome)
+        assert actual == expected, f"{what}:\n  runtime: {actual}\n  model:   {expected}"
+        return actual
+
+    def run_id(self, run: RunRef | None) -> str:
+        return BOGUS_ID if run is None else self.run_ids[run.number]
+
+    def may_block(self, parent: ParentRef, name: str) -> bool:
+        assert self.setup is not None
+        if name not in NAMES:
+            return False
+        timeout = self.setup.timeouts[NAMES.index(name)]
+        if timeout is td.INHERIT:
+            timeout = self.setup.subagent_timeout
+        return timeout is None or self.m.running(parent.number) >= self.setup.max_concurrent_runs
+
+    def asked(self, run: RunRef | None, via: ParentRef | None) -> ParentRef:
+        """The parent to ask about *run*: *via*, else the run's own (else the first)."""
+        if via is not None:
+            return via
+        return run.parent if run is not None else ParentRef(0, OWNERS[0])
+
+    def parent(self, ref: ParentRef) -> td.Parent:
+        return self.blocks[ref.number].value
+
+    def new_task(self, name: str, plan: Plan) -> str:
+        task = f"t{self.tasks}"
+        self.tasks += 1
+        if name in self.runners:
+            self.runners[name].assign(task, self.materialize(plan, task))
+        return task
+
+    def materialize(self, plan: Plan, task: str) -> tdt.Script:
+        steps: list[tdt.ScriptStep] = []
+        children = 0
+        for step in plan.steps:
+            if isinstance(step, Nested):
+                child = f"{task}/{children}"
+                children += 1
+                self.runners[step.subagent].assign(child, self.materialize(step.plan, child))
+                kind = tdt.Start if step.kind == "start" else tdt.Delegate
+                steps.append(kind(step.subagent, child))
+            else:
+                steps.append(step)
+        if plan.final is not None:
+            steps.append(plan.final)
+        return tdt.Script(steps, cleanup=plan.cleanup)
+
+    # -- rules -----------------------------------------------------------------
+
+    @initialize(target=parents, setup=setups())
+    def open_runtime(self, setup: Setup) -> Any:
+        """Open the runtime, and a first parent so that runs can start at once."""
+        self.setup = setup
+        subagents = [
+            td.Subagent(
+                name,
+                self.runners[name],
+                timeout_seconds=timeout,
+                children=BOSS_CHILDREN if name == "boss" else (),
+            )
+            for name, timeout in zip(NAMES, setup.timeouts, strict=True)
+        ]
+        self.runtime = self.host.enter(td.open_runtime(subagents, config=setup.config()))
+        self.model = LifecycleModel(subagents, setup.config(), now=0.0)
+        return self.open_parent(OWNERS[0], None)
+
+    @precondition(lambda self: sum(block.is_open for block in self.blocks.values()) < 3)
+    @rule(
+        target=parents,
+        owner=st.sampled_from(OWNERS),
+        # Mostly every subagent; sometimes a subset (or an unknown name).
+        children=st.none() | st.none() | st.lists(st.sampled_from([*NAMES, "nope"]), max_size=3),
+    )
+    def open_parent(self, owner: str, children: list[str] | None) -> Any:
+        expected = self.predict(lambda m: m.open_parent(owner, subagents=children))
+        assert self.runtime is not None
+        manager = self.runtime.value.open_parent(owner, subagents=children)
+        try:
+            block = self.host.enter(manager)
+        except td.DelegationError as exc:
+            self.check("open_parent", expected, exc)
+            return multiple()
+        assert expected.kind == "parent", expected
+        assert expected.parent is not None
+        self.blocks[expected.parent] = block
+        self.parent_numbers[block.value] = expected.parent
+        self.check("open_parent", expected, block.value)
+        return ParentRef(expected.parent, owner)
+
+    @rule(
+        target=runs,
+        parent=parents,
+        name=SUBAGENT_NAMES,
+        plan=PLANS,
+        replaces=mostly_none(runs),
+    )
+    def start(self, parent: ParentRef, name: str, plan: Plan, replaces: RunRef | None) -> Any:
+        ref = self.start_one(parent, name, plan, replaces)
+        return multiple() if ref is None else ref
+
+    def start_one(
+        self, parent: ParentRef, name: str, plan: Plan, replaces: RunRef | None
+    ) -> RunRef | None:
+        task = self.new_task(name, plan)
+        replaced = None if replaces is None else replaces.number
+        real_replaces = None if replaces is None else self.run_ids[replaces.number]
+        p = self.parent(parent)
+        expected = self.predict(lambda m: m.start(parent.number, name, task, replaces=replaced))
+        outcome = self.call(_outcome, lambda: self.surface.start(p, name, task, real_replaces))
+        self.check("start", expected, outcome)
+        if expected.status is S.PENDING and expected.run is not None:
+            self.admitted_pending.setdefault(parent.number, []).append(expected.run)
+        return None if expected.run is None else RunRef(expected.run, parent)
+
+    @rule(target=runs, run=runs, name=SUBAGENT_NAMES, plan=PLANS, foreground=st.booleans())
+    def replace(self, run: RunRef, name: str, plan: Plan, foreground: bool) -> Any:
+        """A replacement for *run* (contract §7), from the parent that started it."""
+        if foreground:
+            return self.delegate(run.parent, name, plan, run)
+        return self.start(run.parent, name, plan, run)
+
+    @rule(
+        target=runs,
+        parent=parents,
+        batch=st.lists(st.tuples(SUBAGENT_NAMES, PLANS), min_size=2, max_size=4),
+    )
+    def start_several(self, parent: ParentRef, batch: list[tuple[str, Plan]]) -> Any:
+        """Several background starts in a row: queues of pending runs form."""
+        refs = [self.start_one(parent, name, plan, None) for name, plan in batch]
+        return multiple(*(ref for ref in refs if ref is not None))
+
+    @rule(
+        target=runs,
+        parent=parents,
+        name=SUBAGENT_NAMES,
+        plan=PLANS,
+        replaces=mostly_none(runs),
+    )
+    def delegate(self, parent: ParentRef, name: str, plan: Plan, replaces: RunRef | None) -> Any:
+        task = self.new_task(name, plan)
+        replaced = None if replaces is None else replaces.number
+        real_replaces = None if replaces is None else self.run_ids[replaces.number]
+        p = self.parent(parent)
+        # A delegation that would wait forever is not run: tried on a copy first
+        # when it might (no deadline, or no free slot to start it).
+        trial = self.m.fork() if self.may_block(parent, name) else self.m
+        expected = self.predict(
+            lambda _: trial.delegate(parent.number, name, task, replaces=replaced)
+        )
+        if expected.kind == "blocked":
+            return multiple()
+        self.model = trial
+        outcome = self.call(_outcome, lambda: self.surface.delegate(p, name, task, real_replaces))
+        self.check("delegate", expected, outcome)
+        return multiple() if expected.run is None else RunRef(expected.run, parent)
+
+    @rule(seconds=st.integers(0, 6))
+    def advance(self, seconds: int) -> None:
+        try:
+            self.m.advance(seconds)
+        except IndeterminateError as exc:
+            note(f"indeterminate: {exc}")
+            reject()
+        self.call(tdt.advance, seconds)
+
+    @rule(run=st.one_of(runs, runs, runs, st.none()), via=mostly_none(parents))
+    def status(self, run: RunRef | None, via: ParentRef | None) -> None:
+        parent = self.asked(run, via)
+        number = None if run is None else run.number
+        expected = self.predict(lambda m: m.status(parent.number, number))
+        p, run_id = self.parent(parent), self.run_id(run)
+        outcome = self.call(_outcome, lambda: self.surface.status(p, run_id))
+        self.check("status", expected, outcome)
+
+    @rule(run=st.one_of(runs, runs, runs, st.none()), via=mostly_none(parents))
+    def poll(self, run: RunRef | None, via: ParentRef | None) -> None:
+        """``wait(timeout=0)``: a result, an error, or the live handle."""
+        parent = self.asked(run, via)
+        number = None if run is None else run.number
+        p, run_id = self.parent(parent), self.run_id(run)
+
+        async def wait_and_look() -> tuple[Any, Any, Any]:
+            # The status right before and right after, to check the wait left it alone.
+            before = await _outcome(lambda: self.surface.status(p, run_id))
+            during = await _outcome(lambda: self.surface.wait(p, run_id, 0))
+            after = await _outcome(lambda: self.surface.status(p, run_id))
+            return before, during, after
+
+        expected = self.predict(lambda m: m.wait(parent.number, number, timeout=0))
+        before, during, after = self.call(wait_and_look)
+        self.check("wait(timeout=0)", expected, during)
+        if isinstance(during, td.RunHandle):
+            # The wait timed out: the child is exactly as it was.
+            assert isinstance(before, td.RunHandle)
+            assert isinstance(after, td.RunHandle)
+            assert before.status == during.status == after.status, (before, during, after)
+
+    @rule(run=st.one_of(runs, runs, runs, st.none()), via=mostly_none(parents))
+    def cancel(self, run: RunRef | None, via: ParentRef | None) -> None:
+        parent = self.asked(run, via)
+        number = None if run is None else run.number
+        expected = self.predict(lambda m: m.cancel(parent.number, number))
+        p, run_id = self.parent(parent), self.run_id(run)
+        outcome = self.call(_outcome, lambda: self.surface.cancel(p, run_id))
+        self.check("cancel", expected, outcome)
+
+    # Not before a few runs; a closed parent leaves the bundle (runs keep
+    # naming it, so calls on a closed parent still happen).
+    @precondition(lambda self: self.model is not None and self.m.runs >= 3)
+    @rule(parent=consumes(parents))
+    def close_parent(self, parent: ParentRef) -> None:
+        block = self.blocks[parent.number]
+        if not block.is_open:
+            return
+        expected = self.predict(lambda m: m.close_parent(parent.number))
+        outcome = self.call(_leave, block)
+        self.check("leaving the parent block", expected, outcome)
+        self.assert_all_runners_ended(parent.number)
+
+    # Not before a few runs: a runtime closed at once makes a short example.
+    @precondition(lambda self: self.model is not None and not self.m.closed and self.m.runs >= 4)
+    @rule()
+    def close_runtime(self) -> None:
+        expected = self.predict(lambda m: m.close_runtime())
+        assert self.runtime is not None
+        outcome = self.call(_leave, self.runtime)
+        self.check("leaving the runtime block", expected, outcome)
+        self.assert_all_runners_ended(None)
+
+    # -- invariants -----------------------------------------------------------
+
+    def call(self, async_fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
+        """Run one operation in the Trio thread, and snapshot the state right after it.
+
+        One round trip instead of two: the invariants read the snapshot.
+        """
+
+        async def operation() -> tuple[T, Snapshot]:
+            result = await async_fn(*args)
+            return result, self.look()
+
+        result, self.latest = self.host.call(operation)
+        return result
+
+    def snapshot(self) -> Snapshot:
+        latest, self.latest = self.latest, None
+        return latest if latest is not None else self.host.call_sync(self.look)
+
+    def look(self) -> Snapshot:
+        """What the runtime says now (called inside the Trio thread)."""
+        # Raw outcomes: run ids are bound to numbers after the operation returns.
+        statuses: dict[int, td.RunHandle] = {}
+        verdicts: dict[int, td.DelegationError | None] = {}
+        for number, block in self.blocks.items():
+            if not block.is_open or self.m.closed:
+                continue
+            parent = block.value
+            for run, run_id in self.run_ids.items():
+                if self.m.run_parent(run) == number:
+                    statuses[run] = parent.status(run_id)
+            try:
+                parent.check_resolved()
+            except td.DelegationError as exc:
+                verdicts[number] = exc
+            else:
+                verdicts[number] = None
+        assert self.runtime is not None
+        return Snapshot(
+            trio.current_time(),
+            self.runtime.value.live_runs,
+            statuses,
+            verdicts,
+            self.trace.lines(),
+        )
+
+    @invariant()
+    def agrees_with_model(self) -> None:
+        if self.model is None:
+            return
+        snap = self.snapshot()
+        m = self.m
+        assert snap.now == m.now, f"clock: runtime {snap.now}, model {m.now}"
+        for run, handle in snap.statuses.items():
+            parent = m.run_parent(run)
+            assert parent is not None
+            actual, expected = self.answer(handle), m.status(parent, run)
+            assert actual == expected, f"status of run {run}: runtime {actual}, model {expected}"
+        for parent, verdict in snap.verdicts.items():
+            actual, expected = self.answer(verdict), m.check_resolved(parent)
+            assert actual == expected, f"verdict of parent {parent}: {actual} != {expected}"
+        if not m.closed:
+            assert snap.live_runs == m.live_runs, (snap.live_runs, m.live_runs)
+        assert snap.trace == m.trace.lines(), _trace_diff(snap.trace, m.trace.lines())
+        self.check_without_model(snap)
+
+    def check_without_model(self, snap: Snapshot) -> None:
+        assert self.setup is not None
+        statuses = {run: handle.status for run, handle in snap.statuses.items()}
+        # Terminal states never change.
+        for run, status in statuses.items():
+            previous = self.seen.get(run)
+            if previous is not None and previous.is_terminal:
+                assert status is previous, f"run {run} went from {previous} to {status}"
+            self.seen[run] = status
+        # At most max_concurrent_runs run per parent.
+        for parent in snap.verdicts:
+            running = [
+                run
+                for run, status in statuses.items()
+                if status is S.RUNNING and self.m.run_parent(run) == parent
+            ]
+            assert len(running) <= self.setup.max_concurrent_runs, (parent, running)
+        # Pending runs start in admission order: never a later one before an earlier one.
+        starts = {
+            line.split(" ")[1]: float(line.split(" ")[0])
+            for line in snap.trace
+            if line.split(" ")[2] == "start"
+        }
+        for parent, queued in self.admitted_pending.items():
+            if parent not in snap.verdicts:
+                continue
+            started_at = [starts.get(self.m.run_task(run)) for run in queued]
+            for i, run in enumerate(queued):
+                for j in range(i + 1, len(queued)):
+                    earlier_start, later_start = started_at[i], started_at[j]
+                    if later_start is None:
+                        continue
+                    assert statuses.get(run) is not S.PENDING, (
+                        f"run {queued[j]} started while the earlier run {run} is still pending"
+                    )
+                    if earlier_start is not None:
+                        assert earlier_start <= later_start, (run, queued[j], started_at)
+
+    def assert_all_runners_ended(self, parent: int | None) -> None:
+        """No runner outlives its parent (or, for None, the runtime)."""
+        lines = self.host.call_sync(self.trace.lines)
+        prefixes = None
+        if parent is not None:
+            prefixes = tuple(
+                self.m.run_task(run)
+                for run in range(self.m.runs)
+                if self.m.run_parent(run) == parent
+            )
+        started, ended = set(), set()
+        for line in lines:
+            _, label, kind, *_ = line.split(" ")
+            if prefixes is not None and label.split("/")[0] not in prefixes:
+                continue
+            if kind == "start":
+                started.add(label)
+            elif kind == "finally":
+                ended.add(label)
+        assert started <= ended, f"runners still running: {sorted(started - ended)}"
+
+    def teardown(self) -> None:
+        try:
+            for block in self.blocks.values():
+                if block.is_open:
+                    self.host.call(_leave, block)
+            if self.runtime is not None and self.runtime.is_open:
+                self.host.call(_leave, self.runtime)
+        finally:
+            self.host.close()
+
+
+def _trace_diff(actual: list[str], expected: list[str]) -> str:
+    for index, (a, e) in enumerate(zip(actual, expected, strict=False)):
+        if a != e:
+            return f"traces differ at line {index}:\n  runtime: {a}\n  model:   {e}"
+    return f"traces differ in length: runtime {len(actual)} lines, model {len(expected)}"
+
+
+def test_runtime_matches_its_model() -> None:
+    current = settings()
+    run_state_machine_as_test(
+        RuntimeMachine,
+        settings=settings(
+            current,
+            max_examples=max(200, current.max_examples),
+            stateful_step_count=40,
+        ),
+    )

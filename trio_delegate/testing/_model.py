@@ -1,0 +1,1229 @@
+"""An executable reference model of the run lifecycle, in plain Python (no Trio).
+
+:class:`LifecycleModel` is a discrete-event simulation of contract §3 to §7 for
+subagents whose runners are :class:`ScriptedRunner`\\ s: given the same
+operations a host performs on a real runtime under ``MockClock``, it predicts
+every answer (:class:`Answer`) and every event of the runners' trace.
+
+How one instant is processed, mirroring how Trio runs a ``MockClock``:
+
+1. child deadlines that fall at this instant cancel their runs' scopes first
+   (a sleep that ends exactly at the deadline is cancelled);
+2. then every runner due at this instant runs until it blocks, with
+   everything that unblocks (a child settling, a slot freeing) in turn;
+3. the host acts only after that, when every task is blocked.
+
+Operations (``start``, ``cancel``, ...) are host actions: each acts on a
+quiescent state, then lets everything it set off run at the same instant.
+
+Where two runners act at the same instant and the runtime leaves their order
+open, the result can depend on it. The model then raises
+:class:`IndeterminateError` instead of guessing; the cases are: a runner
+ending (which cancels its nested runs) at the instant one of those runs acts,
+a nested admission whose ``max_live_runs`` verdict depends on other runs of
+the same instant, and a timed wait whose timeout ends at the instant the run
+changes status. Retention is not modelled: a run that would be evicted raises
+``ValueError``.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import json
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Final, NoReturn, final
+
+import attrs
+
+from .._config import Config
+from .._errors import (
+    DelegationError,
+    RunFailedError,
+    UnresolvedDelegationError,
+)
+from .._parent import Parent
+from .._results import CancelAck, Output, RunHandle, RunResult
+from .._status import RunStatus
+from .._subagent import Subagent
+from ._scripted import (
+    Checkpoint,
+    Delegate,
+    Hang,
+    Raise,
+    Return,
+    Script,
+    ScriptedRunner,
+    Shielded,
+    Sleep,
+    Start,
+    WaitStarted,
+)
+from ._trace import Trace
+
+__all__ = ["Answer", "IndeterminateError", "LifecycleModel", "answer_of"]
+
+_MAX_OWNER_CHARS: Final = 256
+
+_ERROR_CLASS = {
+    "unknown_subagent": "UnknownSubagentError",
+    "invalid_arguments": "InvalidArgumentsError",
+    "limit_exceeded": "LimitExceededError",
+    "runtime_closed": "RuntimeClosedError",
+}
+_OUTCOME_ERROR = {
+    RunStatus.FAILED: ("run_failed", "RunFailedError"),
+    RunStatus.CANCELLED: ("run_cancelled", "RunCancelledError"),
+    RunStatus.TIMED_OUT: ("run_timed_out", "RunTimedOutError"),
+}
+
+
+class IndeterminateError(Exception):
+    """The runtime may answer this either way: it depends on how Trio orders
+    tasks that wake at the same instant. Avoid the tie (or discard the case).
+    """
+
+
+@final
+@attrs.frozen
+class Answer:
+    """What one call returned or raised, in a form a model can predict.
+
+    Build one from a real outcome with :func:`answer_of`.
+
+    Attributes:
+        kind: ``"ok"`` (returned None), ``"parent"``, ``"handle"``,
+            ``"result"``, ``"ack"``, ``"error"``, or ``"blocked"`` (the call
+            would never return; only the model answers this).
+        run: the run's number (see :class:`LifecycleModel`), if any.
+        subagent: the subagent named by the answer, if any.
+        status: the status in a handle or ack.
+        cancel_requested: the ack's flag.
+        final_result: a result's ``final_result``.
+        error: an error's kind (``DelegationError.kind()``, e.g. ``"run_failed"``).
+        cause: for ``run_failed``, the child exception's type name.
+        unresolved: for ``unresolved_delegation``, ``(run, status)`` pairs,
+            oldest first.
+        parent: for ``"parent"``, the parent's number.
+    """
+
+    kind: str
+    run: int | None = None
+    subagent: str | None = None
+    status: RunStatus | None = None
+    cancel_requested: bool | None = None
+    final_result: Any = None
+    error: str | None = None
+    cause: str | None = None
+    unresolved: tuple[tuple[int | None, RunStatus], ...] = ()
+    parent: int | None = None
+
+
+def answer_of(
+    outcome: object,
+    *,
+    runs: Mapping[str, int] | None = None,
+    parents: Mapping[Parent, int] | None = None,
+) -> Answer:
+    """Turn what a real call returned or raised into an :class:`Answer`.
+
+    Args:
+        outcome: the returned value, or the raised ``DelegationError``.
+        runs: run id → run number, for the runs the test has bound.
+        parents: parent → parent number.
+
+    Raises:
+        TypeError: *outcome* is not something the runtime returns or raises.
+    """
+    runs = runs or {}
+    parents = parents or {}
+
+    def number(run_id: str | None) -> int | None:
+        return None if run_id is None else runs.get(run_id)
+
+    match outcome:
+        case None:
+            return Answer("ok")
+        case Parent():
+            return Answer("parent", parent=parents.get(outcome))
+        case RunHandle(run_id=run_id, subagent=subagent, status=status):
+            return Answer("handle", number(run_id), subagent, status)
+        case RunResult(run_id=run_id, subagent=subagent, final_result=final_result):
+            return Answer("result", number(run_id), subagent, final_result=final_result)
+        case CancelAck(run_id=run_id, cancel_requested=requested, status=status):
+            return Answer("ack", number(run_id), status=status, cancel_requested=requested)
+        case UnresolvedDelegationError(unresolved=entries):
+            pairs = tuple((number(e.run_id), RunStatus(e.status)) for e in entries)
+            return Answer("error", error=outcome.kind(), unresolved=pairs)
+        case RunFailedError():
+            return Answer(
+                "error",
+                number(outcome.run_id),
+                outcome.subagent,
+                error=outcome.kind(),
+                cause=outcome.error_type,
+            )
+        case DelegationError():
+            return Answer("error", number(outcome.run_id), outcome.subagent, error=outcome.kind())
+    raise TypeError(f"not an outcome of a trio_delegate call: {outcome!r}")
+
+
+class _Mode(enum.Enum):
+    """Where a run's runner is."""
+
+    IDLE = "idle"  # pending: no task yet
+    NEW = "new"  # launched; its task has not run yet
+    STEPS = "steps"  # between steps (transient)
+    SLEEP = "sleep"  # in Sleep(s): wakes at wake_at, or by cancellation
+    SHIELDED = "shielded"  # in Shielded(s): wakes at wake_at only
+    HANG = "hang"  # in Hang(): wakes by cancellation only
+    WAIT_CHILD = "wait_child"  # in Delegate: waits for waiting_on
+    WAIT_CHILD_SHIELDED = "wait_child_shielded"  # Delegate cancelled: joins the child
+    WAIT_STARTED = "wait_started"  # in WaitStarted: waits for waiting_on
+    CLEANUP = "cleanup"  # shielded cleanup after a cancellation, until wake_at
+    JOIN = "join"  # runner ended; joining nested runs
+    DONE = "done"
+
+
+_CANCELLABLE = frozenset({_Mode.SLEEP, _Mode.HANG, _Mode.WAIT_CHILD, _Mode.WAIT_STARTED})
+_TIMED = frozenset({_Mode.SLEEP, _Mode.SHIELDED, _Mode.CLEANUP})
+
+#: (batch, phase): phase 0 = before any runner of the batch acts, 1 = by a runner.
+_Stamp = tuple[int, int]
+_NEVER: Final[_Stamp] = (math.inf, 0)  # type: ignore[assignment]
+
+
+@attrs.define(eq=False)
+class _Parent:
+    index: int | None  # top-level parents only
+    owner: str
+    children: dict[str, Subagent]
+    depth: int
+    outer: _Run | None  # the run whose ctx.parent this is
+    closed: bool = False
+    runs: list[_Run] = attrs.Factory(list)
+    pending: deque[_Run] = attrs.Factory(deque)
+    running: int = 0
+
+
+@attrs.define(eq=False)
+class _Run:
+    key: str
+    number: int | None
+    parent: _Parent
+    subagent: Subagent
+    task: str
+    replaces: _Run | None
+    depth: int
+    timeout: float | None
+    status: RunStatus = RunStatus.PENDING
+    deadline: float = math.inf
+    cancel_requested_at: float | None = None
+    scope_cancel: _Stamp | None = None
+    ended_at: float | None = None
+    result: Any = None
+    cause: str | None = None
+    observed: bool = False
+    replacements: list[_Run] = attrs.Factory(list)
+    # The runner's progress.
+    mode: _Mode = _Mode.IDLE
+    script: Script | None = None
+    pc: int = 0
+    wake_at: float | None = None
+    outcome: tuple[str, Any] | None = None
+    nested: _Parent | None = None
+    waiting_on: _Run | None = None
+    started: list[_Run] = attrs.Factory(list)
+    wait_index: int = 0
+    # Bookkeeping for IndeterminateError.
+    active_batch: int = -1
+    launched_batch: int = -1
+    # The last batch in which the runner passed a cancellation check unharmed
+    # (a checkpoint, or a sleep that ended by itself).
+    checked_batch: int = -1
+    launched_by: _Run | None = None
+    changed_at: float = -math.inf
+    woken_by: _Run | None = None
+    # Schedule points the runner passed (a nested run it admits cannot act
+    # before the runner's next one).
+    yields: int = 0
+    admitted_by: _Run | None = None
+    admit_yield: int = -1
+    launched_on_admission: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.ended_at is not None
+
+
+@final
+class LifecycleModel:
+    """A reference model of one runtime with scripted subagents.
+
+    Args:
+        subagents: the same ``Subagent`` objects given to ``open_runtime``;
+            every runner must be a :class:`ScriptedRunner` (its scripts are
+            read when a run starts, so assign them before).
+        config: the runtime's config; ``Config()`` when omitted.
+        now: the Trio clock time at which the runtime was opened.
+
+    Runs are numbered ``0, 1, 2, …`` in the order top-level parents admitted
+    them (nested runs have no number); parents likewise, in the order they
+    were opened. Operations take and answer these numbers; bind each real run
+    id to the number the model answered to compare (see :func:`answer_of`).
+
+    Raises:
+        TypeError: a runner is not a ``ScriptedRunner``.
+    """
+
+    def __init__(
+        self, subagents: Iterable[Subagent], config: Config | None = None, *, now: float = 0.0
+    ) -> None:
+        self._config = config if config is not None else Config()
+        self._subagents: dict[str, Subagent] = {}
+        for subagent in subagents:
+            if not isinstance(subagent.runner, ScriptedRunner):
+                raise TypeError(
+                    f"subagent {subagent.name!r} has runner {subagent.runner!r}; the model "
+                    "can only predict ScriptedRunner runners"
+                )
+            self._subagents[subagent.name] = subagent
+        self._now = float(now)
+        self._closed = False
+        self._closed_at: float | None = None
+        self._closed_stamp: _Stamp | None = None
+        self._parents: list[_Parent] = []
+        self._open_owners: dict[str, _Parent] = {}
+        self._top: list[_Run] = []
+        self._all: list[_Run] = []
+        self._running: dict[str, _Run] = {}
+        self._live = 0
+        self._terminal_count = 0
+        self._trace = Trace()
+        self._queue: deque[tuple[_Run, str]] = deque()
+        self._queued: dict[str, int] = {}
+        self._batch = 0
+        # What changed the live count in the current batch, in order, and the
+        # nested admissions that read it: (position, admitting run, live, accepted).
+        self._batch_log: list[tuple[str, _Run]] = []
+        self._batch_decisions: list[tuple[int, _Run, int, bool]] = []
+
+    # -- reading --------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        """The model's Trio clock time."""
+        return self._now
+
+    @property
+    def live_runs(self) -> int:
+        """Pending plus running runs in the whole runtime (``Runtime.live_runs``)."""
+        return self._live
+
+    @property
+    def closed(self) -> bool:
+        """Whether the runtime was closed."""
+        return self._closed
+
+    @property
+    def trace(self) -> Trace:
+        """The runners' trace as the model predicts it (compare ``lines()``)."""
+        return self._trace
+
+    @property
+    def runs(self) -> int:
+        """How many top-level runs were admitted (the next run's number)."""
+        return len(self._top)
+
+    def run_parent(self, run: int) -> int | None:
+        """The number of the parent that admitted run *run*."""
+        return self._top[run].parent.index
+
+    def run_task(self, run: int) -> str:
+        """The task of run *run*."""
+        return self._top[run].task
+
+    def peek_status(self, run: int) -> RunStatus:
+        """Run *run*'s status, without the checks a real ``status`` call makes."""
+        return self._top[run].status
+
+    def running(self, parent: int) -> int:
+        """How many runs of *parent* hold one of its ``max_concurrent_runs`` slots."""
+        return self._parents[parent].running
+
+    def is_open(self, parent: int) -> bool:
+        """Whether parent *parent* has not been closed."""
+        return not self._parents[parent].closed
+
+    def fork(self) -> LifecycleModel:
+        """An independent copy, to try an operation without committing to it."""
+        memo: dict[int, Any] = {id(s): s for s in self._subagents.values()}
+        memo[id(self._config)] = self._config
+        return copy.deepcopy(self, memo)
+
+    # -- parents --------------------------------------------------------------
+
+    def open_parent(self, owner: str = "root", *, subagents: Iterable[str] | None = None) -> Answer:
+        """``rt.open_parent(owner, subagents=...)`` entered; answers ``"parent"``."""
+        if self._closed:
+            return _error("runtime_closed")
+        if (
+            not isinstance(owner, str)
+            or not owner.strip()
+            or len(owner) > _MAX_OWNER_CHARS
+            or not owner.isprintable()
+        ):
+            return _error("invalid_arguments")
+        if subagents is None:
+            children = dict(self._subagents)
+        else:
+            if isinstance(subagents, str):
+                return _error("invalid_arguments")
+            children = {}
+            for name in subagents:
+                found = self._subagents.get(name) if isinstance(name, str) else None
+                if found is None:
+                    return _error("unknown_subagent", subagent=str(name))
+                if name in children:
+                    return _error("invalid_arguments")
+                children[name] = found
+        if owner in self._open_owners:
+            return _error("invalid_arguments")
+        parent = _Parent(len(self._parents), owner, children, 0, None)
+        self._parents.append(parent)
+        self._open_owners[owner] = parent
+        return Answer("parent", parent=parent.index)
+
+    def close_parent(self, parent: int) -> Answer:
+        """Leave parent *parent*'s ``async with`` normally (a claim of completion).
+
+        Returns:
+            ``"ok"``, or the ``unresolved_delegation`` error it raises.
+
+        Raises:
+            ValueError: the parent was closed already.
+        """
+        p = self._parents[parent]
+        if p.closed:
+            raise ValueError(f"parent {parent} was closed already")
+        self._begin_batch()
+        p.closed = True
+        if self._open_owners.get(p.owner) is p:
+            del self._open_owners[p.owner]
+        self._cancel_runs(p, (self._batch, 0))
+        self._drain()
+        self._end_batch()
+        if not self._run_until(lambda: all(run.terminal for run in p.runs)):
+            raise AssertionError("model error: a cancelled run never ended")  # pragma: no cover
+        return self._verdict(p)
+
+    def close_runtime(self) -> Answer:
+        """Leave the runtime's ``async with`` normally; answers ``"ok"``.
+
+        Raises:
+            ValueError: the runtime was closed already.
+        """
+        if self._closed:
+            raise ValueError("the runtime was closed already")
+        self._begin_batch()
+        self._closed = True
+        self._closed_at = self._now
+        stamp = (self._batch, 0)
+        self._closed_stamp = stamp
+        for p in self._parents:
+            if p.depth == 0 and not p.closed:
+                self._cancel_pending(p, stamp)
+        for run in list(self._running.values()):
+            self._wake_cancelled(run)
+        self._drain()
+        self._end_batch()
+        if not self._run_until(lambda: self._live == 0):
+            raise AssertionError("model error: a cancelled run never ended")  # pragma: no cover
+        return Answer("ok")
+
+    def check_resolved(self, parent: int) -> Answer:
+        """``parent.check_resolved()``: ``"ok"`` or the ``unresolved_delegation`` error."""
+        p = self._parents[parent]
+        refused = self._refuse_closed(p)
+        if refused is not None:
+            return refused
+        return self._verdict(p)
+
+    # -- runs -----------------------------------------------------------------
+
+    def start(
+        self, parent: int, subagent: str, task: str, *, replaces: int | None = None
+    ) -> Answer:
+        """``parent.start(subagent, task, replaces=...)``: a handle or an error."""
+        p = self._parents[parent]
+        refused = self._refuse_closed(p)
+        if refused is not None:
+            return refused
+        admitted = self._admit(p, subagent, task, replaces)
+        if isinstance(admitted, Answer):
+            return admitted
+        answer = self._handle(admitted)
+        self._begin_batch()
+        self._drain()
+        self._end_batch()
+        return answer
+
+    def delegate(
+        self, parent: int, subagent: str, task: str, *, replaces: int | None = None
+    ) -> Answer:
+        """``parent.delegate(...)``: the result or error, after the run ended.
+
+        Returns ``"blocked"`` (and leaves the model with its time moved past
+        every event) when the run would never end; try it on a :meth:`fork`.
+        """
+        p = self._parents[parent]
+        refused = self._refuse_closed(p)
+        if refused is not None:
+            return refused
+        admitted = self._admit(p, subagent, task, replaces)
+        if isinstance(admitted, Answer):
+            return admitted
+        run = admitted
+        self._begin_batch()
+        self._drain()
+        self._end_batch()
+        if not self._run_until(lambda: run.terminal):
+            return Answer("blocked", run.number)
+        return self._outcome(run)
+
+    def status(self, parent: int, run: int | None) -> Answer:
+        """``parent.status(run_id)``; *run* ``None`` stands for an id never issued."""
+        p = self._parents[parent]
+        refused = self._refuse_closed(p)
+        if refused is not None:
+            return refused
+        found = self._lookup(p, run)
+        if isinstance(found, Answer):
+            return found
+        return self._handle(found)
+
+    def wait(self, parent: int, run: int | None, *, timeout: float | None = None) -> Answer:
+        """``parent.wait(run_id, timeout=...)``.
+
+        Returns ``"blocked"`` when an unbounded wait would never return.
+
+        Raises:
+            IndeterminateError: the timeout ends at the instant the run changes
+                status (before its deadline).
+        """
+        p = self._parents[parent]
+        refused = self._refuse_closed(p)
+        if refused is not None:
+            return refused
+        if timeout is not None and (
+            isinstance(timeout, bool) or not math.isfinite(timeout) or timeout < 0
+        ):
+            return _error("invalid_arguments")
+        found = self._lookup(p, run)
+        if isinstance(found, Answer):
+            return found
+        target = found
+        if not target.terminal:
+            if timeout is None:
+                if not self._run_until(lambda: target.terminal):
+                    return Answer("blocked", target.number)
+            else:
+                until = self._now + timeout
+                if timeout > 0 and not self._run_until(lambda: target.terminal, until=until):
+                    self._advance_to(until)
+                if timeout > 0 and target.changed_at == until < target.deadline:
+                    raise IndeterminateError(
+                        f"the wait's timeout ends at {until:g}, the instant run "
+                        f"{target.task!r} became {target.status.value}"
+                    )
+                if not target.terminal and self._now >= target.deadline:
+                    self._run_until(lambda: target.terminal)
+        if target.terminal:
+            return self._outcome(target)
+        return self._handle(target)
+
+    def cancel(self, parent: int, run: int | None) -> Answer:
+        """``parent.cancel(run_id)``: the ack (status right after the request)."""
+        p = self._parents[parent]
+        refused = self._refuse_closed(p)
+        if refused is not None:
+            return refused
+        found = self._lookup(p, run)
+        if isinstance(found, Answer):
+            return found
+        self._begin_batch()
+        requested = self._request_cancel(found, (self._batch, 0))
+        answer = Answer("ack", found.number, status=found.status, cancel_requested=requested)
+        self._drain()
+        self._end_batch()
+        return answer
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by *seconds*, processing every instant on the way."""
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"seconds must be a finite number >= 0, got {seconds!r}")
+        self._advance_to(self._now + seconds)
+
+    def unresolved(self, parent: int) -> tuple[tuple[int | None, RunStatus], ...]:
+        """The unresolved runs of *parent* as ``(run, status)``, oldest first."""
+        return tuple((run.number, run.status) for run in self._unresolved(self._parents[parent]))
+
+    # -- time -----------------------------------------------------------------
+
+    def _next_time(self) -> float | None:
+        best = math.inf
+        for run in self._running.values():
+            if run.scope_cancel is None and run.deadline < best:
+                best = run.deadline
+            if run.wake_at is not None and run.mode in _TIMED and run.wake_at < best:
+                best = run.wake_at
+        return best if best != math.inf else None
+
+    def _advance_to(self, target: float) -> None:
+        while True:
+            when = self._next_time()
+            if when is None or when > target:
+                break
+            self._instant(when)
+        self._now = max(self._now, target)
+
+    def _run_until(self, done: Callable[[], bool], *, until: float = math.inf) -> bool:
+        while not done():
+            when = self._next_time()
+            if when is None or when > until:
+                return False
+            self._instant(when)
+        return True
+
+    def _instant(self, when: float) -> None:
+        self._now = when
+        self._begin_batch()
+        stamp = (self._batch, 0)
+        for run in list(self._running.values()):
+            if run.scope_cancel is None and run.deadline <= when:
+                self._cancel_scope(run, stamp)
+        for run in list(self._running.values()):
+            if run.mode in _TIMED and run.wake_at is not None and run.wake_at <= when:
+                self._enqueue(run, "wake")
+        self._drain()
+        self._end_batch()
+
+    # -- batches: what ran at one instant, for IndeterminateError --------------
+
+    def _begin_batch(self) -> None:
+        self._batch += 1
+        self._batch_log = []
+        self._batch_decisions = []
+
+    def _end_batch(self) -> None:
+        """Check that no nested admission's verdict depended on the order of the batch.
+
+        Events of other runs at the same instant could have come before or after
+        the admission; those of the admitting run's own chain could not.
+        """
+        limit = self._config.max_live_runs
+        for position, runner, seen, accepted in self._batch_decisions:
+            chain = set(map(id, self._causes(runner)))
+            up = down = 0  # how far other orders could move the count it read
+            for index, (kind, member) in enumerate(self._batch_log):
+                if id(member) in chain or (index >= position and member.admitted_by is runner):
+                    continue
+                # An earlier settling could come after, a later admission before: up.
+                if (kind == "settle") == (index < position):
+                    up += 1
+                else:
+                    down += 1
+            robust = seen + up < limit if accepted else seen - down >= limit
+            if not robust:
+                raise IndeterminateError(
+                    "a nested admission met max_live_runs at an instant when other runs "
+                    "started or ended too: its verdict depends on their order"
+                )
+
+    def _causes(self, run: _Run) -> list[_Run]:
+        """*run*, its ancestors, and the runs whose settling launched any of them."""
+        found: list[_Run] = []
+        todo = [run]
+        while todo:
+            member = todo.pop()
+            if any(member is seen for seen in found):
+                continue
+            found.append(member)
+            todo.extend(self._ancestors(member))
+            if member.launched_by is not None:
+                todo.append(member.launched_by)
+        return found
+
+    def _enqueue(self, run: _Run, reason: str) -> None:
+        self._queue.append((run, reason))
+        self._queued[run.key] = self._queued.get(run.key, 0) + 1
+
+    def _drain(self) -> None:
+        while self._queue:
+            run, reason = self._queue.popleft()
+            self._queued[run.key] -= 1
+            self._process(run, reason)
+
+    # -- admission ------------------------------------------------------------
+
+    def _admit(
+        self, p: _Parent, name: str, task: str, replaces: int | None, *, by: _Run | None = None
+    ) -> _Run | Answer:
+        config = self._config
+        subagent = p.children.get(name) if isinstance(name, str) else None
+        if subagent is None:
+            return _error("unknown_subagent", subagent=str(name))
+        if not isinstance(task, str) or not task.strip() or len(task) > config.max_task_chars:
+            return _error("invalid_arguments")
+        replaced: _Run | None = None
+        if replaces is not None:
+            if not 0 <= replaces < len(self._top) or self._top[replaces].parent is not p:
+                return _error("invalid_arguments")
+            replaced = self._top[replaces]
+            if replaced.status is RunStatus.COMPLETED or not replaced.terminal:
+                return _error("invalid_arguments")
+        depth = p.depth + 1
+        if depth > config.max_depth:
+            return _error("limit_exceeded", subagent=name)
+        self._check_retention()
+        accepted = self._live < config.max_live_runs
+        if by is not None:
+            self._batch_decisions.append((len(self._batch_log), by, self._live, accepted))
+        if not accepted:
+            return _error("limit_exceeded", subagent=name)
+        run = _Run(
+            f"m{len(self._all)}",
+            len(self._top) if p.depth == 0 else None,
+            p,
+            subagent,
+            task,
+            replaced,
+            depth,
+            subagent.resolve_timeout(config.subagent_timeout_seconds),
+        )
+        self._all.append(run)
+        if by is not None:
+            self._batch_log.append(("admit", run))
+            run.admitted_by = by
+        if p.depth == 0:
+            self._top.append(run)
+        if replaced is not None:
+            replaced.replacements.append(run)
+        p.runs.append(run)
+        self._live += 1
+        if p.running < config.max_concurrent_runs and not p.pending:
+            self._launch(run)
+            run.launched_on_admission = True
+        else:
+            p.pending.append(run)
+        return run
+
+    def _launch(self, run: _Run) -> None:
+        p = run.parent
+        p.running += 1
+        run.status = RunStatus.RUNNING
+        run.active_batch = run.launched_batch = self._batch
+        run.changed_at = self._now
+        if run.timeout is not None:
+            run.deadline = self._now + run.timeout
+        run.mode = _Mode.NEW
+        if run.subagent.children:
+            children = {name: self._subagents[name] for name in run.subagent.children}
+            run.nested = _Parent(None, f"{p.owner}/{run.key}", children, run.depth, run)
+        self._running[run.key] = run
+        self._enqueue(run, "start")
+
+    def _launch_pending(self, p: _Parent, cause: _Run) -> None:
+        limit = self._config.max_concurrent_runs
+        while p.pending and p.running < limit and not p.closed and not self._closed:
+            run = p.pending.popleft()
+            if not run.terminal:
+                self._launch(run)
+                run.launched_by = cause
+
+    # -- cancellation ---------------------------------------------------------
+
+    def _ancestors(self, run: _Run) -> Iterator[_Run]:
+        outer = run.parent.outer
+        while outer is not None:
+            yield outer
+            outer = outer.parent.outer
+
+    def _stamp_above(self, run: _Run) -> _Stamp:
+        """When a scope above *run*'s own was first cancelled (or never)."""
+        stamps = [a.scope_cancel for a in self._ancestors(run) if a.scope_cancel is not None]
+        if self._closed_stamp is not None:
+            stamps.append(self._closed_stamp)
+        return min(stamps, default=_NEVER)
+
+    def _stamp_at_or_above(self, run: _Run) -> _Stamp:
+        own = run.scope_cancel if run.scope_cancel is not None else _NEVER
+        return min(own, self._stamp_above(run))
+
+    def _cancelled(self, run: _Run) -> bool:
+        return self._stamp_at_or_above(run) != _NEVER
+
+    def _passes(self, run: _Run) -> bool:
+        """A checkpoint: False when a cancellation is due (the caller raises it)."""
+        if self._cancelled(run):
+            return False
+        run.checked_batch = self._batch
+        return True
+
+    def _subtree(self, run: _Run) -> Iterator[_Run]:
+        yield run
+        if run.nested is not None:
+            for child in run.nested.runs:
+                yield from self._subtree(child)
+
+    def _wake_cancelled(self, run: _Run) -> None:
+        """Deliver a new cancellation to *run* and its nested runs where they block."""
+        for member in self._subtree(run):
+            if member.mode in _CANCELLABLE and self._cancelled(member):
+                self._enqueue(member, "cancel")
+
+    def _cancel_scope(self, run: _Run, stamp: _Stamp) -> None:
+        if run.scope_cancel is None:
+            run.scope_cancel = stamp
+        self._wake_cancelled(run)
+
+    def _request_cancel(self, run: _Run, stamp: _Stamp) -> bool:
+        """``Run.request_cancel``: whether the run was live."""
+        if run.terminal:
+            return False
+        if run.cancel_requested_at is None:
+            run.cancel_requested_at = self._now
+        if run.status is RunStatus.PENDING:
+            self._settle(run, RunStatus.CANCELLED)
+        else:
+            self._cancel_scope(run, stamp)
+        return True
+
+    def _cancel_pending(self, p: _Parent, stamp: _Stamp) -> None:
+        while p.pending:
+            self._request_cancel(p.pending.popleft(), stamp)
+
+    def _cancel_runs(self, p: _Parent, stamp: _Stamp) -> None:
+        self._cancel_pending(p, stamp)
+        for run in list(p.runs):
+            if not run.terminal:
+                self._request_cancel(run, stamp)
+
+    # -- the runner -----------------------------------------------------------
+
+    def _record(self, run: _Run, kind: str, detail: str = "", task: str | None = None) -> None:
+        self._trace.record(run.key, kind, detail, task=task, time=self._now)
+
+    def _process(self, run: _Run, reason: str) -> None:
+        mode = run.mode
+        run.woken_by = None
+        if reason == "start":
+            if mode is not _Mode.NEW:
+                return
+            run.active_batch = self._batch
+            self._record(run, "start", run.subagent.name, task=run.task)
+            runner = run.subagent.runner
+            assert isinstance(runner, ScriptedRunner)
+            try:
+                run.script = runner.script_for(run.task)
+            except LookupError as exc:
+                self._runner_end(run, ("raised", type(exc).__name__))
+                return
+            run.mode = _Mode.STEPS
+            self._play(run)
+        elif reason == "wake":
+            if mode not in _TIMED or run.wake_at is None or run.wake_at > self._now:
+                return
+            run.active_batch = self._batch
+            run.wake_at = None
+            if mode is _Mode.CLEANUP:
+                self._runner_end(run, ("cancelled", None))
+            elif mode is _Mode.SLEEP and not self._passes(run):
+                self._raise_cancel(run)
+            else:
+                run.pc += 1
+                run.mode = _Mode.STEPS
+                self._play(run)
+        elif reason == "cancel":
+            if mode not in _CANCELLABLE or not self._cancelled(run):
+                return
+            run.active_batch = self._batch
+            if mode is _Mode.WAIT_CHILD:
+                child = run.waiting_on
+                assert child is not None
+                self._request_cancel(child, (self._batch, 1))
+                if child.terminal:
+                    run.waiting_on = None
+                    self._raise_cancel(run)
+                else:
+                    run.mode = _Mode.WAIT_CHILD_SHIELDED
+                return
+            run.wake_at = None
+            run.waiting_on = None
+            self._raise_cancel(run)
+        else:  # "child": something this run waits for has ended
+            child = run.waiting_on
+            if mode is _Mode.JOIN:
+                if not self._running_children(run):
+                    run.active_batch = self._batch
+                    self._finish(run)
+                return
+            if child is None or not child.terminal:
+                return
+            run.active_batch = self._batch
+            run.woken_by = child
+            run.waiting_on = None
+            if mode is _Mode.WAIT_CHILD:
+                if child.status is RunStatus.COMPLETED:
+                    child.observed = True
+                    run.pc += 1
+                    run.mode = _Mode.STEPS
+                    self._play(run)
+                else:
+                    self._runner_end(run, ("raised", _OUTCOME_ERROR[child.status][1]))
+            elif mode is _Mode.WAIT_CHILD_SHIELDED:
+                self._raise_cancel(run)
+            elif mode is _Mode.WAIT_STARTED:
+                if child.status is RunStatus.COMPLETED:
+                    child.observed = True
+                    run.wait_index += 1
+                    self._wait_started(run)
+                else:
+                    self._runner_end(run, ("raised", _OUTCOME_ERROR[child.status][1]))
+
+    def _play(self, run: _Run) -> None:
+        """Run *run*'s steps from ``pc`` at this instant until it blocks or ends."""
+        script = run.script
+        assert script is not None
+        steps = script.steps
+        while True:
+            if run.pc >= len(steps):
+                self._runner_end(run, ("returned", None))
+                return
+            step = steps[run.pc]
+            self._record(run, "step", f"{run.pc} {step.describe()}")
+            match step:
+                case Sleep(seconds=seconds):
+                    if self._cancelled(run):
+                        self._raise_cancel(run)
+                        return
+                    if seconds > 0:
+                        run.mode = _Mode.SLEEP
+                        run.wake_at = self._now + seconds
+                        return
+                    self._passes(run)
+                    run.yields += 1
+                case Checkpoint():
+                    if not self._passes(run):
+                        self._raise_cancel(run)
+                        return
+                    run.yields += 1
+                case Shielded(seconds=seconds):
+                    if seconds > 0:
+                        run.mode = _Mode.SHIELDED
+                        run.wake_at = self._now + seconds
+                        return
+                    run.yields += 1
+                case Return(value=value):
+                    self._runner_end(run, ("returned", value))
+                    return
+                case Raise(error=error):
+                    if not issubclass(error, Exception):
+                        raise TypeError(
+                            f"the model covers runners raising Exception subclasses, not "
+                            f"{error.__name__}"
+                        )
+                    self._runner_end(run, ("raised", error.__name__))
+                    return
+                case Hang():
+                    if self._cancelled(run):
+                        self._raise_cancel(run)
+                    else:
+                        run.mode = _Mode.HANG
+                    return
+                case Start(subagent=name, task=task) | Delegate(subagent=name, task=task):
+                    nested = run.nested
+                    if nested is None:
+                        self._runner_end(run, ("raised", "RuntimeError"))
+                        return
+                    if not self._passes(run):
+                        self._raise_cancel(run)
+                        return
+                    if isinstance(step, Start):
+                        run.yields += 1  # start() checkpoints before admitting
+                    admitted = self._admit(nested, name, task, None, by=run)
+                    if isinstance(admitted, Answer):
+                        assert admitted.error is not None
+                        self._runner_end(run, ("raised", _ERROR_CLASS[admitted.error]))
+                        return
+                    admitted.admit_yield = run.yields
+                    if isinstance(step, Start):
+                        run.started.append(admitted)
+                    else:
+                        run.mode = _Mode.WAIT_CHILD
+                        run.waiting_on = admitted
+                        return
+                case WaitStarted():
+                    if run.nested is None:
+                        self._runner_end(run, ("raised", "RuntimeError"))
+                        return
+                    run.wait_index = 0
+                    self._wait_started(run)
+                    return
+            run.pc += 1
+
+    def _wait_started(self, run: _Run) -> None:
+        """``parent.wait`` on each started run in turn (the WaitStarted step)."""
+        while run.wait_index < len(run.started):
+            if self._closed:
+                self._runner_end(run, ("raised", "RuntimeClosedError"))
+                return
+            child = run.started[run.wait_index]
+            if self._cancelled(run):
+                # A wait on a settled run is a checkpoint; on a live one it blocks:
+                # either way a pending cancellation is raised here.
+                self._raise_cancel(run)
+                return
+            if not child.terminal:
+                run.mode = _Mode.WAIT_STARTED
+                run.waiting_on = child
+                return
+            run.yields += 1  # the wait on a settled run is a checkpoint
+            run.checked_batch = self._batch
+            if child.status is not RunStatus.COMPLETED:
+                self._runner_end(run, ("raised", _OUTCOME_ERROR[child.status][1]))
+                return
+            child.observed = True
+            run.wait_index += 1
+        run.mode = _Mode.STEPS
+        run.pc += 1
+        self._play(run)
+
+    def _raise_cancel(self, run: _Run) -> None:
+        """The runner sees ``Cancelled``: shielded cleanup first, if scripted."""
+        self._record(run, "cancelled", f"at step {run.pc}")
+        script = run.script
+        if script is not None and script.cleanup:
+            self._record(run, "cleanup", f"{script.cleanup:g}")
+            run.mode = _Mode.CLEANUP
+            run.wake_at = self._now + script.cleanup
+            return
+        self._runner_end(run, ("cancelled", None))
+
+    def _runner_end(self, run: _Run, outcome: tuple[str, Any]) -> None:
+        kind, value = outcome
+        self._record(run, "finally", f"raised {value}" if kind == "raised" else kind)
+        run.outcome = outcome
+        run.wake_at = None
+        run.waiting_on = None
+        nested = run.nested
+        if nested is not None:
+            self._check_close_race(run, nested)
+            # The nested parent closes: pending runs cancelled, running ones told to stop.
+            nested.closed = True
+            self._cancel_runs(nested, (self._batch, 1))
+            if self._running_children(run):
+                run.mode = _Mode.JOIN
+                return
+        self._finish(run)
+
+    def _running_children(self, run: _Run) -> bool:
+        nested = run.nested
+        return nested is not None and any(not child.terminal for child in nested.runs)
+
+    def _check_close_race(self, run: _Run, nested: _Parent) -> None:
+        """Refuse to guess when closing *nested* now races with its runs' own activity.
+
+        The runner's end cancels its nested runs at this instant. Any of them
+        that acts at the same instant could, in Trio, act before or after that:
+        the answer is open when its activity passes a cancellation check (it
+        would see the cancellation in the other order), or frees a slot for a
+        pending run (which the close would cancel instead).
+        """
+        batch = self._batch
+        spared = run.woken_by  # settled before this runner woke: surely first
+
+        def quiet(child: _Run) -> bool:
+            # Admitted by this runner with no schedule point since: its task
+            # cannot have run yet, so it surely sees the close.
+            return (
+                child.admitted_by is run
+                and child.launched_on_admission
+                and child.launched_batch == batch
+                and child.admit_yield == run.yields
+                and child.mode is _Mode.NEW
+            )
+
+        def refuse(child: _Run, why: str) -> NoReturn:
+            raise IndeterminateError(
+                f"run {run.task!r} ends at {self._now:g}, the instant its nested run "
+                f"{child.task!r} {why}: which comes first is open"
+            )
+
+        closed_at = self._closed_at
+        for child in nested.runs:
+            if child is spared or quiet(child) or child.status is RunStatus.PENDING:
+                continue
+            if child.launched_batch == batch and child.launched_by not in (None, spared):
+                refuse(child, "was started as another one ended")
+            acted = child.active_batch == batch or self._queued.get(child.key, 0) > 0
+            if (
+                acted
+                and closed_at is not None
+                and child.cancel_requested_at is None
+                and closed_at < child.deadline <= self._now
+            ):
+                refuse(child, "may count its cancellation from the runtime closing")
+            if self._stamp_at_or_above(child) < (batch, 1):
+                continue  # cancelled already: the close changes nothing for it
+            for member in self._subtree(child):
+                if member.checked_batch == batch:
+                    refuse(member, "passed a checkpoint")
+                if member.terminal or not self._queued.get(member.key, 0):
+                    continue
+                checks, settles = self._dry_run(member)
+                if checks:
+                    refuse(member, "is about to pass a checkpoint")
+                if settles and member is child and nested.pending:
+                    refuse(member, "is about to end and free a slot")
+
+    def _dry_run(self, run: _Run) -> tuple[bool, bool]:
+        """What *run* would do next at this instant: (passes a checkpoint, ends)."""
+        probe = self.fork()
+        twin = probe._all[int(run.key[1:])]
+        mine = [item for item in probe._queue if item[0] is twin]
+        probe._queue = deque(item for item in probe._queue if item[0] is not twin)
+        try:
+            for member, reason in mine:
+                probe._process(member, reason)
+        except IndeterminateError:
+            return True, True
+        return twin.checked_batch == probe._batch, twin.terminal
+
+    def _finish(self, run: _Run) -> None:
+        """The run's task ends: settle it from the runner's outcome (contract §3)."""
+        assert run.outcome is not None
+        kind, value = run.outcome
+        if kind == "raised":
+            self._settle(run, RunStatus.FAILED, cause=value)
+        elif kind == "cancelled":
+            self._settle_interrupted(run)
+        elif run.nested is not None and self._config.fail_closed and self._unresolved(run.nested):
+            self._settle(run, RunStatus.FAILED, cause="UnresolvedDelegationError")
+        else:
+            self._settle_returned(run, value)
+
+    def _settle_returned(self, run: _Run, value: Any) -> None:
+        transcript = None
+        if isinstance(value, Output):
+            value, transcript = value.final_result, value.transcript
+        try:
+            encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+            if transcript is not None:
+                json.dumps(transcript, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            self._settle(run, RunStatus.FAILED, cause=type(exc).__name__)
+            return
+        if len(encoded.encode()) > self._config.max_result_bytes:
+            self._settle(run, RunStatus.FAILED, cause="LimitExceededError")
+            return
+        self._settle(run, RunStatus.COMPLETED, result=value)
+
+    def _settle_interrupted(self, run: _Run) -> None:
+        requested = run.cancel_requested_at
+        if requested is None:
+            requested = self._closed_at if self._closed_at is not None else self._now
+        status = RunStatus.CANCELLED if requested < run.deadline else RunStatus.TIMED_OUT
+        self._settle(run, status)
+
+    def _settle(
+        self, run: _Run, status: RunStatus, *, result: Any = None, cause: str | None = None
+    ) -> None:
+        was_running = run.status is RunStatus.RUNNING
+        run.status = status
+        run.ended_at = self._now
+        run.result = result
+        run.cause = cause
+        run.mode = _Mode.DONE
+        run.wake_at = None
+        run.active_batch = self._batch
+        run.changed_at = self._now
+        self._live -= 1
+        self._terminal_count += 1
+        self._batch_log.append(("settle", run))
+        self._running.pop(run.key, None)
+        p = run.parent
+        if run in p.pending:
+            p.pending.remove(run)
+        outer = p.outer
+        if outer is not None and (outer.waiting_on is run or outer.mode is _Mode.JOIN):
+            self._enqueue(outer, "child")
+        if was_running:
+            p.running -= 1
+            self._launch_pending(p, run)
+        if self._terminal_count > self._config.retention_max_runs:
+            raise ValueError(
+                "more terminal runs than Config.retention_max_runs: the model does not "
+                "cover retention; raise the limit"
+            )
+
+    # -- answers --------------------------------------------------------------
+
+    def _refuse_closed(self, p: _Parent) -> Answer | None:
+        if self._closed or p.closed:
+            return _error("runtime_closed")
+        return None
+
+    def _check_retention(self) -> None:
+        horizon = self._now - self._config.retention_seconds
+        if any(run.ended_at is not None and run.ended_at < horizon for run in self._all):
+            raise ValueError(
+                "a terminal run is older than Config.retention_seconds: the model does not "
+                "cover retention; raise the limit"
+            )
+
+    def _lookup(self, p: _Parent, number: int | None) -> _Run | Answer:
+        self._check_retention()
+        if number is not None and 0 <= number < len(self._top):
+            run = self._top[number]
+            if run.parent is p:
+                return run
+        return _error("unknown_run", run=number)
+
+    def _handle(self, run: _Run) -> Answer:
+        return Answer("handle", run.number, run.subagent.name, run.status)
+
+    def _outcome(self, run: _Run) -> Answer:
+        """The answer a wait gives on a terminal run (observing a completed one)."""
+        if run.status is RunStatus.COMPLETED:
+            run.observed = True
+            return Answer("result", run.number, run.subagent.name, final_result=run.result)
+        kind, _ = _OUTCOME_ERROR[run.status]
+        cause = run.cause if run.status is RunStatus.FAILED else None
+        return Answer("error", run.number, run.subagent.name, error=kind, cause=cause)
+
+    def _resolved(self, run: _Run) -> bool:
+        """contract §7, from its definition."""
+        if run.status is RunStatus.COMPLETED:
+            return run.observed
+        if run.terminal:
+            return any(self._resolved(r) for r in run.replacements)
+        return False
+
+    def _unresolved(self, p: _Parent) -> list[_Run]:
+        return [run for run in p.runs if not self._resolved(run)]
+
+    def _verdict(self, p: _Parent) -> Answer:
+        if not self._config.fail_closed:
+            return Answer("ok")
+        unresolved = self._unresolved(p)
+        if not unresolved:
+            return Answer("ok")
+        pairs = tuple((run.number, run.status) for run in unresolved)
+        return Answer("error", error="unresolved_delegation", unresolved=pairs)
+
+
+def _error(kind: str, *, run: int | None = None, subagent: str | None = None) -> Answer:
+    return Answer("error", run, subagent, error=kind)
