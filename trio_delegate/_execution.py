@@ -52,16 +52,7 @@ async def execute(run: Run) -> None:
             if run.subagent.children:
                 value = await _call_with_nested_parent(run)
             else:
-                schema = run.schema
-                ctx = ChildContext(
-                    run.run_id,
-                    run.subagent.name,
-                    run.task,
-                    schema.json_schema if schema is not None else None,
-                    run.history,
-                    run.deadline,
-                )
-                value = await run.subagent.runner(ctx)
+                value = await run.subagent.runner(_context(run))
     except BaseException as exc:
         reraise = _settle_raised(run, exc)
         if reraise is exc:

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-__all__ = ["is_cancellation", "leaves", "open_transparent_nursery", "pick_exit_exception"]
+__all__ = ["leaves", "open_transparent_nursery", "pick_exit_exception"]
 
 
 def leaves(exc: BaseException) -> Iterator[BaseException]:
@@ -25,11 +25,6 @@ def leaves(exc: BaseException) -> Iterator[BaseException]:
             yield from leaves(inner)
     else:
         yield exc
-
-
-def is_cancellation(exc: BaseException) -> bool:
-    """Whether *exc* is a ``trio.Cancelled`` or a group of nothing else."""
-    return all(isinstance(leaf, trio.Cancelled) for leaf in leaves(exc))
 
 
 def pick_exit_exception(

@@ -157,7 +157,7 @@ class Parent(metaclass=NoPublicConstructor):
         run = self._admit(name, task, final_schema, replaces)
         if self._runtime._persister is not None:
             await self._commit_admission(run)
-        return RunHandle(run.run_id, run.subagent.name, run.status)
+        return run.handle()
 
     async def continue_run(
         self,
@@ -378,11 +378,7 @@ class Parent(metaclass=NoPublicConstructor):
         self._ledger.add(run)
         runtime._live_count += 1
         if runtime._persister is None:  # else _commit_admission enqueues it
-            # _enqueue, inline: this is every admission without a store.
-            if self._running < config.max_concurrent_runs and not self._pending:
-                self._launch(run, runtime._now())
-            else:
-                self._pending.append(run)
+            self._enqueue(run, runtime._now())
         return run
 
     async def _commit_admission(self, run: Run) -> None:

@@ -46,9 +46,6 @@ class Retention:
         # run id -> serial of the parent that owned it
         self._tombstones: OrderedDict[str, int] = OrderedDict()
 
-    def __len__(self) -> int:
-        return len(self._kept)
-
     def add(self, run: Run) -> None:
         """Keep a run that has just settled; evict what is too old or too many.
 
