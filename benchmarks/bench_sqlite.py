@@ -14,7 +14,7 @@ from pathlib import Path
 import trio
 
 import trio_delegate as td
-from trio_delegate._persistence import WriteStats
+from trio_delegate._core._persistence import WriteStats
 
 from . import _delegate
 from ._model import Options, Row, judge, paired_ratios

@@ -19,9 +19,8 @@ from rich.console import Console
 
 import trio_delegate as td
 from trio_delegate import RunStatus
-from trio_delegate import _demo as demo
-from trio_delegate._cli import main
-from trio_delegate._demo_view import (
+from trio_delegate._cli import _demo as demo
+from trio_delegate._cli._demo_view import (
     Event,
     LiveReporter,
     PlainReporter,
@@ -29,6 +28,7 @@ from trio_delegate._demo_view import (
     Summary,
     format_event,
 )
+from trio_delegate._cli._main import main
 
 
 @attrs.define

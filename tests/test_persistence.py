@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 import trio_delegate as td
-from trio_delegate._store import INTERRUPTED_ERROR_TYPE, StoredRun, StoreSnapshot
+from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE, StoredRun, StoreSnapshot
 
 StoreFactory = Callable[[], td.ResultStore]
 

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 import trio_delegate as td
-from trio_delegate._cli import main
+from trio_delegate._cli._main import main
 
 
 async def quick(ctx: td.ChildContext) -> dict[str, str]:

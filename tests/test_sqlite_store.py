@@ -15,9 +15,9 @@ import pytest
 import trio
 
 import trio_delegate as td
-from trio_delegate._liveness import lock_dir_for
-from trio_delegate._sqlite_store import SCHEMA_VERSION
-from trio_delegate._store import INTERRUPTED_ERROR_TYPE, RunRecord
+from trio_delegate._stores._liveness import lock_dir_for
+from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE, RunRecord
+from trio_delegate._stores._sqlite import SCHEMA_VERSION
 
 CHILD = Path(__file__).with_name("store_child.py")
 

@@ -7,9 +7,11 @@ or the background (:meth:`Parent.start`, then ``status`` / ``wait`` /
 ``cancel``), under a fail-closed policy.
 """
 
-from ._command import CommandFailedError, CommandRunner
+from ._cli._command import CommandFailedError, CommandRunner
 from ._config import INHERIT, Config
-from ._context import ChildContext
+from ._core._context import ChildContext
+from ._core._parent import Parent
+from ._core._runtime import Runtime, open_runtime
 from ._errors import (
     DelegationError,
     ExpiredRunError,
@@ -26,12 +28,11 @@ from ._errors import (
     UnresolvedDelegationError,
     UnresolvedRun,
 )
-from ._parent import Parent
 from ._results import CancelAck, Output, RunHandle, RunResult
-from ._runtime import Runtime, open_runtime
-from ._sqlite_store import SQLiteStore
 from ._status import RunStatus
-from ._store import MemoryStore, ResultStore, RunRecord
+from ._stores._memory import MemoryStore
+from ._stores._protocol import ResultStore, RunRecord
+from ._stores._sqlite import SQLiteStore
 from ._subagent import Subagent
 from ._tools import DelegationTools, ToolDefinition
 

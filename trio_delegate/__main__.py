@@ -1,6 +1,6 @@
 """``python -m trio_delegate``: the ``trio-delegate`` command."""
 
-from ._cli import main
+from ._cli._main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -15,7 +15,7 @@ from ._errors import InvalidArgumentsError
 from ._schema import ResultSchema, SchemaSpec, compile_result_schema
 
 if TYPE_CHECKING:
-    from ._context import ChildContext
+    from ._core._context import ChildContext
 
 __all__ = ["NAME_PATTERN", "Runner", "Subagent", "check_name"]
 

@@ -24,7 +24,7 @@ from ._results import CancelAck, RunHandle, RunResult
 from ._schema import MAX_SCHEMA_BYTES
 
 if TYPE_CHECKING:
-    from ._parent import Parent
+    from ._core._parent import Parent
 
 __all__ = ["DelegationTools", "ToolDefinition"]
 

@@ -39,12 +39,12 @@ from typing import Any, Final, NoReturn, final
 import attrs
 
 from .._config import Config
+from .._core._parent import Parent
 from .._errors import (
     DelegationError,
     RunFailedError,
     UnresolvedDelegationError,
 )
-from .._parent import Parent
 from .._results import CancelAck, Output, RunHandle, RunResult
 from .._status import RunStatus
 from .._subagent import Subagent

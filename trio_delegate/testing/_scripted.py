@@ -42,8 +42,8 @@ import trio
 from ._trace import Trace
 
 if TYPE_CHECKING:
-    from .._context import ChildContext
-    from .._parent import Parent
+    from .._core._context import ChildContext
+    from .._core._parent import Parent
 
 __all__ = [
     "Checkpoint",

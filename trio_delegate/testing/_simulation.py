@@ -29,10 +29,10 @@ import attrs
 import trio
 
 from .._config import Config
+from .._core._parent import Parent
+from .._core._runtime import Runtime, open_runtime
 from .._errors import DelegationError, UnresolvedDelegationError
-from .._parent import Parent
 from .._results import RunResult
-from .._runtime import Runtime, open_runtime
 from .._subagent import Subagent
 from ._clock import mock_clock, settle
 from ._scripted import (

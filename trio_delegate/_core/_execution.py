@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .._errors import InvalidResultError, LimitExceededError
+from .._results import Output
+from .._schema import SchemaMismatch
 from ._context import ChildContext
-from ._errors import InvalidResultError, LimitExceededError
 from ._groups import open_transparent_nursery
-from ._results import Output
-from ._schema import SchemaMismatch
 
 if TYPE_CHECKING:
     from ._run import Run

@@ -22,12 +22,12 @@ from typing import Any, Final, NoReturn, final
 
 import attrs
 
-from ._checks import describe
+from .._checks import describe
+from .._config import INHERIT, Config, TimeoutSetting
+from .._errors import DelegationError, InvalidArgumentsError
+from .._schema import compile_result_schema
+from .._subagent import NAME_PATTERN, Runner, Subagent, _is_async_callable
 from ._command import CommandRunner
-from ._config import INHERIT, Config, TimeoutSetting
-from ._errors import DelegationError, InvalidArgumentsError
-from ._schema import compile_result_schema
-from ._subagent import NAME_PATTERN, Runner, Subagent, _is_async_callable
 
 __all__ = ["ConfigError", "ServerConfig", "load_server_config"]
 

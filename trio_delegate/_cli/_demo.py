@@ -37,10 +37,11 @@ import attrs
 import trio
 from rich.console import Console
 
-from ._config import Config
-from ._context import ChildContext
-from ._demo_view import Event, LiveReporter, PlainReporter, Reporter, RunRow, Summary, short_id
-from ._errors import (
+from .._config import Config
+from .._core._context import ChildContext
+from .._core._parent import Parent
+from .._core._runtime import open_runtime
+from .._errors import (
     DelegationError,
     RunCancelledError,
     RunFailedError,
@@ -48,13 +49,12 @@ from ._errors import (
     StoreError,
     UnresolvedDelegationError,
 )
-from ._parent import Parent
-from ._results import CancelAck, RunHandle, RunResult
-from ._runtime import open_runtime
-from ._sqlite_store import SQLiteStore
-from ._status import RunStatus
-from ._store import ResultStore
-from ._subagent import Runner, Subagent
+from .._results import CancelAck, RunHandle, RunResult
+from .._status import RunStatus
+from .._stores._protocol import ResultStore
+from .._stores._sqlite import SQLiteStore
+from .._subagent import Runner, Subagent
+from ._demo_view import Event, LiveReporter, PlainReporter, Reporter, RunRow, Summary, short_id
 
 __all__ = ["FlakyCheckError", "PacedClock", "Stopwatch", "pick_reporter", "play", "run_demo"]
 

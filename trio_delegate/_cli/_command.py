@@ -34,9 +34,9 @@ from typing import Any, Final, final
 import attrs
 import trio
 
-from ._checks import describe
-from ._context import ChildContext
-from ._errors import DelegationError, InvalidArgumentsError, LimitExceededError
+from .._checks import describe
+from .._core._context import ChildContext
+from .._errors import DelegationError, InvalidArgumentsError, LimitExceededError
 
 __all__ = ["CommandFailedError", "CommandRunner"]
 

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
-from ._converter import to_json_ready
-from ._errors import StoreError
+from .._converter import to_json_ready
+from .._errors import StoreError
+from .._status import RunStatus
+from .._stores._protocol import ResultStore, RunRecord, StoredRun, wall_clock_now
 from ._run import conversation
-from ._status import RunStatus
-from ._store import ResultStore, RunRecord, StoredRun, wall_clock_now
 
 if TYPE_CHECKING:
     from ._run import Run

@@ -12,11 +12,11 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
-from ._converter import converter
-from ._errors import StoreError
-from ._sqlite_store import SQLiteStore
-from ._status import RunStatus
-from ._store import RunRecord
+from .._converter import converter
+from .._errors import StoreError
+from .._status import RunStatus
+from .._stores._protocol import RunRecord
+from .._stores._sqlite import SQLiteStore
 
 __all__ = ["DEFAULT_DB", "add_runs_parser"]
 

@@ -30,12 +30,12 @@ from typing import Any, Final, TypeVar, final
 
 import trio
 
-from ._checks import check_int, check_seconds
-from ._converter import converter
-from ._errors import StoreError
+from .._checks import check_int, check_seconds
+from .._converter import converter
+from .._errors import StoreError
+from .._status import RunStatus
 from ._liveness import RuntimeLock, lock_dir_for, runtime_is_gone
-from ._status import RunStatus
-from ._store import RunRecord, StoredRun, StoreSnapshot, interrupted
+from ._protocol import RunRecord, StoredRun, StoreSnapshot, interrupted
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 

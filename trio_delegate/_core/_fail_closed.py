@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
-from ._errors import UnresolvedDelegationError, UnresolvedRun
-from ._status import RunStatus
+from .._errors import UnresolvedDelegationError, UnresolvedRun
+from .._status import RunStatus
 
 if TYPE_CHECKING:
     from ._run import Run

@@ -8,9 +8,9 @@ import sys
 
 import trio
 
-from ._errors import StoreError
+from .._errors import StoreError
+from .._stores._sqlite import SQLiteStore
 from ._server_config import ConfigError, load_server_config
-from ._sqlite_store import SQLiteStore
 
 __all__ = ["run_serve"]
 
@@ -38,7 +38,7 @@ def run_serve(config_path: str) -> int:
     try:
         # Imported only now, so that a bad configuration is reported quickly
         # and without the MCP SDK.
-        from .mcp import serve_stdio
+        from ..mcp import serve_stdio
     except ImportError as exc:
         if not (exc.name or "").startswith(("mcp", "pydantic", "anyio")):
             raise

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, final
 
 import trio
 
-from ._checks import check_bool, check_seconds, check_text, describe
-from ._construction import NoPublicConstructor
-from ._errors import (
+from .._checks import check_bool, check_seconds, check_text, describe
+from .._construction import NoPublicConstructor
+from .._errors import (
     ExpiredRunError,
     InvalidArgumentsError,
     InvalidResultError,
@@ -26,19 +26,19 @@ from ._errors import (
     UnknownRunError,
     UnknownSubagentError,
 )
+from .._results import CancelAck, RunHandle, RunResult
+from .._schema import SchemaMismatch, SchemaSpec
+from .._status import RunStatus
+from .._stores._protocol import RunRecord, StoredRun
+from .._tools import DelegationTools
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
 from ._persistence import history_of
-from ._results import CancelAck, RunHandle, RunResult
 from ._run import CancelReason, Run, conversation_of, terminal_error
-from ._schema import SchemaMismatch, SchemaSpec
-from ._status import RunStatus
-from ._store import RunRecord, StoredRun
-from ._tools import DelegationTools
 
 if TYPE_CHECKING:
+    from .._subagent import Subagent
     from ._runtime import Runtime
-    from ._subagent import Subagent
 
 __all__ = ["Parent"]
 

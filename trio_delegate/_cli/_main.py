@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import __version__
-from ._runs_command import DEFAULT_DB, add_runs_parser
+from .. import __version__
+from ._runs import DEFAULT_DB, add_runs_parser
 
 __all__ = ["build_parser", "main"]
 
@@ -84,7 +84,7 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 def _run_serve(args: argparse.Namespace) -> int:
     # Imported here so that other sub-commands do not pay for the MCP SDK.
-    from ._serve_command import run_serve
+    from ._serve import run_serve
 
     return run_serve(args.config)
 

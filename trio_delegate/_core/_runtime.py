@@ -10,19 +10,19 @@ from typing import TYPE_CHECKING, Any, final
 
 import trio
 
-from ._checks import describe
-from ._config import Config
-from ._construction import NoPublicConstructor
-from ._errors import InvalidArgumentsError, RuntimeClosedError, UnknownSubagentError
+from .._checks import describe
+from .._config import Config
+from .._construction import NoPublicConstructor
+from .._errors import InvalidArgumentsError, RuntimeClosedError, UnknownSubagentError
+from .._schema import ResultSchema, SchemaSpec, compile_result_schema
+from .._stores._protocol import ResultStore
+from .._subagent import Subagent
 from ._groups import open_transparent_nursery
 from ._ids import RunIds, new_runtime_id
 from ._parent import Parent
 from ._persistence import Persister
 from ._retention import Retention
 from ._run import CancelReason
-from ._schema import ResultSchema, SchemaSpec, compile_result_schema
-from ._store import ResultStore
-from ._subagent import Subagent
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager

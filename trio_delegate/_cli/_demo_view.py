@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ._status import RunStatus
+from .._status import RunStatus
 
 __all__ = [
     "Event",

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ._converter import to_json_ready
-from ._errors import (
+from .._converter import to_json_ready
+from .._errors import (
     DelegationError,
     InvalidResultError,
     RunCancelledError,
@@ -32,14 +32,14 @@ from ._errors import (
     RunTimedOutError,
     StoreError,
 )
-from ._results import RunHandle, RunResult
-from ._status import RunStatus
-from ._summary import summarize_task
+from .._results import RunHandle, RunResult
+from .._status import RunStatus
+from .._summary import summarize_task
 
 if TYPE_CHECKING:
+    from .._schema import ResultSchema
+    from .._subagent import Subagent
     from ._parent import Parent
-    from ._schema import ResultSchema
-    from ._subagent import Subagent
 
 __all__ = ["CancelReason", "Run", "conversation", "conversation_of", "terminal_error"]
 
