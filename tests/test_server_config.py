@@ -182,6 +182,19 @@ BAD_CONFIGS = [
         "module:function",
     ),
     ("[[subagents]\n", None, "not valid TOML"),
+    ("server = 1\n" + ECHO, "server", "must be a table"),
+    ("[server]\nforeground_limit = 3\n" + ECHO, "server.foreground_limit", "did you mean"),
+    ("[server]\nforeground_limit_seconds = 0\n" + ECHO, "server.foreground_limit_seconds", "> 0"),
+    (
+        "[server]\nforeground_limit_seconds = inf\n" + ECHO,
+        "server.foreground_limit_seconds",
+        "finite",
+    ),
+    (
+        '[server]\nprogress_interval_seconds = "none"\n' + ECHO,
+        "server.progress_interval_seconds",
+        "must be a number of seconds > 0",
+    ),
 ]
 
 
@@ -201,6 +214,20 @@ def test_bad_configuration_names_file_key_and_fix(
     assert "\n  fix: " in message
     assert isinstance(error, td.DelegationError)
     assert isinstance(error, ValueError)
+
+
+def test_server_limits(tmp_path: Path) -> None:
+    defaults = load_server_config(write(tmp_path, ECHO))
+    assert defaults.foreground_limit_seconds == 45
+    assert defaults.progress_interval_seconds == 5
+    text = "[server]\nforeground_limit_seconds = 20\nprogress_interval_seconds = 2.5\n" + ECHO
+    loaded = load_server_config(write(tmp_path, text))
+    assert loaded.foreground_limit_seconds == 20
+    assert loaded.progress_interval_seconds == 2.5
+    unlimited = load_server_config(
+        write(tmp_path, '[server]\nforeground_limit_seconds = "none"\n' + ECHO)
+    )
+    assert unlimited.foreground_limit_seconds is None
 
 
 def test_errors_about_a_subagent_name_it(tmp_path: Path) -> None:

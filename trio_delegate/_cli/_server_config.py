@@ -1,9 +1,10 @@
 """The configuration file of ``trio-delegate serve``: TOML, checked before anything starts.
 
-The file has a ``[runtime]`` table (any :class:`Config` field) and one
-``[[subagents]]`` table per subagent, each either a command (``command =
-[...]``, see :class:`CommandRunner`) or a Python runner (``python =
-"module:function"``). Every problem is reported as one
+The file has a ``[runtime]`` table (any :class:`Config` field), a
+``[server]`` table (how the MCP server answers) and one ``[[subagents]]``
+table per subagent, each either a command (``command = [...]``, see
+:class:`CommandRunner`), a Python runner (``python = "module:function"``)
+or an agent CLI (``kind = "claude"`` or ``kind = "codex"``). Every problem is reported as one
 :class:`ConfigError` naming the file, the key (``subagents[1].command``) and
 the fix; relative paths are resolved against the file's directory.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import math
 import os
 import shutil
 import sys
@@ -31,7 +33,12 @@ from ._command import CommandRunner
 
 __all__ = ["ConfigError", "ServerConfig", "load_server_config"]
 
-_TOP_LEVEL: Final = ("runtime", "subagents")
+_TOP_LEVEL: Final = ("runtime", "server", "subagents")
+_SERVER_KEYS: Final = ("foreground_limit_seconds", "progress_interval_seconds")
+#: The defaults of ``[server]`` (those of trio_delegate.mcp.build_server; not
+#: imported from there, which would need the MCP SDK).
+DEFAULT_FOREGROUND_LIMIT_SECONDS: Final = 45.0
+DEFAULT_PROGRESS_INTERVAL_SECONDS: Final = 5.0
 _COMMON_KEYS: Final = ("name", "description", "timeout_seconds", "final_schema")
 _COMMAND_KEYS: Final = ("command", "cwd", "env", "kill_grace_seconds")
 # Only a Python runner can delegate further (through ctx.parent).
@@ -72,12 +79,18 @@ class ServerConfig:
         config: the runtime's limits and policy (``[runtime]``).
         subagents: the subagents, in file order.
         store: the SQLite file runs are recorded in (``[runtime] store``), if any.
+        foreground_limit_seconds: how long a foreground tool call may run before
+            it answers with the running handle (``[server]``); ``None``: no limit.
+        progress_interval_seconds: how often a running foreground call reports
+            progress (``[server]``).
     """
 
     path: Path
     config: Config
     subagents: tuple[Subagent, ...]
     store: Path | None = None
+    foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS
+    progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS
 
 
 def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
@@ -119,12 +132,15 @@ class _Loader:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             self.fail(None, f"is not valid TOML: {exc}", "fix the syntax at that place")
-        self.check_keys(data, _TOP_LEVEL, None, "the file has a [runtime] table and [[subagents]]")
+        self.check_keys(
+            data, _TOP_LEVEL, None, "the file has [runtime] and [server] tables and [[subagents]]"
+        )
         runtime = data.get("runtime", {})
         config = self.runtime(runtime)
         store = self.store(runtime["store"], "runtime.store") if "store" in runtime else None
+        limit, interval = self.server(data.get("server", {}))
         subagents = self.subagents(data.get("subagents"), config)
-        return ServerConfig(self.path, config, subagents, store)
+        return ServerConfig(self.path, config, subagents, store, limit, interval)
 
     def check_keys(
         self, table: Mapping[str, Any], allowed: tuple[str, ...], prefix: str | None, what: str
@@ -170,6 +186,31 @@ class _Loader:
             values[key] = value
         return Config(**values)
 
+    # -- [server] ------------------------------------------------------------------
+
+    def server(self, table: Any) -> tuple[float | None, float]:
+        if not isinstance(table, dict):
+            self.fail("server", f"must be a table, got {describe(table)}", "write it as [server]")
+        self.check_keys(table, _SERVER_KEYS, "server", "[server] says how the MCP server answers")
+        limit: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS
+        if "foreground_limit_seconds" in table:
+            limit = self.timeout(
+                table["foreground_limit_seconds"], "server.foreground_limit_seconds"
+            )
+        interval = DEFAULT_PROGRESS_INTERVAL_SECONDS
+        if "progress_interval_seconds" in table:
+            value = self.timeout(
+                table["progress_interval_seconds"], "server.progress_interval_seconds"
+            )
+            if value is None:
+                self.fail(
+                    "server.progress_interval_seconds",
+                    f'must be a number of seconds > 0, got "{_NO_DEADLINE}"',
+                    f"write e.g. {DEFAULT_PROGRESS_INTERVAL_SECONDS:g}",
+                )
+            interval = value
+        return limit, interval
+
     def store(self, value: Any, where: str) -> Path:
         """The SQLite database path, relative to the configuration file's folder."""
         if not isinstance(value, str) or not value.strip():
@@ -187,10 +228,15 @@ class _Loader:
     def timeout(self, value: Any, where: str) -> float | None:
         if value == _NO_DEADLINE:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not value > 0
+        ):
             self.fail(
                 where,
-                f"must be a number of seconds > 0 or {_NO_DEADLINE!r}, got {_toml(value)}",
+                f"must be a finite number of seconds > 0 or {_NO_DEADLINE!r}, got {_toml(value)}",
                 f'write e.g. 120, or "{_NO_DEADLINE}" for no deadline',
             )
         return float(value)
