@@ -29,6 +29,7 @@ from .._config import INHERIT, Config, TimeoutSetting
 from .._errors import DelegationError, InvalidArgumentsError
 from .._schema import compile_result_schema
 from .._subagent import NAME_PATTERN, Runner, Subagent, _is_async_callable
+from ._agents import AGENT_KINDS, AgentCLIRunner
 from ._command import CommandRunner
 
 __all__ = ["ConfigError", "ServerConfig", "load_server_config"]
@@ -43,6 +44,13 @@ _COMMON_KEYS: Final = ("name", "description", "timeout_seconds", "final_schema")
 _COMMAND_KEYS: Final = ("command", "cwd", "env", "kill_grace_seconds")
 # Only a Python runner can delegate further (through ctx.parent).
 _PYTHON_KEYS: Final = ("python", "children")
+_AGENT_KEYS: Final = ("kind", "program", "args", "model", "cwd", "env", "kill_grace_seconds")
+#: Where an agent CLI comes from when `program` is not given and it is not on
+#: PATH: the executables bundled in these Python packages.
+_BUNDLED: Final = {
+    "claude": ("claude_agent_sdk", "_bundled/claude", "pip install claude-agent-sdk"),
+    "codex": ("codex_cli_bin", "bin/codex", "pip install openai-codex-cli-bin"),
+}
 #: What a timeout setting says for "no deadline": TOML has no null.
 _NO_DEADLINE: Final = "none"
 
@@ -291,11 +299,12 @@ class _Loader:
                 "use a lowercase letter, then up to 63 lowercase letters, digits, '_' or '-'",
             )
         self.current = name
-        if "command" in table and "python" in table:
+        present = [key for key in ("command", "python", "kind") if key in table]
+        if len(present) > 1:
             self.fail(
                 prefix,
-                "has both command and python",
-                "a subagent is either a command or a Python runner: keep one of the two",
+                f"has both {present[0]} and {present[1]}",
+                "a subagent is a command, a Python runner or an agent CLI (kind): keep one",
             )
         allowed: tuple[str, ...]
         if "command" in table:
@@ -304,19 +313,25 @@ class _Loader:
         elif "python" in table:
             allowed = (*_COMMON_KEYS, *_PYTHON_KEYS)
             what = "a Python subagent takes"
+        elif "kind" in table:
+            allowed = (*_COMMON_KEYS, *_AGENT_KEYS)
+            what = "an agent CLI subagent takes"
         else:
             self.fail(
                 prefix,
-                "has neither command nor python",
-                'add command = ["program", "arg", ...] (task on stdin, result on stdout) or '
-                'python = "module:function" (an async runner)',
+                "has neither command nor python nor kind",
+                'add command = ["program", "arg", ...] (task on stdin, result on stdout), '
+                'python = "module:function" (an async runner) or kind = "claude" / "codex" '
+                "(an agent CLI)",
             )
         self.check_keys(table, allowed, prefix, what)
-        runner = (
-            self.command(prefix, table, config)
-            if "command" in table
-            else self.python_runner(f"{prefix}.python", table["python"])
-        )
+        runner: Runner | CommandRunner | AgentCLIRunner
+        if "command" in table:
+            runner = self.command(prefix, table, config)
+        elif "python" in table:
+            runner = self.python_runner(f"{prefix}.python", table["python"])
+        else:
+            runner = self.agent(prefix, table)
         description = table.get("description", "")
         if not isinstance(description, str):
             self.fail(
@@ -368,13 +383,7 @@ class _Loader:
                 f"command = {_toml(command.split())}",
             )
         cwd = self.cwd(f"{prefix}.cwd", table.get("cwd"))
-        env = table.get("env", {})
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            self.fail(
-                f"{prefix}.env",
-                f"must be a table of strings, got {_toml(env)}",
-                'write env = { NAME = "value" } (values are strings: quote numbers)',
-            )
+        env = self.env(f"{prefix}.env", table.get("env", {}))
         options: dict[str, Any] = {}
         if "kill_grace_seconds" in table:
             options["kill_grace_seconds"] = table["kill_grace_seconds"]
@@ -393,6 +402,107 @@ class _Loader:
             self.fail(f"{prefix}.{key}", exc.message, "fix the value as described")
         self.check_program(where, runner)
         return runner
+
+    def agent(self, prefix: str, table: dict[str, Any]) -> AgentCLIRunner:
+        kind = table["kind"]
+        if kind not in AGENT_KINDS:
+            self.fail(
+                f"{prefix}.kind",
+                f"{_toml(kind)} is not an agent CLI this server can run",
+                'write kind = "claude" (Claude Code) or kind = "codex" (Codex)',
+            )
+        args = table.get("args", [])
+        if not isinstance(args, list) or not all(
+            isinstance(a, str) and "\0" not in a for a in args
+        ):
+            self.fail(
+                f"{prefix}.args",
+                f"must be a list of strings, got {_toml(args)}",
+                'write e.g. args = ["--permission-mode", "acceptEdits"]',
+            )
+        model = table.get("model")
+        if model is not None and (not isinstance(model, str) or not model.strip()):
+            self.fail(
+                f"{prefix}.model",
+                f"must be a model name, got {_toml(model)}",
+                'write e.g. model = "sonnet"',
+            )
+        env = self.env(f"{prefix}.env", table.get("env", {}))
+        cwd = self.cwd(f"{prefix}.cwd", table.get("cwd"))
+        program = self.agent_program(f"{prefix}.program", kind, table.get("program"), cwd, env)
+        grace = table.get("kill_grace_seconds", 2.0)
+        if (
+            isinstance(grace, bool)
+            or not isinstance(grace, int | float)
+            or not (math.isfinite(grace) and grace >= 0)
+        ):
+            self.fail(
+                f"{prefix}.kill_grace_seconds",
+                f"must be a finite number of seconds >= 0, got {_toml(grace)}",
+                "write e.g. kill_grace_seconds = 2",
+            )
+        return AgentCLIRunner(
+            kind,
+            program,
+            args=tuple(args),
+            model=model,
+            cwd=str(cwd),
+            env=env,
+            kill_grace_seconds=float(grace),
+        )
+
+    def agent_program(
+        self, where: str, kind: str, value: Any, cwd: Path, env: Mapping[str, str]
+    ) -> str:
+        """The CLI's executable: *value*, else on PATH, else the one a Python package bundles."""
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                self.fail(
+                    where,
+                    f"must be a path string, got {_toml(value)}",
+                    'write program = "/usr/local/bin/claude"',
+                )
+            found = self.find_program(value, cwd, env)
+            if found is None:
+                self.fail(
+                    where,
+                    f"{value!r} is not an executable file, nor a program on PATH",
+                    "fix the path (relative to this file's directory), or remove the key to "
+                    f"use {kind} from PATH",
+                )
+            return found
+        found = self.find_program(kind, cwd, env)
+        if found is not None:
+            return found
+        module, inside, install = _BUNDLED[kind]
+        try:
+            package = importlib.import_module(module)
+        except ImportError:
+            package = None
+        bundled = Path(package.__file__ or "").parent / inside if package is not None else None
+        if bundled is None or not (bundled.is_file() and os.access(bundled, os.X_OK)):
+            self.fail(
+                where,
+                f"{kind!r} was not found on PATH, and no Python package here bundles it",
+                f'install it ({install}), or give its path with program = "..."',
+            )
+        return str(bundled)
+
+    def find_program(self, program: str, cwd: Path, env: Mapping[str, str]) -> str | None:
+        if os.sep in program or (os.altsep and os.altsep in program):
+            found = cwd / Path(program).expanduser()
+            ok = found.is_file() and os.access(found, os.X_OK)
+            return str(found) if ok else None
+        return shutil.which(program, path=env.get("PATH", os.environ.get("PATH", os.defpath)))
+
+    def env(self, where: str, env: Any) -> dict[str, str]:
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            self.fail(
+                where,
+                f"must be a table of strings, got {_toml(env)}",
+                'write env = { NAME = "value" } (values are strings: quote numbers)',
+            )
+        return env
 
     def cwd(self, where: str, value: Any) -> Path:
         if value is None:
