@@ -13,7 +13,7 @@ import http.server
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Final, final
+from typing import Any, Final, Self, final
 
 import attrs
 
@@ -156,7 +156,7 @@ class FakeModelServer:
         with self._lock:
             return len(self._script)
 
-    def __enter__(self) -> FakeModelServer:
+    def __enter__(self) -> Self:
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=type(self).__name__, daemon=True
         )

@@ -10,10 +10,13 @@ the request's messages.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from ._server import FakeModelServer, Reply, ToolResult
+
+_REMINDERS = re.compile(r"(\s*<system-reminder>.*?</system-reminder>)+\s*$", re.DOTALL)
 
 
 class FakeAnthropic(FakeModelServer):
@@ -33,6 +36,9 @@ class FakeAnthropic(FakeModelServer):
                 inner = block.get("content", "")
                 if isinstance(inner, list):
                     inner = "".join(part.get("text", "") for part in inner)
+                # Claude Code appends notes of its own for the model; the
+                # tool's answer is what comes before them.
+                inner = _REMINDERS.sub("", inner)
                 results.append(
                     ToolResult(block["tool_use_id"], inner, bool(block.get("is_error", False)))
                 )

@@ -32,6 +32,9 @@ class FakeResponses(FakeModelServer):
             output = item.get("output", "")
             if isinstance(output, list):
                 output = "".join(part.get("text", "") for part in output)
+            # Codex puts how long the call took ahead of an MCP tool's output.
+            if output.startswith("Wall time:") and "\nOutput:\n" in output:
+                output = output.split("\nOutput:\n", 1)[1]
             results.append(ToolResult(item["call_id"], output, False))
         return tuple(results)
 
