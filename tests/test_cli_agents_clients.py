@@ -49,6 +49,8 @@ from .processes import WRITE_PID, alive
 
 PY = sys.executable
 FOREGROUND_LIMIT = 1.5
+#: How many tool calls the scenario makes.
+CALLS = 13
 
 SCRIPTS = {
     "echo.py": """
@@ -64,6 +66,10 @@ write_pid(os.path.join("pids", task + ".server"), os.getppid())
 write_pid(os.path.join("pids", task))
 time.sleep(60)
 """,
+    "measure.py": """
+        import json, sys
+        print(json.dumps({"length": len(sys.stdin.read())}))
+        """,
     "failing.py": """
         import sys
         sys.stdin.read()
@@ -89,6 +95,11 @@ name = "sleeper"
 description = "Works for a minute."
 command = ['{PY}', "sleeper.py"]
 kill_grace_seconds = 1
+
+[[subagents]]
+name = "measure"
+description = "Measures the task."
+command = ['{PY}', "measure.py"]
 
 [[subagents]]
 name = "failing"
@@ -222,6 +233,9 @@ class Scenario:
             assert payload["final_result"] == "echo: more"
             assert payload["run_id"] != self.ids["echo"]
 
+        def measured(payload: Any) -> None:
+            assert payload["final_result"] == {"length": 4}
+
         def handle(payload: Any) -> None:
             # Past the foreground limit: the running handle, and what to do.
             assert payload["status"] == "running"
@@ -270,6 +284,15 @@ class Scenario:
             ),
             after(
                 continued,
+                lambda: call(
+                    tool("delegate_task"),
+                    subagent="measure",
+                    task="four",
+                    final_schema={"type": "object", "required": ["length"]},
+                ),
+            ),
+            after(
+                measured,
                 lambda: call(tool("delegate_task"), subagent="sleeper", task="foreground"),
             ),
             # The client quits with that run still live.
@@ -300,81 +323,136 @@ def check_session(fake: FakeModelServer, scenario: Scenario) -> None:
     assert fake.problems == []
     assert fake.remaining == 0
     # Every call's result reached the model, once, in order.
-    assert len(scenario.seen) == 12
-    assert len({call_id for call_id, _ in scenario.seen}) == 12
+    assert len(scenario.seen) == CALLS
+    assert len({call_id for call_id, _ in scenario.seen}) == CALLS
 
 
-@pytest.mark.parametrize("kind", ["claude", "codex"])
-async def test_every_tool_through_the_real_client(kind: str, tmp_path: Path) -> None:
+async def claude_session(tmp_path: Path) -> Scenario:
+    """Claude Code, configured with ``mcp-config claude``, through every tool."""
     config = serve_config(tmp_path)
-    pids = config.parent / "pids"
     work = tmp_path / "project"
     work.mkdir()
     command = serve_command(config)
     assert os.path.isabs(command[0])
-    if kind == "claude":
-        program = claude_program()
-        scenario = Scenario(lambda name: f"mcp__delegate__{name}", pids)
-        fake: FakeModelServer
-        with FakeAnthropic(scenario.steps()) as anthropic:
-            fake = anthropic
-            (work / ".mcp.json").write_text(claude_mcp_json(command))
-            out = await run_client(
-                anthropic,
-                [
-                    program,
-                    "-p",
-                    "--output-format",
-                    "json",
-                    "--mcp-config",
-                    ".mcp.json",
-                    "--allowedTools",
-                    "mcp__delegate",
-                ],
-                claude_env(tmp_path / "home", anthropic),
-                work,
-                b"Use the delegation tools.",
-            )
-        result = json.loads(out.strip().splitlines()[-1])
-        assert result["is_error"] is False
-        assert result["permission_denials"] == []
-        # Claude Code offers the tools by the names the server gave.
-        offered = json.dumps(fake.turns[0].request.body)
-        assert "mcp__delegate__delegate_task" in offered or "ToolSearch" in offered
-    else:
-        program = codex_program()
-        scenario = Scenario(lambda name: f"mcp__delegate.{name}", pids)
-        with FakeResponses(scenario.steps()) as responses:
-            fake = responses
-            env = codex_env(tmp_path / "home", responses, config=codex_config_toml(command))
-            out = await run_client(
-                responses,
-                [program, "exec", "--json", "--skip-git-repo-check", "-"],
-                env,
-                work,
-                b"Use the delegation tools.",
-            )
-        events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        assert events[-1]["type"] == "turn.completed"
-        # Codex 0.163 offers MCP tools as one namespace tool.
-        [namespace] = [
-            tool
-            for tool in fake.turns[0].request.body["tools"]
-            if tool.get("name") == "mcp__delegate"
-        ]
-        assert namespace["type"] == "namespace"
-        assert [tool["name"] for tool in namespace["tools"]] == sorted(
+    program = claude_program()
+    scenario = Scenario(lambda name: f"mcp__delegate__{name}", config.parent / "pids")
+    with FakeAnthropic(scenario.steps()) as fake:
+        (work / ".mcp.json").write_text(claude_mcp_json(command))
+        out = await run_client(
+            fake,
             [
-                "delegate_task",
-                "subagent_status",
-                "wait_subagent",
-                "cancel_subagent",
-                "continue_subagent",
-            ]
+                program,
+                "-p",
+                "--output-format",
+                "json",
+                "--mcp-config",
+                ".mcp.json",
+                "--allowedTools",
+                "mcp__delegate",
+            ],
+            claude_env(tmp_path / "home", fake),
+            work,
+            b"Use the delegation tools.",
         )
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["is_error"] is False
+    assert result["permission_denials"] == []
     check_session(fake, scenario)
-    # The client is gone: the server cancelled the live run and exited.
+    return scenario
+
+
+async def codex_session(tmp_path: Path) -> Scenario:
+    """Codex, configured with ``mcp-config codex``, through every tool."""
+    config = serve_config(tmp_path)
+    work = tmp_path / "project"
+    work.mkdir()
+    command = serve_command(config)
+    program = codex_program()
+    scenario = Scenario(lambda name: f"mcp__delegate.{name}", config.parent / "pids")
+    with FakeResponses(scenario.steps()) as fake:
+        env = codex_env(tmp_path / "home", fake, config=codex_config_toml(command))
+        out = await run_client(
+            fake,
+            [program, "exec", "--json", "--skip-git-repo-check", "-"],
+            env,
+            work,
+            b"Use the delegation tools.",
+        )
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert events[-1]["type"] == "turn.completed"
+    # Codex 0.163 offers MCP tools as one namespace tool.
+    [namespace] = [
+        tool for tool in fake.turns[0].request.body["tools"] if tool.get("name") == "mcp__delegate"
+    ]
+    assert namespace["type"] == "namespace"
+    assert sorted(tool["name"] for tool in namespace["tools"]) == sorted(
+        [
+            "delegate_task",
+            "subagent_status",
+            "wait_subagent",
+            "cancel_subagent",
+            "continue_subagent",
+        ]
+    )
+    check_session(fake, scenario)
+    return scenario
+
+
+async def client_gone(scenario: Scenario) -> None:
+    """The client quit with a run live: the server cancelled it and exited."""
     with trio.fail_after(10):
         for process in (scenario.workers["long"], scenario.workers["server"]):
             while alive(process):  # noqa: ASYNC110 - other processes
                 await trio.sleep(0.02)
+
+
+async def test_claude_code_through_every_tool(tmp_path: Path) -> None:
+    scenario = await claude_session(tmp_path)
+    await client_gone(scenario)
+
+
+@pytest.fixture(scope="module")
+def codex(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
+    """One Codex session through every tool; each ``test_cap_codex_*`` checks its part."""
+    return trio.run(codex_session, tmp_path_factory.mktemp("codex"))
+
+
+def payload(scenario: Scenario, index: int) -> Any:
+    return scenario.seen[index][1]
+
+
+def test_cap_codex_foreground(codex: Scenario) -> None:
+    assert payload(codex, 0)["final_result"] == "echo: hi"
+    # Past the foreground limit: the running handle, before Codex gives up.
+    assert payload(codex, 12)["status"] == "running"
+
+
+def test_cap_codex_background(codex: Scenario) -> None:
+    assert payload(codex, 2)["status"] in ("running", "pending")
+    assert payload(codex, 7)["final_result"] == "echo: later"
+
+
+def test_cap_codex_status(codex: Scenario) -> None:
+    assert payload(codex, 3)["status"] == "running"
+
+
+def test_cap_codex_timed_wait(codex: Scenario) -> None:
+    assert payload(codex, 4)["status"] == "running"
+
+
+def test_cap_codex_cancel(codex: Scenario) -> None:
+    assert payload(codex, 5)["cancel_requested"] is True
+    assert payload(codex, 6)["error"]["type"] == "run_cancelled"
+    assert not alive(codex.workers["sleeper"])
+
+
+def test_cap_codex_continuation(codex: Scenario) -> None:
+    assert payload(codex, 10)["final_result"] == "echo: more"
+
+
+def test_cap_codex_structured_results(codex: Scenario) -> None:
+    assert payload(codex, 11)["final_result"] == {"length": 4}
+
+
+async def test_cap_codex_cancellation_reaches_child(codex: Scenario) -> None:
+    await client_gone(codex)

@@ -92,7 +92,10 @@ class Turn:
 @final
 @attrs.frozen
 class Hold:
-    """A step that answers only once the fake is released (or closed): a model still thinking."""
+    """A step that answers only once the fake is released (or closed): a model still thinking.
+
+    Released, it answers with the text ``(released)``, which ends the turn.
+    """
 
 
 Answer = Reply | Failure | Hold
@@ -164,7 +167,7 @@ class FakeModelServer:
         return self
 
     def release(self) -> None:
-        """Let held requests be answered (as an error: the script had nothing more)."""
+        """Let held requests be answered (see :class:`Hold`)."""
         self._released.set()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -215,7 +218,7 @@ class FakeModelServer:
         if isinstance(reply, Hold):
             self.holding.set()
             self._released.wait()
-            return 503, "application/json", b'{"error": {"type": "overloaded_error"}}'
+            reply = Reply(text="(released)")
         if isinstance(reply, Failure):
             error = {"type": "error", "error": {"type": reply.error_type, "message": reply.message}}
             return reply.status, "application/json", json.dumps(error).encode()

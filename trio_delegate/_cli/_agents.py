@@ -35,7 +35,7 @@ from .._core._context import ChildContext
 from .._results import Output
 from ._command import CommandFailedError, Finished, quote, run_process
 
-__all__ = ["AGENT_KINDS", "AgentCLIRunner", "AgentKind"]
+__all__ = ["AGENT_KINDS", "AgentCLIRunner", "AgentKind", "session_and_prompt", "transcript"]
 
 AgentKind = Literal["claude", "codex"]
 
@@ -83,7 +83,7 @@ class AgentCLIRunner:
             CommandFailedError: the CLI failed or reported an error; its message says why.
             LimitExceededError: the CLI wrote more than ``max_output_bytes``.
         """
-        session, task = _session_and_task(self.kind, ctx)
+        session, task = session_and_prompt(self.kind, ctx)
         async with _schema_file(self.kind, ctx.final_schema) as schema_path:
             argv = self._argv(ctx, session, schema_path)
             finished = await run_process(
@@ -99,11 +99,7 @@ class AgentCLIRunner:
             result, session_id = _claude_result(ctx, finished)
         else:
             result, session_id = _codex_result(ctx, finished)
-        reply: dict[str, Any] = {"role": "assistant", "content": result}
-        if session_id is not None:
-            reply |= {"agent": self.kind, "session_id": session_id}
-        transcript = [*ctx.history, {"role": "user", "content": ctx.task}, reply]
-        return Output(result, transcript=transcript)
+        return Output(result, transcript=transcript(self.kind, ctx, result, session_id))
 
     def _argv(self, ctx: ChildContext, session: str | None, schema_path: str | None) -> list[str]:
         model = ["--model", self.model] if self.model is not None else []
@@ -126,16 +122,16 @@ class AgentCLIRunner:
         return argv
 
 
-def _session_and_task(kind: AgentKind, ctx: ChildContext) -> tuple[str | None, str]:
-    """The session a continuation forks, and what to send on stdin.
+def session_and_prompt(agent: str, ctx: ChildContext) -> tuple[str | None, str]:
+    """The session a continuation forks (from *ctx*'s history), and the prompt to send.
 
     An ordinary run starts a new session. A continuation forks the session
-    of the last reply in its history that came from this kind of CLI; a
+    of the last reply of *agent* in its history (see :func:`transcript`); a
     history without one (a transcript from elsewhere) is written out ahead
     of the message instead.
     """
     for entry in reversed(ctx.history):
-        if isinstance(entry, dict) and entry.get("agent") == kind:
+        if isinstance(entry, dict) and entry.get("agent") == agent:
             session = entry.get("session_id")
             if isinstance(session, str) and session:
                 return session, ctx.task
@@ -143,6 +139,18 @@ def _session_and_task(kind: AgentKind, ctx: ChildContext) -> tuple[str | None, s
         return None, ctx.task
     earlier = json.dumps(list(ctx.history), ensure_ascii=False, indent=1)
     return None, f"The conversation so far (JSON):\n{earlier}\n\nThe next message:\n{ctx.task}"
+
+
+def transcript(agent: str, ctx: ChildContext, answer: Any, session: str | None) -> list[Any]:
+    """A run's whole conversation: its history, the task, and the answer with its session.
+
+    The answer's entry names the *agent* and its ``session_id``, which is how
+    :func:`session_and_prompt` finds the session to fork.
+    """
+    reply: dict[str, Any] = {"role": "assistant", "content": answer}
+    if session:
+        reply |= {"agent": agent, "session_id": session}
+    return [*ctx.history, {"role": "user", "content": ctx.task}, reply]
 
 
 @contextlib.asynccontextmanager
