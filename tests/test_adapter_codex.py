@@ -21,7 +21,7 @@ from trio_delegate.adapters import CAPABILITIES, codex
 
 openai_codex = pytest.importorskip("openai_codex")
 
-from .fakes import FakeResponses, Hold, Turn, text  # noqa: E402
+from .fakes import FakeResponses, Hold, Step, Turn, text  # noqa: E402
 from .fakes.clients import codex_env, codex_program, processes_with  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -54,7 +54,7 @@ async def test_cap_codex_child_runner(tmp_path: Path) -> None:
         assert "the first task" in str(turn.request.body)
         return text("second answer")
 
-    script = [text("first answer"), second, text('{"n": 2}')]
+    script: list[Step] = [text("first answer"), second, text('{"n": 2}')]
     with FakeResponses(script) as fake:
         subagent = td.Subagent("codex", codex.runner(config_for(tmp_path, fake)))
         async with td.open_runtime([subagent]) as rt, rt.open_parent("host") as parent:
