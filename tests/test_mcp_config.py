@@ -76,3 +76,14 @@ def test_a_name_clients_cannot_use_is_refused(capsys: pytest.CaptureFixture[str]
         main(["mcp-config", "codex", "--name", "my server"])
     assert info.value.code == 2
     assert "--name" in capsys.readouterr().err
+
+
+def test_the_server_configs_defaults_are_the_servers() -> None:
+    from trio_delegate._cli import _server_config
+    from trio_delegate.mcp import (
+        DEFAULT_FOREGROUND_LIMIT_SECONDS,
+        DEFAULT_PROGRESS_INTERVAL_SECONDS,
+    )
+
+    assert _server_config.DEFAULT_FOREGROUND_LIMIT_SECONDS == DEFAULT_FOREGROUND_LIMIT_SECONDS
+    assert _server_config.DEFAULT_PROGRESS_INTERVAL_SECONDS == DEFAULT_PROGRESS_INTERVAL_SECONDS
