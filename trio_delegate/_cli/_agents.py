@@ -24,16 +24,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, Literal, final
 
 import attrs
-import trio
 
 from .._core._context import ChildContext
 from .._results import Output
-from ._command import CommandFailedError, Finished, quote, run_process
+from ._command import CommandFailedError, Finished, json_file, quote, run_process
 
 __all__ = ["AGENT_KINDS", "AgentCLIRunner", "AgentKind", "session_and_prompt", "transcript"]
 
@@ -153,25 +151,11 @@ def transcript(agent: str, ctx: ChildContext, answer: Any, session: str | None) 
     return [*ctx.history, {"role": "user", "content": ctx.task}, reply]
 
 
-@contextlib.asynccontextmanager
-async def _schema_file(kind: AgentKind, schema: Any) -> AsyncIterator[str | None]:
+def _schema_file(
+    kind: AgentKind, schema: Any
+) -> contextlib.AbstractAsyncContextManager[str | None]:
     """Codex reads ``--output-schema`` from a file: one, removed afterwards."""
-    if kind != "codex" or schema is None:
-        yield None
-        return
-    path = await trio.to_thread.run_sync(_write_schema, json.dumps(schema))
-    try:
-        yield path
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-
-
-def _write_schema(text: str) -> str:
-    handle, path = tempfile.mkstemp(prefix="trio-delegate-schema-", suffix=".json")
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        file.write(text)
-    return path
+    return json_file("schema", schema if kind == "codex" else None)
 
 
 # -- reading the output ----------------------------------------------------------------

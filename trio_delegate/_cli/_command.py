@@ -38,7 +38,14 @@ from .._checks import describe
 from .._core._context import ChildContext
 from .._errors import DelegationError, InvalidArgumentsError, LimitExceededError
 
-__all__ = ["CommandFailedError", "CommandRunner", "Finished", "quote", "run_process"]
+__all__ = [
+    "CommandFailedError",
+    "CommandRunner",
+    "Finished",
+    "json_file",
+    "quote",
+    "run_process",
+]
 
 #: How much of stdout is read at a time.
 _CHUNK_BYTES: Final = 64 * 1024
@@ -511,11 +518,18 @@ def _signal_name(signum: int) -> str:
 @contextlib.asynccontextmanager
 async def _history_file(history: tuple[Any, ...]) -> AsyncIterator[str | None]:
     """A JSON file holding a continuation's history, removed afterwards."""
-    if not history:
+    async with json_file("history", list(history) if history else None) as path:
+        yield path
+
+
+@contextlib.asynccontextmanager
+async def json_file(kind: str, value: Any) -> AsyncIterator[str | None]:
+    """A temporary file holding *value* as JSON (none when *value* is None), removed afterwards."""
+    if value is None:
         yield None
         return
-    text = json.dumps(list(history), ensure_ascii=False)
-    path = await trio.to_thread.run_sync(_write_temporary, text)
+    text = json.dumps(value, ensure_ascii=False)
+    path = await trio.to_thread.run_sync(_write_temporary, text, kind)
     try:
         yield path
     finally:
@@ -523,8 +537,8 @@ async def _history_file(history: tuple[Any, ...]) -> AsyncIterator[str | None]:
             os.unlink(path)
 
 
-def _write_temporary(text: str) -> str:
-    handle, path = tempfile.mkstemp(prefix="trio-delegate-history-", suffix=".json")
+def _write_temporary(text: str, kind: str) -> str:
+    handle, path = tempfile.mkstemp(prefix=f"trio-delegate-{kind}-", suffix=".json")
     with os.fdopen(handle, "w", encoding="utf-8") as file:
         file.write(text)
     return path
