@@ -301,6 +301,29 @@ async def test_self_referencing_schema_fails_the_run_cleanly() -> None:
             await parent.delegate("one", "t", final_schema={"$ref": "#"})
 
 
+async def test_schema_check_at_admission_is_bounded() -> None:
+    # Checking a model's schema against the meta-schema took 300 ms for a
+    # 4 KB schema (dynamic references resolved per subschema), on the loop.
+    accepted: dict[str, Any] = {"allOf": [{}] * 1000}
+    too_costly = {"allOf": [{"minimum": 1}] * 4000}  # 60 KB
+    timer = StepTimer()
+    trio.lowlevel.add_instrument(timer)
+    try:
+        async with (
+            td.open_runtime([sub("one", returning(1))], config=LENIENT) as rt,
+            rt.open_parent() as parent,
+        ):
+            await trio.lowlevel.checkpoint()
+            result = await parent.delegate("one", "t", final_schema=accepted)
+            assert result.final_result == 1
+            with pytest.raises(td.InvalidArgumentsError, match="too large to check"):
+                await parent.start("one", "t", final_schema=too_costly)
+            assert rt.live_runs == 0
+    finally:
+        trio.lowlevel.remove_instrument(timer)
+    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+
+
 # -- store interleavings ----------------------------------------------------------------
 
 

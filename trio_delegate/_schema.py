@@ -19,16 +19,23 @@ Schemas come from models, so checking a result against one is bounded
   one that grows past :data:`INLINE_STEPS` starts again on a worker thread,
   where the run's cancellation and child deadline reach it every
   :data:`CANCEL_CHECK_STEPS` steps, and gives up after :data:`MAX_STEPS`.
+
+A schema itself is checked against the 2020-12 meta-schema at admission, on
+the event loop: against one flat copy of it (the published one resolves a
+dynamic reference for every subschema, ten times the cost), counted like
+any check, and refused past :data:`SCHEMA_CHECK_STEPS`.
 """
 
 from __future__ import annotations
 
 import contextvars
+import copy
 import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 from typing import Any, Final, final
+from urllib.parse import urljoin
 
 import attrs
 import cattrs
@@ -38,6 +45,7 @@ import trio
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
+from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 
 from ._checks import describe
 from ._converter import converter, to_json_ready
@@ -52,6 +60,7 @@ __all__ = [
     "MAX_SCHEMA_DEPTH",
     "MAX_STEPS",
     "ResultSchema",
+    "SCHEMA_CHECK_STEPS",
     "SchemaMismatch",
     "SchemaSpec",
     "compile_result_schema",
@@ -77,6 +86,10 @@ CANCEL_CHECK_STEPS: Final = 1_000
 #: Keyword evaluations after which a check gives up: the schema is too costly
 #: for this result.
 MAX_STEPS: Final = 20_000_000
+#: Keyword evaluations allowed for checking a ``final_schema`` against the
+#: meta-schema at admission, on the event loop (a few milliseconds): a
+#: schema that needs more is refused.
+SCHEMA_CHECK_STEPS: Final = 10_000
 
 #: What ``final_schema`` accepts: a JSON Schema mapping or an attrs class / dataclass.
 SchemaSpec = Mapping[str, Any] | type
@@ -228,9 +241,47 @@ _BoundedValidator = extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
     validators={name: _counted(keyword) for name, keyword in _KEYWORDS.items()},
 )
-# Checks schemas against the 2020-12 meta-schema without its "regex" format
-# check, which would compile patterns with Python's re: RE2 decides instead.
-_META_VALIDATOR = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+_DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _flat_meta_schema() -> dict[str, Any]:
+    """The draft 2020-12 meta-schema as one document, without dynamic references.
+
+    The published meta-schema spreads over eight documents joined by
+    ``$dynamicRef: "#meta"``; resolving those references is most of the cost
+    of checking a schema against it (ten times the rest, or more). For the
+    2020-12 dialect itself that reference always means the meta-schema's
+    root, so one document holding every vocabulary's ``properties`` and
+    ``$defs``, with those references pointing at ``"#"``, checks the same.
+    """
+    root = SPECIFICATIONS.contents(_DRAFT)
+    properties: dict[str, Any] = {}
+    defs: dict[str, Any] = {}
+    for part in root["allOf"]:
+        vocabulary = SPECIFICATIONS.contents(urljoin(_DRAFT, part["$ref"]))
+        properties.update(vocabulary.get("properties", {}))
+        defs.update(vocabulary.get("$defs", {}))
+    properties.update(root["properties"])
+    flat = {"type": ["object", "boolean"], "properties": properties, "$defs": defs}
+    stack: list[Any] = [flat := copy.deepcopy(flat)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("$dynamicRef") == "#meta":
+                del node["$dynamicRef"]
+                node["$ref"] = "#"
+            elif isinstance(node.get("$ref"), str) and "#/$defs/" in node["$ref"]:
+                node["$ref"] = "#/$defs/" + node["$ref"].split("#/$defs/", 1)[1]
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return flat
+
+
+# Checks schemas against the 2020-12 meta-schema, counted like any check; its
+# "regex" format is not asserted (that would compile patterns with Python's
+# re): RE2 decides on patterns instead.
+_META_VALIDATOR = _BoundedValidator(_flat_meta_schema())
 
 
 @final
@@ -381,7 +432,17 @@ def _compile(
         raise InvalidArgumentsError(
             f"{field} nests more than {depth_limit} levels deep: flatten the schema"
         ) from None
-    error = jsonschema.exceptions.best_match(_META_VALIDATOR.iter_errors(schema))
+    token = _BUDGET.set(_Budget(SCHEMA_CHECK_STEPS, inline=True))
+    try:
+        error = jsonschema.exceptions.best_match(_META_VALIDATOR.iter_errors(schema))
+    except _OverBudget:
+        raise InvalidArgumentsError(
+            f"{field} is too large to check at admission (more than {SCHEMA_CHECK_STEPS} "
+            "steps against the JSON Schema meta-schema): simplify it, with fewer "
+            "subschemas and keywords"
+        ) from None
+    finally:
+        _BUDGET.reset(token)
     if error is not None:
         raise InvalidArgumentsError(
             f"{field} is not a valid JSON Schema (draft 2020-12): at {error.json_path}: "
