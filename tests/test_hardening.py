@@ -6,7 +6,9 @@ runtime used to hang, reorder, leak or lose something.
 
 from __future__ import annotations
 
+import gc
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -299,6 +301,55 @@ async def test_self_referencing_schema_fails_the_run_cleanly() -> None:
     ):
         with trio.fail_after(10), pytest.raises(td.InvalidResultError):
             await parent.delegate("one", "t", final_schema={"$ref": "#"})
+
+
+async def test_schema_errors_about_a_large_result_stay_brief_and_within_the_deadline() -> None:
+    # Each failing branch used to format the whole result into its message:
+    # a thousand copies of 600 KB, seconds past a half-second deadline.
+    big = list(range(100_000))
+    schema = {"anyOf": [{"type": "string"}] * 1000}
+    subagents = [sub("big", returning(big), timeout_seconds=0.5)]
+    timer = StepTimer()
+    trio.lowlevel.add_instrument(timer)
+    try:
+        async with (
+            td.open_runtime(subagents, config=LENIENT) as rt,
+            rt.open_parent() as parent,
+        ):
+            started = time.monotonic()
+            with pytest.raises((td.RunFailedError, td.RunTimedOutError)) as info:
+                await parent.delegate("big", "t", final_schema=schema)
+            took = time.monotonic() - started
+    finally:
+        trio.lowlevel.remove_instrument(timer)
+    assert took < 2.5, f"the check took {took:.1f} s against a deadline of 0.5 s"
+    assert len(str(info.value)) < 2000
+    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+
+
+async def test_failed_schema_check_leaves_no_reference_cycles() -> None:
+    # jsonschema links every error of every anyOf branch to its parent: tens
+    # of thousands of cycles whose collection holds the interpreter (and so
+    # the event loop) for a quarter of a second.
+    schema = {
+        "anyOf": [
+            {"items": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+            {"type": "object"},
+        ]
+    }
+    async with (
+        td.open_runtime([sub("ints", returning([1] * 1000))], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        gc.collect()
+        gc.disable()
+        try:
+            with pytest.raises(td.InvalidResultError):
+                await parent.delegate("ints", "t", final_schema=schema)
+            unreachable = gc.collect()
+        finally:
+            gc.enable()
+    assert unreachable < 500, f"{unreachable} objects were left in reference cycles"
 
 
 async def test_schema_check_at_admission_is_bounded() -> None:

@@ -13,11 +13,46 @@ from typing import Any
 from ._errors import InvalidArgumentsError
 from ._json import text_problem
 
-__all__ = ["check_bool", "check_int", "check_seconds", "check_text", "describe"]
+__all__ = [
+    "BriefDict",
+    "BriefList",
+    "check_bool",
+    "check_int",
+    "check_seconds",
+    "check_text",
+    "describe",
+]
+
+
+class BriefDict(dict[Any, Any]):
+    """A dict whose ``repr`` is :func:`describe`'s: short, whatever it holds.
+
+    Code that formats a value into a message with ``repr`` (jsonschema does,
+    for every error) would otherwise copy a large value whole, once per error.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return describe(self)
+
+
+class BriefList(list[Any]):
+    """A list whose ``repr`` is :func:`describe`'s (see :class:`BriefDict`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return describe(self)
 
 
 class _ShortRepr(reprlib.Repr):
     """``repr`` bounded in depth, width and length, for values from anywhere."""
+
+    # reprlib finds these by the type's name: brief containers nest level by
+    # level like plain ones.
+    repr_BriefDict = reprlib.Repr.repr_dict
+    repr_BriefList = reprlib.Repr.repr_list
 
     def __init__(self) -> None:
         super().__init__()

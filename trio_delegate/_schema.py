@@ -15,10 +15,19 @@ Schemas come from models, so checking a result against one is bounded
   seconds, holding the GIL); a pattern RE2 cannot run (look-around,
   back-references) is refused at admission;
 * ``uniqueItems`` compares canonical keys in a set (linear), not every pair;
-* every keyword evaluation is counted: a check that stays small runs inline;
-  one that grows past :data:`INLINE_STEPS` starts again on a worker thread,
-  where the run's cancellation and child deadline reach it every
-  :data:`CANCEL_CHECK_STEPS` steps, and gives up after :data:`MAX_STEPS`.
+* ``anyOf`` and ``oneOf`` stop at a branch's first error and keep none of
+  them (jsonschema collects every error of every branch, each formatting the
+  value, and links them in reference cycles the garbage collector must then
+  walk, holding the interpreter);
+* the value checked is a copy whose containers print briefly
+  (:class:`BriefDict`, :class:`BriefList`): an error message about a
+  megabyte result costs what one about a small one costs;
+* every keyword evaluation is counted, weighted by the size of the value and
+  of the keyword's argument it may go through (one step per 64 items or
+  4 KiB of text): a check that stays small runs inline; one that grows past
+  :data:`INLINE_STEPS` starts again on a worker thread, where the run's
+  cancellation and child deadline reach it every :data:`CANCEL_CHECK_STEPS`
+  steps, and gives up after :data:`MAX_STEPS`.
 
 A schema itself is checked against the 2020-12 meta-schema at admission, on
 the event loop: against one flat copy of it (the published one resolves a
@@ -47,7 +56,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
 from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 
-from ._checks import describe
+from ._checks import BriefDict, BriefList, describe
 from ._converter import converter, to_json_ready
 from ._errors import InvalidArgumentsError
 from ._json import CanonicalJson, JsonProblem, check_nesting, text_problem
@@ -149,12 +158,27 @@ _BUDGET: contextvars.ContextVar[_Budget] = contextvars.ContextVar("trio_delegate
 _Keyword = Callable[[Any, Any, Any, Any], Iterator[ValidationError] | None]
 
 
+def _weight(value: Any) -> int:
+    """Steps beyond the first that a keyword may spend going through *value*.
+
+    A keyword may go through every item of its argument (``enum``) or of the
+    value it checks (``additionalProperties``), and may copy text into a
+    message: one step per 64 items, or per 4 KiB of text. Containers are
+    weighed by their length only; their messages are brief.
+    """
+    if isinstance(value, dict | list):
+        return len(value) >> 6
+    if isinstance(value, str):
+        return len(value) >> 12
+    return 0
+
+
 def _counted(keyword: _Keyword) -> _Keyword:
-    """*keyword*, charging one step of the current check's budget per evaluation."""
+    """*keyword*, charging the current check's budget for every evaluation."""
 
     @functools.wraps(keyword)
     def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        _BUDGET.get().spend()
+        _BUDGET.get().spend(1 + _weight(value) + _weight(instance))
         return keyword(validator, value, instance, schema)
 
     return counted
@@ -175,10 +199,8 @@ def _regex(pattern: str) -> Any:
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string"):
-        _BUDGET.get().spend(1 + len(instance) // 4096)
-        if _regex(pattern).search(instance) is None:
-            yield ValidationError(f"{describe(instance)} does not match {describe(pattern)}")
+    if validator.is_type(instance, "string") and _regex(pattern).search(instance) is None:
+        yield ValidationError(f"{describe(instance)} does not match {describe(pattern)}")
 
 
 def _pattern_properties(
@@ -213,6 +235,38 @@ def _unique_items(
         seen.add(key)
 
 
+def _passes(validator: Any, instance: Any, branch: Any, index: int) -> bool:
+    """Whether *instance* satisfies the subschema *branch*; stops at its first error."""
+    return next(validator.descend(instance, branch, schema_path=index), None) is None
+
+
+def _any_of(
+    validator: Any, branches: list[Any], instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    for index, branch in enumerate(branches):
+        if _passes(validator, instance, branch, index):
+            return
+    yield ValidationError(f"{describe(instance)} is not valid under any of the given schemas")
+
+
+def _one_of(
+    validator: Any, branches: list[Any], instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    passed: list[int] = []
+    for index, branch in enumerate(branches):
+        if _passes(validator, instance, branch, index):
+            passed.append(index)
+            if len(passed) == 2:
+                break
+    if not passed:
+        yield ValidationError(f"{describe(instance)} is not valid under any of the given schemas")
+    elif len(passed) == 2:
+        yield ValidationError(
+            f"{describe(instance)} is valid under more than one of the given schemas "
+            f"(#{passed[0]} and #{passed[1]})"
+        )
+
+
 def _equality_key(value: Any) -> Any:
     """A hashable key equal for values JSON Schema calls equal (``1 == 1.0``, not ``true``).
 
@@ -236,11 +290,14 @@ _KEYWORDS: dict[str, _Keyword] = {
     "pattern": _pattern,
     "patternProperties": _pattern_properties,
     "uniqueItems": _unique_items,
+    "anyOf": _any_of,
+    "oneOf": _one_of,
 }
 _BoundedValidator = extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
     validators={name: _counted(keyword) for name, keyword in _KEYWORDS.items()},
 )
+
 _DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
 
 
@@ -324,7 +381,7 @@ class ResultSchema:
             trio.Cancelled: the caller was cancelled during a threaded check.
         """
         if result.size <= INLINE_BYTES:
-            value = result.copy()
+            value = _checkable(result)
             try:
                 self._check(value, _Budget(INLINE_STEPS, inline=True))
             except _OverBudget:
@@ -335,7 +392,7 @@ class ResultSchema:
         await trio.to_thread.run_sync(self._check_copy, result)
 
     def _check_copy(self, result: CanonicalJson) -> None:
-        value = result.copy()
+        value = _checkable(result)
         self._check(value, _Budget(MAX_STEPS, inline=False))
         self.structure(value)
 
@@ -369,6 +426,29 @@ class ResultSchema:
         if len(errors) > _MAX_PROBLEMS:
             problems.append("… and more")
         raise SchemaMismatch(problems)
+
+
+def _checkable(result: CanonicalJson) -> Any:
+    """A fresh copy of *result* to check, its containers brief in messages.
+
+    JSON objects decode straight into :class:`BriefDict`; the decoder has no
+    such hook for arrays, so they are replaced afterwards, without recursion.
+    """
+    if result.is_scalar:
+        return result.copy()
+    value = json.loads(result.text, object_pairs_hook=BriefDict)
+    if type(value) is list:
+        value = BriefList(value)
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        pairs = node.items() if type(node) is BriefDict else enumerate(node)
+        for key, child in pairs:
+            if type(child) is list:
+                node[key] = child = BriefList(child)
+            if type(child) is BriefDict or type(child) is BriefList:
+                stack.append(child)
+    return value
 
 
 def _problem(error: ValidationError) -> str:
