@@ -142,8 +142,11 @@ async def test_deeply_nested_tool_arguments_are_invalid_arguments() -> None:
     async with td.open_runtime([sub("echo", returning(1))]) as rt, rt.open_parent() as parent:
         tools = parent.tools()
         deep_text = '{"run_id": ' + "[" * 100_000 + "]" * 100_000 + "}"
-        with pytest.raises(td.InvalidArgumentsError, match="nest"):
+        # So many brackets are too many values before they are too deep.
+        with pytest.raises(td.InvalidArgumentsError, match=r"nest|JSON values"):
             await tools.call("subagent_status", deep_text)
+        with pytest.raises(td.InvalidArgumentsError, match="nest"):
+            await tools.call("subagent_status", '{"run_id": ' + "[" * 5000 + "]" * 5000 + "}")
         with pytest.raises(td.InvalidArgumentsError, match="nest"):
             await tools.call("subagent_status", {"run_id": nested(100_000)})
         schema: Any = {"type": "object"}
@@ -155,6 +158,53 @@ async def test_deeply_nested_tool_arguments_are_invalid_arguments() -> None:
             )
         with pytest.raises(td.InvalidArgumentsError, match="nests more than"):
             await parent.delegate("echo", "t", final_schema=schema)
+
+
+async def test_tool_arguments_are_bounded_in_values_before_they_are_decoded() -> None:
+    # Eight megabytes of small values were decoded and walked on the event
+    # loop before anything looked at them: seconds in one step.
+    numbers = '{"subagent": "echo", "task": "t", "x": [' + "1," * 4_000_000 + "1]}"
+    objects = (
+        '{"subagent": "echo", "task": "t", "final_schema": {"enum": [' + "{}," * 1_000_000 + "{}]}}"
+    )
+    mapping = {"subagent": "echo", "task": "t", "x": list(range(1_000_000))}
+    # Commas, brackets and escaped quotes inside a string are one value.
+    long_task = json.dumps({"subagent": "echo", "task": 'a,[{"' * 20_000})
+    timer = StepTimer()
+    trio.lowlevel.add_instrument(timer)
+    try:
+        async with (
+            td.open_runtime([sub("echo", returning("ok"))]) as rt,
+            rt.open_parent() as parent,
+        ):
+            tools = parent.tools()
+            await trio.lowlevel.checkpoint()
+            for arguments in (numbers, objects, mapping):
+                with pytest.raises(td.InvalidArgumentsError, match="more than 40000"):
+                    await tools.call("delegate_task", arguments)
+            assert rt.live_runs == 0
+            answer = await tools.call("delegate_task", long_task)
+            assert answer["final_result"] == "ok"
+    finally:
+        trio.lowlevel.remove_instrument(timer)
+    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+
+
+async def test_a_huge_final_schema_is_refused_before_it_is_encoded() -> None:
+    schema = {"enum": list(range(4_000_000))}
+    timer = StepTimer()
+    trio.lowlevel.add_instrument(timer)
+    try:
+        async with (
+            td.open_runtime([sub("echo", returning("ok"))]) as rt,
+            rt.open_parent() as parent,
+        ):
+            await trio.lowlevel.checkpoint()
+            with pytest.raises(td.InvalidArgumentsError, match="more than 32768 values"):
+                await parent.start("echo", "t", final_schema=schema)
+    finally:
+        trio.lowlevel.remove_instrument(timer)
+    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
 
 
 # -- numbers that do not fit ----------------------------------------------------------

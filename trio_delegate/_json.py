@@ -24,6 +24,7 @@ __all__ = [
     "CanonicalJson",
     "JsonProblem",
     "SMALL_NODES",
+    "TooDeep",
     "check_nesting",
     "decode",
     "encode",
@@ -48,6 +49,10 @@ _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separato
 
 class JsonProblem(ValueError):
     """A value is not a JSON value this runtime accepts; the message says why."""
+
+
+class TooDeep(JsonProblem):
+    """A value nests deeper than allowed."""
 
 
 def text_problem(text: str) -> str | None:
@@ -78,25 +83,43 @@ def escape_text(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def check_nesting(value: Any, max_depth: int) -> None:
-    """Raise :class:`JsonProblem` if containers in *value* nest deeper than *max_depth*.
+def check_nesting(value: Any, max_depth: int, max_items: int | None = None) -> None:
+    """Raise :class:`JsonProblem` if containers in *value* nest deeper than
+    *max_depth* or, given *max_items*, hold more items than that all told.
 
-    Iterative: a value a million levels deep costs a loop, not the stack.
-    Lists, tuples and mappings are containers; a scalar is depth 0.
+    Iterative: a value a million levels deep costs a loop, not the stack;
+    with *max_items*, a value of a million items costs no more than one of
+    *max_items*. Lists, tuples and mappings are containers; a scalar is
+    depth 0.
 
     Raises:
-        JsonProblem: naming the depth and the limit.
+        JsonProblem: naming the depth or the count and the limit, or a
+            container that cannot be read (its methods raise).
     """
     if not isinstance(value, dict | list | tuple):
         return
+    try:
+        _check_shape(value, max_depth, max_items)
+    except JsonProblem:
+        raise
+    except Exception as exc:  # a dict or list subclass whose own methods raise
+        raise JsonProblem(
+            f"it holds a container that cannot be read ({type(exc).__name__})"
+        ) from None
+
+
+def _check_shape(value: Any, max_depth: int, max_items: int | None) -> None:
+    left = max_items if max_items is not None else -1
     stack: list[tuple[Any, int]] = [(value, 1)]
     pop, push = stack.pop, stack.append
     while stack:
         item, depth = pop()
         if depth > max_depth:
-            raise JsonProblem(
-                f"it nests more than {max_depth} levels deep (Config.max_nesting_depth)"
-            )
+            raise TooDeep(f"it nests more than {max_depth} levels deep (Config.max_nesting_depth)")
+        if left >= 0:
+            left -= len(item)
+            if left < 0:
+                raise JsonProblem(f"it holds more than {max_items} values")
         children = item.values() if isinstance(item, dict) else item
         for child in children:
             if isinstance(child, dict | list | tuple):

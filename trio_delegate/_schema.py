@@ -59,7 +59,7 @@ from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 from ._checks import BriefDict, BriefList, describe
 from ._converter import converter, to_json_ready
 from ._errors import InvalidArgumentsError
-from ._json import CanonicalJson, JsonProblem, check_nesting, text_problem
+from ._json import CanonicalJson, JsonProblem, TooDeep, check_nesting, text_problem
 from ._typeschema import is_structured_type, schema_for_type
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "INLINE_STEPS",
     "MAX_SCHEMA_BYTES",
     "MAX_SCHEMA_DEPTH",
+    "MAX_SCHEMA_VALUES",
     "MAX_STEPS",
     "ResultSchema",
     "SCHEMA_CHECK_STEPS",
@@ -79,6 +80,10 @@ __all__ = [
 MAX_SCHEMA_BYTES: Final = 64 * 1024
 #: Deepest accepted nesting of objects and arrays in a schema.
 MAX_SCHEMA_DEPTH: Final = 32
+#: Most values (items of its arrays and objects) a schema may hold: each
+#: takes at least two bytes of JSON, so a schema with more is over
+#: MAX_SCHEMA_BYTES anyway; counting stops here, before encoding.
+MAX_SCHEMA_VALUES: Final = MAX_SCHEMA_BYTES // 2
 #: Most problems listed when a result does not match.
 _MAX_PROBLEMS: Final = 20
 #: Longest problem message kept (jsonschema's messages repeat the instance).
@@ -358,8 +363,8 @@ class ResultSchema:
 
     def schema_copy(self) -> dict[str, Any]:
         """A fresh copy of the schema, for a runner to read (and change) freely."""
-        copy: dict[str, Any] = json.loads(self._text)
-        return copy
+        fresh: dict[str, Any] = json.loads(self._text)
+        return fresh
 
     def prepare(self, value: Any) -> Any:
         """A runner may return an instance of the target type: make it JSON-ready."""
@@ -477,19 +482,29 @@ def compile_result_schema(
             f"{field} must be a JSON Schema object, an attrs class or a dataclass, "
             f"got {describe(spec)}"
         )
-    # Depth first, without recursion: encoding a value nested a million levels
-    # deep would exhaust the stack.
+    # Depth and count first, without recursion and stopping at the limits:
+    # encoding a value nested a million levels deep would exhaust the stack,
+    # and one of a million items would take seconds before its size showed.
     depth_limit = min(max_nesting, MAX_SCHEMA_DEPTH)
     try:
-        check_nesting(spec, depth_limit)
-    except JsonProblem:
+        check_nesting(spec, depth_limit, MAX_SCHEMA_VALUES)
+    except TooDeep:
         raise InvalidArgumentsError(
             f"{field} nests more than {depth_limit} levels deep: flatten the schema"
+        ) from None
+    except JsonProblem as exc:
+        raise InvalidArgumentsError(
+            f"{field} is not accepted: {exc}; at most {MAX_SCHEMA_BYTES} bytes of JSON are "
+            "allowed: simplify the schema"
         ) from None
     try:
         encoded = json.dumps(spec, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentsError(f"{field} is not JSON: {exc}") from None
+    except Exception as exc:  # a host's mapping whose own methods raise
+        raise InvalidArgumentsError(
+            f"{field} could not be read ({type(exc).__name__}); pass a plain dict"
+        ) from None
     problem = text_problem(encoded)
     if problem is not None:
         raise InvalidArgumentsError(f"{field} holds text that is not valid Unicode: {problem}")

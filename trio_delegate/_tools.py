@@ -26,13 +26,18 @@ from ._schema import MAX_SCHEMA_BYTES
 if TYPE_CHECKING:
     from ._core._parent import Parent
 
-__all__ = ["MAX_ARGUMENTS_CHARS", "DelegationTools", "ToolDefinition"]
+__all__ = ["MAX_ARGUMENTS_CHARS", "MAX_ARGUMENT_VALUES", "DelegationTools", "ToolDefinition"]
 
 #: Longest run id accepted from a model (ours are 36 characters).
 _MAX_RUN_ID_CHARS: Final = 128
 #: Longest arguments accepted as JSON text: room for the longest task, escaped,
-#: and the largest schema; decoding this much takes milliseconds.
+#: and the largest schema.
 MAX_ARGUMENTS_CHARS: Final = 8 * 1024 * 1024
+#: Most values (strings, numbers, arrays, objects, keys) accepted in one
+#: call's arguments: decoding costs time per value, far more than per
+#: character of a string, and this many take milliseconds. The largest
+#: schema (64 KiB of JSON) holds fewer than 33,000.
+MAX_ARGUMENT_VALUES: Final = 40_000
 
 _Kind = Literal["string", "boolean", "number", "object", "subagent"]
 
@@ -430,14 +435,20 @@ class DelegationTools(metaclass=NoPublicConstructor):
 
 
 def _parse_arguments(tool: str, arguments: object, max_depth: int) -> dict[str, Any]:
-    """The arguments of one call as a dict, bounded in size and nesting (contract §15)."""
-    if arguments is None or arguments == "":
+    """The arguments of one call as a dict, bounded in size, values and nesting
+    (contract §15), whatever it costs to find out: at most milliseconds."""
+    if arguments is None or (isinstance(arguments, str) and not arguments):
         return {}
     if isinstance(arguments, str):
         if len(arguments) > MAX_ARGUMENTS_CHARS:
             raise InvalidArgumentsError(
                 f"the arguments for {tool} are {len(arguments)} characters of JSON; at most "
                 f"{MAX_ARGUMENTS_CHARS} are allowed: send a shorter task"
+            )
+        if _values_in(arguments) > MAX_ARGUMENT_VALUES:
+            raise InvalidArgumentsError(
+                f"the arguments for {tool} hold more than {MAX_ARGUMENT_VALUES} JSON values; "
+                "send only the tool's parameters, with a smaller final_schema"
             )
         try:
             arguments = json.loads(arguments)
@@ -455,15 +466,40 @@ def _parse_arguments(tool: str, arguments: object, max_depth: int) -> dict[str, 
             f"the arguments for {tool} must be a JSON object, got {describe(arguments)}"
         )
     try:
-        check_nesting(dict(arguments), max_depth)
+        parsed = dict(arguments)
+    except Exception as exc:  # a host's mapping whose own methods raise
+        raise InvalidArgumentsError(
+            f"the arguments for {tool} could not be read ({type(exc).__name__}); pass a "
+            "plain dict or JSON text"
+        ) from None
+    try:
+        check_nesting(parsed, max_depth, MAX_ARGUMENT_VALUES)
     except JsonProblem as exc:
         raise InvalidArgumentsError(f"the arguments for {tool} are not accepted: {exc}") from None
-    for key in arguments:
-        if not isinstance(key, str):
+    for key in parsed:
+        if type(key) is not str:
             raise InvalidArgumentsError(
                 f"the arguments for {tool} must have string keys, got {describe(key)}"
             )
-    return dict(arguments)
+    return parsed
+
+
+def _values_in(text: str) -> int:
+    """About how many values the JSON *text* holds, counted without decoding it.
+
+    Every string is a value; outside strings, every value after the first in
+    an array or object follows a comma, and every array or object opens with
+    a bracket. Escaped backslashes and quotes lie inside strings: with them
+    gone, the quotes left delimit the strings. A few passes in C over the
+    text, and an upper bound (up to the first error, for text that is not
+    JSON: decoding stops there too).
+    """
+    plain = text.replace("\\\\", "").replace('\\"', "")
+    strings = plain.count('"') // 2
+    if strings > MAX_ARGUMENT_VALUES:
+        return strings
+    outside = "".join(plain.split('"')[::2])
+    return strings + outside.count(",") + outside.count("[") + outside.count("{")
 
 
 def _short(exc: BaseException, limit: int = 200) -> str:
