@@ -117,6 +117,10 @@ class StepTimer(trio.abc.Instrument):
         self.longest = 0.0
         self._started: float | None = None
 
+    def exclude_current_step(self) -> None:
+        """Leave the step now running out of the measure (a test's own checks)."""
+        self._started = None
+
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._started = time.thread_time()
 
@@ -124,3 +128,48 @@ class StepTimer(trio.abc.Instrument):
         started, self._started = self._started, None
         if started is not None:
             self.longest = max(self.longest, time.thread_time() - started)
+
+
+# -- objects a host might pass whose own methods raise ---------------------------
+
+
+class HostileError(Exception):
+    """What the methods of the objects below raise."""
+
+
+def _hostile(*args: Any, **kwargs: Any) -> Any:
+    raise HostileError("a method of a hostile object was called")
+
+
+class LoudStr(str):
+    """A str whose overridable methods raise."""
+
+    __str__ = __repr__ = __format__ = __hash__ = __eq__ = __ne__ = _hostile
+    strip = encode = isascii = isprintable = isspace = split = _hostile
+
+
+class LoudInt(int):
+    """An int whose conversions and comparisons raise."""
+
+    __float__ = __index__ = __repr__ = __str__ = __hash__ = _hostile
+    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = _hostile
+
+
+class LoudDict(dict[str, Any]):
+    """A dict whose reading methods raise."""
+
+    __iter__ = keys = items = values = __getitem__ = get = __len__ = _hostile
+    __contains__ = __eq__ = __hash__ = __repr__ = _hostile  # type: ignore[assignment]
+
+
+class LoudList(list[Any]):
+    """A list whose reading methods raise."""
+
+    __iter__ = __len__ = __getitem__ = __repr__ = __eq__ = _hostile
+
+
+class Unreadable:
+    """An object whose every operation, attribute lookups included, raises."""
+
+    __str__ = __repr__ = __format__ = __eq__ = __hash__ = __bool__ = _hostile
+    __len__ = __iter__ = __getattr__ = __float__ = __int__ = __index__ = _hostile

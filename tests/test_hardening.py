@@ -22,7 +22,18 @@ import trio_delegate as td
 from trio_delegate._core._groups import open_transparent_nursery
 from trio_delegate._stores._protocol import StoreSnapshot
 
-from .helpers import StepTimer, forever, returning, slow_cleanup, sub
+from .helpers import (
+    LoudDict,
+    LoudInt,
+    LoudList,
+    LoudStr,
+    StepTimer,
+    Unreadable,
+    forever,
+    returning,
+    slow_cleanup,
+    sub,
+)
 
 LENIENT = td.Config(fail_closed=False)
 
@@ -423,6 +434,63 @@ async def test_schema_check_at_admission_is_bounded() -> None:
     finally:
         trio.lowlevel.remove_instrument(timer)
     assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+
+
+# -- objects from a host whose own methods raise ---------------------------------------
+
+
+async def _noop(ctx: td.ChildContext) -> Any:
+    return None
+
+
+def test_config_numbers_are_read_as_builtin_numbers() -> None:
+    config = td.Config(max_concurrent_runs=LoudInt(3), subagent_timeout_seconds=LoudInt(5))
+    assert type(config.max_concurrent_runs) is int
+    assert config.max_concurrent_runs == 3
+    assert type(config.subagent_timeout_seconds) is int
+    with pytest.raises(td.InvalidArgumentsError, match="max_task_chars"):
+        td.Config(max_task_chars=LoudInt(0))
+
+
+def test_subagent_arguments_whose_methods_raise_are_invalid_arguments() -> None:
+    with pytest.raises(td.InvalidArgumentsError, match="children"):
+        td.Subagent("a", _noop, children=1j)  # type: ignore[arg-type]
+    with pytest.raises(td.InvalidArgumentsError, match="children"):
+        td.Subagent("a", _noop, children=LoudList(["b"]))
+    with pytest.raises(td.InvalidArgumentsError, match="runner"):
+        td.Subagent("a", Unreadable())  # type: ignore[arg-type]
+    with pytest.raises(td.InvalidArgumentsError, match="name"):
+        td.Subagent(LoudDict(), _noop)
+    subagent = td.Subagent(LoudStr("a"), _noop, description=LoudStr("d"), children=[LoudStr("b")])
+    assert (type(subagent.name), type(subagent.description)) == (str, str)
+    assert [type(child) for child in subagent.children] == [str]
+
+
+async def test_runtime_and_tool_arguments_whose_methods_raise() -> None:
+    with pytest.raises(td.InvalidArgumentsError, match="subagents"):
+        async with td.open_runtime(LoudList([sub("echo", returning("ok"))])):
+            pass
+    async with td.open_runtime([sub("echo", returning("ok"))]) as rt:
+        with pytest.raises(td.InvalidArgumentsError, match="subagents"):
+            async with rt.open_parent("root", subagents=LoudList(["echo"])):
+                pass
+        async with rt.open_parent(LoudStr("root")) as parent:
+            assert type(parent.owner) is str
+            tools = parent.tools()
+            with pytest.raises(td.UnknownRunError):
+                await tools.call(LoudStr("subagent_status"), {"run_id": LoudStr("x")})
+            with pytest.raises(td.InvalidArgumentsError, match="could not be read"):
+                await tools.call("subagent_status", LoudDict(run_id="x"))
+            with pytest.raises(td.InvalidArgumentsError, match="cannot be read"):
+                await tools.call(
+                    "delegate_task",
+                    {"subagent": "echo", "task": "t", "final_schema": {"a": LoudDict()}},
+                )
+            with pytest.raises(td.InvalidArgumentsError, match=r"final_schema .*cannot be read"):
+                await parent.start("echo", "t", final_schema={"a": LoudDict()})
+            handle = await parent.start("echo", "t")
+            result = await parent.wait(handle.run_id, timeout=LoudInt(5))
+            assert isinstance(result, td.RunResult)
 
 
 # -- store interleavings ----------------------------------------------------------------

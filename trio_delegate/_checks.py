@@ -16,6 +16,7 @@ from ._json import text_problem
 __all__ = [
     "BriefDict",
     "BriefList",
+    "builtin",
     "check_bool",
     "check_int",
     "check_seconds",
@@ -89,7 +90,29 @@ def describe(value: object, limit: int = 60) -> str:
     return text
 
 
+def builtin(value: Any) -> Any:
+    """*value* as the builtin ``str``, ``int`` or ``float`` it is an instance of;
+    anything else as it is.
+
+    A host may pass a subclass (an enum member, say) where text or a number is
+    expected. Its own ``__hash__``, ``__eq__``, ``strip`` or ``__float__``
+    could do anything; the copy made here by the builtin type's own method
+    runs none of them, now or later.
+    """
+    cls = type(value)
+    if cls is str or cls is int or cls is float or cls is bool:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    return value
+
+
 def check_int(field: str, value: Any, *, minimum: int) -> int:
+    value = builtin(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidArgumentsError(
             f"{field} must be an integer >= {minimum}, got {describe(value)}"
@@ -99,6 +122,7 @@ def check_int(field: str, value: Any, *, minimum: int) -> int:
 
 def _as_finite_float(value: Any) -> float | None:
     """*value* as a finite float, or ``None`` when it is no number or does not fit one."""
+    value = builtin(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
@@ -142,16 +166,17 @@ def check_text(field: str, value: Any, *, max_chars: int, allow_blank: bool = Fa
         return value
     if not isinstance(value, str):
         raise InvalidArgumentsError(f"{field} must be a string, got {describe(value)}")
-    problem = text_problem(value)
+    text: str = builtin(value)
+    problem = text_problem(text)
     if problem is not None:
         raise InvalidArgumentsError(
             f"{field} must be valid Unicode text: {problem}; send the text as UTF-8"
         )
-    if not allow_blank and not value.strip():
+    if not allow_blank and not text.strip():
         raise InvalidArgumentsError(f"{field} must not be empty or only whitespace")
-    if len(value) > max_chars:
+    if len(text) > max_chars:
         raise InvalidArgumentsError(
-            f"{field} is {len(value)} characters long; at most {max_chars} are allowed "
+            f"{field} is {len(text)} characters long; at most {max_chars} are allowed "
             "(shorten it, or raise the limit in Config)"
         )
-    return value
+    return text

@@ -7,7 +7,7 @@ from typing import Any, Final, Literal, final
 
 import attrs
 
-from ._checks import check_bool, check_int, check_seconds
+from ._checks import builtin, check_bool, check_int, check_seconds
 from ._json import DEFAULT_MAX_NESTING
 
 __all__ = ["INHERIT", "Config", "InheritType", "TimeoutSetting"]
@@ -83,24 +83,34 @@ class Config:
     """
 
     subagent_timeout_seconds: float | None = attrs.field(
-        default=900.0, validator=_seconds_or_none("subagent_timeout_seconds")
+        default=900.0,
+        converter=builtin,
+        validator=_seconds_or_none("subagent_timeout_seconds"),
     )
     max_concurrent_runs: int = attrs.field(
-        default=16, validator=_int_at_least("max_concurrent_runs", 1)
+        default=16, converter=builtin, validator=_int_at_least("max_concurrent_runs", 1)
     )
-    max_live_runs: int = attrs.field(default=256, validator=_int_at_least("max_live_runs", 1))
-    max_depth: int = attrs.field(default=3, validator=_int_at_least("max_depth", 1))
+    max_live_runs: int = attrs.field(
+        default=256, converter=builtin, validator=_int_at_least("max_live_runs", 1)
+    )
+    max_depth: int = attrs.field(
+        default=3, converter=builtin, validator=_int_at_least("max_depth", 1)
+    )
     retention_seconds: float = attrs.field(
-        default=3600.0, validator=_seconds_at_least_zero("retention_seconds")
+        default=3600.0, converter=builtin, validator=_seconds_at_least_zero("retention_seconds")
     )
     retention_max_runs: int = attrs.field(
-        default=1000, validator=_int_at_least("retention_max_runs", 1)
+        default=1000, converter=builtin, validator=_int_at_least("retention_max_runs", 1)
     )
     fail_closed: bool = attrs.field(default=True, validator=_boolean("fail_closed"))
-    max_task_chars: int = attrs.field(default=100_000, validator=_int_at_least("max_task_chars", 1))
+    max_task_chars: int = attrs.field(
+        default=100_000, converter=builtin, validator=_int_at_least("max_task_chars", 1)
+    )
     max_result_bytes: int = attrs.field(
-        default=1_000_000, validator=_int_at_least("max_result_bytes", 1)
+        default=1_000_000, converter=builtin, validator=_int_at_least("max_result_bytes", 1)
     )
     max_nesting_depth: int = attrs.field(
-        default=DEFAULT_MAX_NESTING, validator=_int_at_least("max_nesting_depth", 1)
+        default=DEFAULT_MAX_NESTING,
+        converter=builtin,
+        validator=_int_at_least("max_nesting_depth", 1),
     )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from ._checks import check_seconds, describe
+from ._checks import builtin, check_seconds, describe
 from ._config import INHERIT, TimeoutSetting
 from ._errors import InvalidArgumentsError
 from ._schema import ResultSchema, SchemaSpec, compile_result_schema
@@ -26,7 +26,8 @@ Runner = Callable[["ChildContext"], Awaitable[Any]]
 
 
 def check_name(field: str, value: Any) -> str:
-    """Check that *value* is a valid subagent name."""
+    """Check that *value* is a valid subagent name; return it as a plain ``str``."""
+    value = builtin(value)
     if not isinstance(value, str) or NAME_PATTERN.fullmatch(value) is None:
         raise InvalidArgumentsError(
             f"{field} must match ^[a-z][a-z0-9_-]{{0,63}}$ (lowercase letter first, then "
@@ -36,14 +37,19 @@ def check_name(field: str, value: Any) -> str:
 
 
 def _is_async_callable(value: object) -> bool:
-    if inspect.iscoroutinefunction(value):
-        return True
-    call = getattr(value, "__call__", None)  # noqa: B004 - async __call__ objects
-    return call is not None and inspect.iscoroutinefunction(call)
+    try:
+        if inspect.iscoroutinefunction(value):
+            return True
+        call = getattr(value, "__call__", None)  # noqa: B004 - async __call__ objects
+        return call is not None and inspect.iscoroutinefunction(call)
+    except Exception:  # an object whose attribute lookup raises is no runner
+        return False
 
 
-def _check_name(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
-    check_name("Subagent.name", value)
+def _to_name(value: Any) -> str:
+    # A converter, so that the name is checked (and a plain str) before the
+    # fields made from it are.
+    return check_name("Subagent.name", value)
 
 
 def _check_runner(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -84,15 +90,22 @@ def _to_children(value: Iterable[str] | str) -> tuple[str, ...]:
         # A lone string is almost always a forgotten comma: ("a") instead of ("a",).
         raise InvalidArgumentsError(
             f"Subagent.children must be a sequence of subagent names, got the string "
-            f"{describe(value)}; write ({value!r},)"
+            f"{describe(value)}; write ({describe(value)},)"
         )
-    return tuple(value)
+    try:
+        names = tuple(value)
+    except Exception:  # not iterable, or its iteration raises
+        raise InvalidArgumentsError(
+            f"Subagent.children must be a sequence of subagent names, got {describe(value)}"
+        ) from None
+    return tuple(
+        check_name(f"Subagent.children[{index}]", name) for index, name in enumerate(names)
+    )
 
 
 def _check_children(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
     seen: set[str] = set()
-    for index, child in enumerate(value):
-        check_name(f"Subagent.children[{index}] of {instance.name!r}", child)
+    for child in value:
         if child in seen:
             raise InvalidArgumentsError(
                 f"Subagent.children of {instance.name!r} names {child!r} twice; list it once"
@@ -121,11 +134,13 @@ class Subagent:
         InvalidArgumentsError: when any field is malformed.
     """
 
-    name: str = attrs.field(validator=_check_name)
+    name: str = attrs.field(converter=_to_name)
     runner: Runner = attrs.field(validator=_check_runner, eq=False)
-    description: str = attrs.field(default="", kw_only=True, validator=_check_description)
+    description: str = attrs.field(
+        default="", kw_only=True, converter=builtin, validator=_check_description
+    )
     timeout_seconds: TimeoutSetting = attrs.field(
-        default=INHERIT, kw_only=True, validator=_check_timeout
+        default=INHERIT, kw_only=True, converter=builtin, validator=_check_timeout
     )
     final_schema: SchemaSpec | None = attrs.field(default=None, kw_only=True, eq=False)
     children: tuple[str, ...] = attrs.field(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 import attrs
 import trio
 
-from ._checks import check_seconds, describe
+from ._checks import builtin, check_seconds, describe
 from ._construction import NoPublicConstructor
 from ._converter import to_json_ready
 from ._errors import InvalidArgumentsError, UnknownSubagentError
@@ -294,6 +294,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
                 failed run, limits, closed parent...).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        name = builtin(name)
         tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
             raise InvalidArgumentsError(
@@ -405,7 +406,8 @@ class DelegationTools(metaclass=NoPublicConstructor):
         values: dict[str, Any] = {}
         unknown_subagent: str | None = None
         for param in tool.params:
-            value = args.get(param.name)
+            # A host's str or float subclass is checked (and used) as the builtin.
+            value = builtin(args.get(param.name))
             if value is None:
                 if param.required:
                     problems.append(f"{param.name} is required: {param.description}")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import trio
 
-from .._checks import describe
+from .._checks import builtin, describe
 from .._config import Config
 from .._construction import NoPublicConstructor
 from .._errors import (
@@ -140,7 +140,7 @@ class Runtime(metaclass=NoPublicConstructor):
     ) -> AsyncIterator[Parent]:
         await trio.lowlevel.checkpoint()
         self._check_open()
-        _check_owner(owner)
+        owner = _check_owner(owner)
         children = self._children_for(subagents)
         if owner in self._parents:
             raise InvalidArgumentsError(
@@ -166,16 +166,13 @@ class Runtime(metaclass=NoPublicConstructor):
                 f"subagents must be a sequence of names, got the string {names!r}; "
                 f"write [{names!r}]"
             )
-        if not isinstance(names, Iterable):
-            raise InvalidArgumentsError(
-                f"subagents must be a sequence of names or None, got {describe(names)}"
-            )
         children: dict[str, Subagent] = {}
-        for index, name in enumerate(names):
+        for index, name in enumerate(_items("subagents", names, "a sequence of names or None")):
             if not isinstance(name, str):
                 raise InvalidArgumentsError(
                     f"subagents[{index}] must be a subagent's name (a string), got {describe(name)}"
                 )
+            name = builtin(name)
             subagent = self._subagents.get(name)
             if subagent is None:
                 allowed = tuple(self._subagents)
@@ -241,7 +238,21 @@ class Runtime(metaclass=NoPublicConstructor):
         self._nursery.cancel_scope.cancel()
 
 
-def _check_owner(owner: Any) -> None:
+def _items(field: str, value: Any, what: str) -> list[Any]:
+    """The items of the iterable *value*, read once.
+
+    Raises:
+        InvalidArgumentsError: *value* is not iterable, or reading it raised.
+    """
+    try:
+        return list(value)
+    except Exception:
+        raise InvalidArgumentsError(f"{field} must be {what}, got {describe(value)}") from None
+
+
+def _check_owner(owner: Any) -> str:
+    """*owner* as a plain ``str``, if it is a valid top-level owner."""
+    owner = builtin(owner)
     if (
         not isinstance(owner, str)
         or not owner.strip()
@@ -258,6 +269,7 @@ def _check_owner(owner: Any) -> None:
             f"owner {describe(owner)} contains '/', which is reserved for the parents of "
             "nested runs ('<owner>/<run_id>'); choose an owner without '/'"
         )
+    return owner
 
 
 def _check_subagents(subagents: Any) -> dict[str, Subagent]:
@@ -266,7 +278,9 @@ def _check_subagents(subagents: Any) -> dict[str, Subagent]:
             f"subagents must be a sequence of trio_delegate.Subagent, got {describe(subagents)}"
         )
     registry: dict[str, Subagent] = {}
-    for index, subagent in enumerate(subagents):
+    for index, subagent in enumerate(
+        _items("subagents", subagents, "a sequence of trio_delegate.Subagent")
+    ):
         if not isinstance(subagent, Subagent):
             raise InvalidArgumentsError(
                 f"subagents[{index}] must be a trio_delegate.Subagent, got {describe(subagent)}"
