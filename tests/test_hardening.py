@@ -493,6 +493,26 @@ async def test_runtime_and_tool_arguments_whose_methods_raise() -> None:
             assert isinstance(result, td.RunResult)
 
 
+async def test_parent_arguments_whose_methods_raise_are_read_as_plain_text() -> None:
+    async def echo(ctx: td.ChildContext) -> str:
+        await trio.lowlevel.checkpoint()
+        assert type(ctx.task) is str
+        return ctx.task
+
+    subagents = [sub("echo", echo), sub("broken", returning(float("nan")))]
+    async with td.open_runtime(subagents, config=LENIENT) as rt, rt.open_parent() as parent:
+        result = await parent.delegate(LoudStr("echo"), LoudStr("a task"))
+        assert result.final_result == "a task"
+        assert result.task_summary == "a task"
+        with pytest.raises(td.RunFailedError) as info:
+            await parent.delegate("broken", "t")
+        failed = info.value.run_id
+        assert failed is not None
+        again = await parent.delegate("echo", "again", replaces=LoudStr(failed))
+        assert again.final_result == "again"
+        parent.check_resolved()
+
+
 # -- store interleavings ----------------------------------------------------------------
 
 

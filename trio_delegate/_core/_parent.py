@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NoReturn, final
 
 import trio
 
-from .._checks import check_bool, check_seconds, check_text, describe
+from .._checks import builtin, check_bool, check_seconds, check_text, describe
 from .._construction import NoPublicConstructor
 from .._errors import (
     ExpiredRunError,
@@ -369,14 +369,14 @@ class Parent(metaclass=NoPublicConstructor):
             or task.isspace()
             or not task.isascii()
         ):
-            check_text(task_field, task, max_chars=config.max_task_chars)  # raises if bad
+            task = check_text(task_field, task, max_chars=config.max_task_chars)
         schema = (
             subagent._result_schema
             if final_schema is None
             else runtime._compile_schema(final_schema)
         )
         if replaces is not None:
-            self._check_replaceable(replaces)
+            replaces = self._check_replaceable(replaces)
         depth = self._depth + 1
         if depth > config.max_depth:
             raise LimitExceededError(
@@ -468,6 +468,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _child(self, name: str) -> Subagent:
         allowed = tuple(self._children)
+        name = builtin(name)
         if not isinstance(name, str):
             raise InvalidArgumentsError(
                 f"name must be a subagent's name (a string), got {describe(name)}; "
@@ -483,7 +484,9 @@ class Parent(metaclass=NoPublicConstructor):
             )
         return subagent
 
-    def _check_replaceable(self, replaces: str) -> None:
+    def _check_replaceable(self, replaces: str) -> str:
+        """*replaces* as a plain ``str``, if it names a run this parent may replace."""
+        replaces = builtin(replaces)
         if not isinstance(replaces, str):
             raise InvalidArgumentsError(
                 f"replaces must be the run_id of a failed, cancelled or timed-out run, "
@@ -509,6 +512,7 @@ class Parent(metaclass=NoPublicConstructor):
                 f"replaces={replaces!r} names a run that is still {record.status.value}; "
                 "wait for it, or cancel it first"
             )
+        return replaces
 
     # -- what runs tell their parent (the RunHost interface) -------------------------
 
