@@ -470,6 +470,9 @@ async def test_runtime_and_tool_arguments_whose_methods_raise() -> None:
     with pytest.raises(td.InvalidArgumentsError, match="subagents"):
         async with td.open_runtime(LoudList([sub("echo", returning("ok"))])):
             pass
+    with pytest.raises(td.InvalidArgumentsError, match="store"):
+        async with td.open_runtime([], store=Unreadable()):  # type: ignore[arg-type]
+            pass
     async with td.open_runtime([sub("echo", returning("ok"))]) as rt:
         with pytest.raises(td.InvalidArgumentsError, match="subagents"):
             async with rt.open_parent("root", subagents=LoudList(["echo"])):

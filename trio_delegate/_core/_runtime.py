@@ -238,6 +238,18 @@ class Runtime(metaclass=NoPublicConstructor):
         self._nursery.cancel_scope.cancel()
 
 
+def _is_store(value: Any) -> bool:
+    """Whether *value* has the methods of a ResultStore.
+
+    The protocol check looks its methods up on *value*: an object whose
+    attribute lookup raises is no store either.
+    """
+    try:
+        return isinstance(value, ResultStore)
+    except Exception:
+        return False
+
+
 def _items(field: str, value: Any, what: str) -> list[Any]:
     """The items of the iterable *value*, read once.
 
@@ -332,7 +344,7 @@ async def open_runtime(
         raise InvalidArgumentsError(
             f"config must be a trio_delegate.Config, got {describe(config)}"
         )
-    if store is not None and not isinstance(store, ResultStore):
+    if store is not None and not _is_store(store):
         raise InvalidArgumentsError(
             "store must be a trio_delegate.MemoryStore, a trio_delegate.SQLiteStore or "
             f"another ResultStore, got {describe(store)}"
