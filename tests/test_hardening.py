@@ -114,6 +114,34 @@ async def test_transcript_with_a_lone_surrogate_fails_the_run_without_hanging(
             assert (await parent.start("chatty", "again")).status is not None
 
 
+async def test_error_text_given_as_a_str_subclass_is_recorded_as_plain_text(
+    store: td.ResultStore | None,
+) -> None:
+    class Odd(Exception):
+        def __str__(self) -> str:
+            return LoudStr("odd \ud800 text")
+
+    Odd.__name__ = LoudStr("Odd")
+
+    async def broken(ctx: td.ChildContext) -> Any:
+        await trio.lowlevel.checkpoint()
+        raise Odd
+
+    async with (
+        td.open_runtime([sub("broken", broken)], store=store, config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(10), pytest.raises(td.RunFailedError) as info:
+            await parent.delegate("broken", "t")
+    assert (info.value.error_type, info.value.error_message) == ("Odd", "odd \\ud800 text")
+    assert type(info.value.error_message) is str
+    json.dumps(info.value.to_payload()).encode("utf-8")
+    if store is not None:
+        record = await store.get(info.value.run_id or "")
+        assert record is not None
+        assert record.error_message == "odd \\ud800 text"
+
+
 # -- values nested too deep ---------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, final
 import attrs
 import trio
 
+from .._checks import builtin
 from .._errors import (
     DelegationError,
     InvalidResultError,
@@ -47,6 +48,7 @@ __all__ = [
     "RunHost",
     "completed",
     "conversation",
+    "error_type",
     "failed",
     "safe_message",
     "terminal_error",
@@ -74,14 +76,21 @@ class Phase(enum.Enum):
 def safe_message(error: BaseException) -> str:
     """``str(error)``, whatever the error does, as text that can be recorded.
 
-    A runner's exception can have a ``__str__`` that raises, or a message
-    that is not valid Unicode (contract §15): the bad code points are escaped.
+    A runner's exception can have a ``__str__`` that raises, or that returns
+    a ``str`` subclass whose own methods raise, or a message that is not
+    valid Unicode (contract §15): the bad code points are escaped.
     """
     try:
-        text = str(error)
+        text = builtin(str(error))
     except Exception:
-        text = f"<{type(error).__name__} whose message could not be read>"
+        text = f"<{error_type(error)} whose message could not be read>"
     return escape_text(text)
+
+
+def error_type(error: BaseException) -> str:
+    """The name of *error*'s type, as a plain ``str`` (a class may rename itself)."""
+    name: str = builtin(type(error).__name__)
+    return name
 
 
 @final
@@ -122,7 +131,7 @@ class Outcome:
         if status is RunStatus.FAILED:
             error = self.error
             assert error is not None
-            return type(error).__name__, safe_message(error)
+            return error_type(error), safe_message(error)
         if status is RunStatus.CANCELLED:
             return None, (self.reason or CancelReason.REQUEST).value
         if status is RunStatus.TIMED_OUT:
