@@ -137,39 +137,39 @@ class HostileError(Exception):
     """What the methods of the objects below raise."""
 
 
-def _hostile(*args: Any, **kwargs: Any) -> Any:
+def raise_hostile(*args: Any, **kwargs: Any) -> Any:
     raise HostileError("a method of a hostile object was called")
 
 
 class LoudStr(str):
     """A str whose overridable methods raise."""
 
-    __str__ = __repr__ = __format__ = __hash__ = __eq__ = __ne__ = _hostile
-    strip = encode = isascii = isprintable = isspace = split = _hostile
+    __str__ = __repr__ = __format__ = __hash__ = __eq__ = __ne__ = raise_hostile
+    strip = encode = isascii = isprintable = isspace = split = raise_hostile
 
 
 class LoudInt(int):
     """An int whose conversions and comparisons raise."""
 
-    __float__ = __index__ = __repr__ = __str__ = __hash__ = _hostile
-    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = _hostile
+    __float__ = __index__ = __repr__ = __str__ = __hash__ = raise_hostile
+    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = raise_hostile
 
 
 class LoudDict(dict[str, Any]):
     """A dict whose reading methods raise."""
 
-    __iter__ = keys = items = values = __getitem__ = get = __len__ = _hostile
-    __contains__ = __eq__ = __hash__ = __repr__ = _hostile  # type: ignore[assignment]
+    __iter__ = keys = items = values = __getitem__ = get = __len__ = raise_hostile
+    __contains__ = __eq__ = __hash__ = __repr__ = raise_hostile  # type: ignore[assignment]
 
 
 class LoudList(list[Any]):
     """A list whose reading methods raise."""
 
-    __iter__ = __len__ = __getitem__ = __repr__ = __eq__ = _hostile
+    __iter__ = __len__ = __getitem__ = __repr__ = __eq__ = raise_hostile
 
 
 class Unreadable:
     """An object whose every operation, attribute lookups included, raises."""
 
-    __str__ = __repr__ = __format__ = __eq__ = __hash__ = __bool__ = _hostile
-    __len__ = __iter__ = __getattr__ = __float__ = __int__ = __index__ = _hostile
+    __str__ = __repr__ = __format__ = __eq__ = __hash__ = __bool__ = raise_hostile
+    __len__ = __iter__ = __getattr__ = __float__ = __int__ = __index__ = raise_hostile
