@@ -7,8 +7,6 @@ import os
 import signal
 import sqlite3
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,10 +14,10 @@ import trio
 
 import trio_delegate as td
 from trio_delegate._stores._liveness import lock_dir_for
-from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE, RunRecord
+from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE
 from trio_delegate._stores._sqlite import SCHEMA_VERSION
 
-CHILD = Path(__file__).with_name("store_child.py")
+from .stores import read_line, record, runtime_id, spawn_child
 
 
 async def quick(ctx: td.ChildContext) -> str:
@@ -30,55 +28,37 @@ async def quick(ctx: td.ChildContext) -> str:
 SUBAGENTS = [td.Subagent("quick", quick)]
 
 
-async def read_line(process: trio.Process) -> str:
-    """One line of *process*'s stdout (bounded in time)."""
-    assert process.stdout is not None
-    data = b""
-    with trio.fail_after(30):
-        while not data.endswith(b"\n"):
-            chunk = await process.stdout.receive_some(1)
-            if not chunk:
-                raise AssertionError(f"the child exited early: {data!r}")
-            data += chunk
-    return data.decode().strip()
-
-
-async def spawn(*args: str) -> trio.Process:
-    return await trio.lowlevel.open_process(
-        [sys.executable, str(CHILD), *args], stdout=subprocess.PIPE
-    )
-
-
 async def test_killed_right_after_start_reads_as_interrupted(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    process = await spawn(str(db), "start")
-    run_id = await read_line(process)
+    process = await spawn_child(str(db), "start")
+    killed = await read_line(process)
     process.send_signal(signal.SIGKILL)
     with trio.fail_after(30):
         await process.wait()
     store = td.SQLiteStore(db)
-    record = await store.get(run_id)
-    assert record is not None  # the admission it was told about is there
-    assert record.status is td.RunStatus.PENDING  # nobody has looked yet
-    snapshot = await store.attach("rt_after")
-    assert snapshot.interrupted == (run_id,)
-    record = await store.get(run_id)
-    assert record is not None
-    assert record.status is td.RunStatus.FAILED
-    assert record.error_type == INTERRUPTED_ERROR_TYPE
-    await store.detach("rt_after")
+    stored = await store.get(killed)
+    assert stored is not None  # the admission it was told about is there
+    assert stored.status is td.RunStatus.PENDING  # nobody has looked yet
+    after = runtime_id()
+    snapshot = await store.attach(after)
+    assert snapshot.interrupted == (killed,)
+    stored = await store.get(killed)
+    assert stored is not None
+    assert stored.status is td.RunStatus.FAILED
+    assert stored.error_type == INTERRUPTED_ERROR_TYPE
+    await store.detach(after)
     # And through a runtime: the owner's wait says so, with the reason.
     async with (
         td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt,
         rt.open_parent("worker") as parent,
     ):
         with pytest.raises(td.RunFailedError, match="interrupted"):
-            await parent.wait(run_id)
+            await parent.wait(killed)
 
 
 async def test_exit_right_after_wait_keeps_the_result(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    process = await spawn(str(db), "wait")
+    process = await spawn_child(str(db), "wait")
     told = json.loads(await read_line(process))
     with trio.fail_after(30):
         await process.wait()
@@ -93,7 +73,7 @@ async def test_exit_right_after_wait_keeps_the_result(tmp_path: Path) -> None:
 
 async def test_two_processes_share_one_file(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    processes = [await spawn(str(db), "writer", "40") for _ in range(2)]
+    processes = [await spawn_child(str(db), "writer", "40") for _ in range(2)]
     for process in processes:
         assert await read_line(process) == "done"
         with trio.fail_after(30):
@@ -132,12 +112,13 @@ async def test_records_are_plain_json(tmp_path: Path) -> None:
         result = await parent.delegate("quick", "some task")
     conn = sqlite3.connect(db)
     try:
-        (text,) = conn.execute(
-            "SELECT record FROM runs WHERE run_id = ?", (result.run_id,)
+        head, state = conn.execute(
+            "SELECT record, state FROM runs WHERE run_id = ?", (result.run_id,)
         ).fetchone()
     finally:
         conn.close()
-    data = json.loads(text)
+    # What was fixed at admission, and what changed since: both plain JSON.
+    data = {**json.loads(head), **json.loads(state)}
     assert data["status"] == "completed"
     assert data["final_result"] == "some task"
     assert data["owner"] == "o"
@@ -248,37 +229,32 @@ async def test_store_retention_prunes_old_terminal_runs(tmp_path: Path) -> None:
     ):
         ids = [(await parent.delegate("quick", str(i))).run_id for i in range(5)]
     capped = td.SQLiteStore(db, max_rows=2)
-    await capped.attach("rt_prune")
-    await capped.detach("rt_prune")
-    remaining = [record.run_id for record in await capped.list_runs()]
+    pruner = runtime_id()
+    await capped.attach(pruner)
+    await capped.detach(pruner)
+    remaining = [stored.run_id for stored in await capped.list_runs()]
     assert remaining == [ids[4], ids[3]]
     expiring = td.SQLiteStore(db, retention_seconds=0)
-    await expiring.attach("rt_prune2")
-    await expiring.detach("rt_prune2")
+    await expiring.attach(pruner)
+    await expiring.detach(pruner)
     assert await expiring.list_runs() == []
+    await capped.aclose()
+    await expiring.aclose()
 
 
 async def test_live_runs_are_never_pruned(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     store = td.SQLiteStore(db, retention_seconds=0, max_rows=1)
-    record = RunRecord(
-        run_id="run_live",
-        runtime_id="rt_alive",
-        owner="o",
-        subagent="quick",
-        task="t",
-        task_summary="t",
-        status=td.RunStatus.RUNNING,
-        admitted_at="2000-01-01T00:00:00.000+00:00",
-    )
-    await store.attach("rt_alive")
-    await store.write([record])
+    alive, other_id = runtime_id(), runtime_id()
+    live = record(alive, td.RunStatus.RUNNING)
+    await store.attach(alive)
+    await store.write([live])
     other = td.SQLiteStore(db, retention_seconds=0, max_rows=1)
-    snapshot = await other.attach("rt_other")
-    assert snapshot.interrupted == ()  # rt_alive still holds its lock
-    assert await other.get("run_live") == record
-    await other.detach("rt_other")
-    await store.detach("rt_alive")
+    snapshot = await other.attach(other_id)
+    assert snapshot.interrupted == ()  # the first runtime still holds its lock
+    assert await other.get(live.run_id) == live
+    await other.detach(other_id)
+    await store.detach(alive)
 
 
 def test_store_arguments_are_checked(tmp_path: Path) -> None:
