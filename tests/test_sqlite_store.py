@@ -13,6 +13,7 @@ import pytest
 import trio
 
 import trio_delegate as td
+from trio_delegate._converter import converter
 from trio_delegate._stores._liveness import lock_dir_for
 from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE
 from trio_delegate._stores._sqlite import SCHEMA_VERSION
@@ -270,3 +271,133 @@ async def test_open_runtime_refuses_something_that_is_not_a_store() -> None:
     with pytest.raises(td.InvalidArgumentsError, match="store must be"):
         async with td.open_runtime(SUBAGENTS, store="runs.db"):  # type: ignore[arg-type]
             pytest.fail("accepted a path as a store")  # pragma: no cover
+
+
+def _tamper(db: Path, statement: str, *params: object) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(statement, params)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_a_tampered_runtime_id_names_no_file_to_touch(tmp_path: Path) -> None:
+    """Values read back are data, never paths (§15): the liveness check builds no path from one."""
+    db = tmp_path / "runs.db"
+    store = td.SQLiteStore(db)
+    writer = runtime_id()
+    await store.attach(writer)
+    live = record(writer, td.RunStatus.RUNNING)
+    await store.write([live])
+    await store.detach(writer)
+    victim = tmp_path / "victim.lock"
+    victim.write_text("someone else's lock")
+    # The lock folder is runs.db-runtimes/: this id points at tmp_path/victim.lock.
+    _tamper(db, "UPDATE runs SET runtime_id = ? WHERE run_id = ?", "../victim", live.run_id)
+    other, me = td.SQLiteStore(db), runtime_id()
+    with pytest.raises(td.StoreError, match="no lock file was touched") as info:
+        await other.attach(me)
+    assert info.value.path == str(db)
+    assert "'../victim'" in str(info.value)
+    assert victim.read_text() == "someone else's lock"
+    await other.aclose()
+
+
+async def test_a_tampered_status_is_a_store_error(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    async with (
+        td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt,
+        rt.open_parent("o") as parent,
+    ):
+        result = await parent.delegate("quick", "t")
+    _tamper(db, "UPDATE runs SET status = 'exploded' WHERE run_id = ?", result.run_id)
+    store = td.SQLiteStore(db)
+    with pytest.raises(td.StoreError, match="'exploded' is not a run status"):
+        await store.attach(runtime_id())
+    await store.aclose()
+
+
+async def test_an_unencodable_record_leaves_the_file_intact(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = td.SQLiteStore(db)
+    me = runtime_id()
+    kept = record(me, td.RunStatus.COMPLETED, final_result="kept")
+    await store.write([kept])
+    bad = record(me, td.RunStatus.COMPLETED, final_result={"nan": float("nan")})
+    with pytest.raises(td.StoreError, match="NaN or infinity") as info:
+        await store.write([record(me), bad])
+    assert info.value.run_id == bad.run_id
+    await store.aclose()
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT run_id FROM runs").fetchall() == [(kept.run_id,)]
+    finally:
+        conn.close()
+
+
+# The file a version of trio_delegate with schema 1 wrote.
+V1_SCHEMA = [
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE runs (run_id TEXT PRIMARY KEY, runtime_id TEXT NOT NULL, owner TEXT NOT NULL,
+        subagent TEXT NOT NULL, status TEXT NOT NULL, admitted_at TEXT NOT NULL, ended_at TEXT,
+        record TEXT NOT NULL)""",
+    "CREATE INDEX runs_by_owner ON runs (owner)",
+    "CREATE INDEX runs_live ON runs (runtime_id) WHERE status IN ('pending', 'running')",
+    "INSERT INTO meta VALUES ('application', 'trio_delegate'), ('schema_version', '1')",
+]
+
+
+def _version_1_file(db: Path, *records: td.RunRecord) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        for statement in V1_SCHEMA:
+            conn.execute(statement)
+        for old in records:
+            data = {
+                key: value
+                for key, value in converter.unstructure(old).items()
+                if key not in ("started_at", "deadline_at", "cancel_requested", "observed")
+            }
+            conn.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    old.run_id,
+                    old.runtime_id,
+                    old.owner,
+                    old.subagent,
+                    old.status.value,
+                    old.admitted_at,
+                    old.ended_at,
+                    json.dumps(data),
+                ),
+            )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_a_version_1_file_is_migrated_and_reads_the_same(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    old_runtime = runtime_id()
+    done = record(old_runtime, td.RunStatus.COMPLETED, final_result={"kept": [1, 2]})
+    live = record(old_runtime, td.RunStatus.RUNNING)
+    _version_1_file(db, done, live)
+    store, me = td.SQLiteStore(db), runtime_id()
+    snapshot = await store.attach(me)  # migrates; the old runtime is gone
+    assert snapshot.interrupted == (live.run_id,)
+    assert await store.get(done.run_id) == done
+    await store.mark_observed(done.run_id)
+    stored = await store.get(done.run_id)
+    assert stored is not None
+    assert stored.observed
+    changed = await store.changes(0)
+    assert [r.run_id for r in changed.records] == [live.run_id, done.run_id]
+    await store.detach(me)
+    conn = sqlite3.connect(db)
+    try:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    finally:
+        conn.close()
+    assert version == (str(SCHEMA_VERSION),)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -389,5 +390,35 @@ async def test_changes_skip_nothing_under_two_writer_processes(
         stored = await watcher.list_runs(limit=1000)
         assert sorted(r.run_id for r in stored) == sorted(written)
         assert {r.run_id: r for r in stored} == latest
+    finally:
+        await kit.aclose()
+
+
+async def test_sweep_marks_the_runs_of_a_killed_process_at_once(
+    disk_target: tuple[str, Path, str, str],
+) -> None:
+    kit = StoreKit(*disk_target)
+    survivor, me = kit.handle(), runtime_id()
+    try:
+        await survivor.attach(me)
+        child = await spawn_child(*kit.child_args(), "attach-live", "3")
+        told = json.loads(await read_line(child))
+        assert await survivor.sweep(me) == ()  # alive: its runs are left alone
+        child.send_signal(signal.SIGKILL)
+        with trio.fail_after(10):
+            await child.wait()
+            # The kernel (or the server) drops its lock as it dies: the very
+            # next sweep sees it gone; polling only waits for the server to
+            # notice the closed connection.
+            while not (marked := await survivor.sweep(me)):  # noqa: ASYNC110 - another process
+                await trio.sleep(0.005)
+        assert sorted(marked) == sorted(told["run_ids"])
+        for run in told["run_ids"]:
+            stored = await survivor.get(run)
+            assert stored is not None
+            assert stored.status is td.RunStatus.FAILED
+            assert stored.error_type == INTERRUPTED_ERROR_TYPE
+            assert stored.runtime_id == told["runtime_id"]
+        await survivor.detach(me)
     finally:
         await kit.aclose()

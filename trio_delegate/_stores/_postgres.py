@@ -1110,9 +1110,10 @@ class PostgresStore:
         listener, self._listener = self._listener, None
         if listener is None:
             return
-        with contextlib.suppress(OSError, ValueError):
-            # Wakes a task waiting on its socket (it listens again) before
-            # the descriptor is closed under it.
+        pg, _ = _psycopg()
+        # Wake a task waiting on its socket (it listens again) before the
+        # descriptor is closed under it; a lost connection has no socket left.
+        with contextlib.suppress(OSError, ValueError, pg.OperationalError):
             trio.lowlevel.notify_closing(listener.fileno())
         await trio.to_thread.run_sync(listener.close)
 
