@@ -127,6 +127,19 @@ async def test_a_terminal_record_never_changes(kit: StoreKit) -> None:
     assert await kit.handle().get(pending.run_id) == completed
 
 
+async def test_one_batch_acts_as_its_records_written_one_after_another(kit: StoreKit) -> None:
+    store = kit.handle()
+    me = runtime_id()
+    pending = record(me)
+    running = attrs.evolve(pending, status=td.RunStatus.RUNNING, cancel_requested=True)
+    completed = attrs.evolve(pending, status=td.RunStatus.COMPLETED, final_result=1, ended_at="e")
+    failed = attrs.evolve(completed, status=td.RunStatus.FAILED, final_result=None)
+    other = record(me)
+    await store.write([pending, other, running, completed, failed, pending])
+    assert await store.get(pending.run_id) == attrs.evolve(completed, cancel_requested=True)
+    assert await store.get(other.run_id) == other
+
+
 async def test_sticky_flags_are_never_cleared(kit: StoreKit) -> None:
     store, other = kit.handle(), kit.handle()
     me = runtime_id()

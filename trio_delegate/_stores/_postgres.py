@@ -44,6 +44,7 @@ from ._codec import (
     decode_row,
     encode_record,
     encode_state,
+    fold,
     status_of,
     with_head,
 )
@@ -152,11 +153,20 @@ class _Sql:
         self.lock_changes_shared = q("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))")
         self.position = q("SELECT last_value, is_called FROM {s}.changes")
         self.notify = q("SELECT pg_notify(%s, (SELECT last_value FROM {s}.changes)::text)")
+        # One statement per batch, its rows as arrays: PostgreSQL plans and
+        # runs it once instead of once per record (a batch holds each run once).
+        # The arrays go in binary (%b): as text, every quote of the JSON would
+        # be escaped on the way.
         self.upsert = q(
             """
             INSERT INTO {s}.runs (run_id, runtime_id, owner, subagent, status, admitted_at,
                                   ended_at, record, state, seq, cancel_requested, observed)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, nextval('{s}.changes'), %s, %s)
+            SELECT u.run_id, u.runtime_id, u.owner, u.subagent, u.status, u.admitted_at,
+                   u.ended_at, u.record, u.state, nextval('{s}.changes'), u.flag_c, u.flag_o
+            FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
+                        %b::text[], %b::text[], %b::text[], %b::bool[], %b::bool[])
+                AS u(run_id, runtime_id, owner, subagent, status, admitted_at, ended_at,
+                     record, state, flag_c, flag_o)
             ON CONFLICT (run_id) DO UPDATE SET
                 runtime_id = excluded.runtime_id,
                 owner = excluded.owner,
@@ -174,10 +184,13 @@ class _Sql:
         )
         self.update_state = q(
             """
-            UPDATE {s}.runs SET status = %s, ended_at = %s, state = %s,
+            UPDATE {s}.runs r SET status = u.status, ended_at = u.ended_at, state = u.state,
                 seq = nextval('{s}.changes'),
-                cancel_requested = cancel_requested OR %s, observed = observed OR %s
-            WHERE run_id = %s AND status IN ('pending', 'running')
+                cancel_requested = r.cancel_requested OR u.flag_c,
+                observed = r.observed OR u.flag_o
+            FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::bool[], %b::bool[])
+                AS u(run_id, status, ended_at, state, flag_c, flag_o)
+            WHERE r.run_id = u.run_id AND r.status IN ('pending', 'running')
             """
         )
         self.get = q(f"SELECT {self.columns} FROM {{s}}.runs WHERE run_id = %s")
@@ -916,7 +929,7 @@ class PostgresStore:
     def _write_sync(self, records: list[RunRecord]) -> None:
         where = self._where
         heads = self._heads
-        encoded = [encode_record(record, where, heads) for record in records]
+        encoded = [encode_record(record, where, heads) for record in fold(records)]
         statements = self._sql
         prune = False
         self._written += len(encoded)
@@ -936,51 +949,44 @@ class PostgresStore:
         heads.committed(encoded)
 
     def _store(self, conn: psycopg.Connection[Any], encoded: list[EncodedRecord]) -> None:
-        """Write *encoded* (inside a transaction holding the change lock)."""
+        """Write *encoded*, each run at most once (inside a transaction holding the change lock)."""
         statements = self._sql
         known = [item for item in encoded if item.head is None]
         whole = [item for item in encoded if item.head is not None]
-        with conn.cursor() as cursor:
-            if known:
-                cursor.executemany(
-                    statements.update_state,
-                    [
-                        (
-                            item.record.status.value,
-                            _optional_column(item.record.ended_at),
-                            item.state,
-                            item.record.cancel_requested,
-                            item.record.observed,
-                            item.record.run_id,
-                        )
-                        for item in known
-                    ],
-                )
-                if cursor.rowcount != len(known):
-                    # Some rows were not live where this handle left them (ended
-                    # by another runtime, or removed): write them whole. The
-                    # upsert leaves a terminal row alone and repeats the others.
-                    whole += [with_head(item, self._where) for item in known]
-            if whole:
-                cursor.executemany(
-                    statements.upsert,
-                    [
-                        (
-                            item.record.run_id,
-                            item.record.runtime_id,
-                            _column(item.record.owner),
-                            _column(item.record.subagent),
-                            item.record.status.value,
-                            _column(item.record.admitted_at),
-                            _optional_column(item.record.ended_at),
-                            item.head,
-                            item.state,
-                            item.record.cancel_requested,
-                            item.record.observed,
-                        )
-                        for item in whole
-                    ],
-                )
+        if known:
+            updated = conn.execute(
+                statements.update_state,
+                [
+                    [item.record.run_id for item in known],
+                    [item.record.status.value for item in known],
+                    [_optional_column(item.record.ended_at) for item in known],
+                    [item.state for item in known],
+                    [item.record.cancel_requested for item in known],
+                    [item.record.observed for item in known],
+                ],
+            ).rowcount
+            if updated != len(known):
+                # Some rows were not live where this handle left them (ended
+                # by another runtime, or removed): write them whole. The
+                # upsert leaves a terminal row alone and repeats the others.
+                whole += [with_head(item, self._where) for item in known]
+        if whole:
+            conn.execute(
+                statements.upsert,
+                [
+                    [item.record.run_id for item in whole],
+                    [item.record.runtime_id for item in whole],
+                    [_column(item.record.owner) for item in whole],
+                    [_column(item.record.subagent) for item in whole],
+                    [item.record.status.value for item in whole],
+                    [_column(item.record.admitted_at) for item in whole],
+                    [_optional_column(item.record.ended_at) for item in whole],
+                    [item.head for item in whole],
+                    [item.state for item in whole],
+                    [item.record.cancel_requested for item in whole],
+                    [item.record.observed for item in whole],
+                ],
+            )
 
     def _get_sync(self, run_id: str) -> RunRecord | None:
         if not is_run_id(run_id):
