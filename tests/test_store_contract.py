@@ -26,13 +26,18 @@ from .stores import KINDS, StoreKit, read_line, record, run_id, runtime_id, spaw
 ON_DISK = ("sqlite", "postgres")
 
 
-@pytest.fixture(params=KINDS)
-def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Path, str, str]:
+def _target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Path, str, str]:
+    """What a StoreKit of the kind *request* is parametrised with needs."""
     kind: str = request.param
     if kind != "postgres":
         return kind, tmp_path, "", ""
     server = request.getfixturevalue("pg_server")
     return kind, tmp_path, server.dsn(), request.getfixturevalue("pg_schema")
+
+
+@pytest.fixture(params=KINDS)
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Path, str, str]:
+    return _target(request, tmp_path)
 
 
 @pytest.fixture
@@ -350,11 +355,7 @@ async def test_bad_cursors_and_timeouts_are_store_errors(
 
 @pytest.fixture(params=ON_DISK)
 def disk_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Path, str, str]:
-    kind: str = request.param
-    if kind != "postgres":
-        return kind, tmp_path, "", ""
-    server = request.getfixturevalue("pg_server")
-    return kind, tmp_path, server.dsn(), request.getfixturevalue("pg_schema")
+    return _target(request, tmp_path)
 
 
 async def test_changes_skip_nothing_under_two_writer_processes(

@@ -19,9 +19,9 @@ from ._protocol import (
     StoreSnapshot,
     check_cursor,
     check_poll_interval,
+    check_runtime_id,
     check_wait_timeout,
     interrupted,
-    is_runtime_id,
 )
 
 __all__ = ["MemoryStore"]
@@ -109,7 +109,7 @@ class MemoryStore:
             StoreError: *runtime_id* is malformed or already attached.
         """
         await trio.lowlevel.checkpoint()
-        _check_runtime_id(runtime_id)
+        check_runtime_id(runtime_id, _WHERE, None)
         if runtime_id in self._attached:
             raise StoreError(f"runtime {runtime_id} is already attached to this MemoryStore")
         self._attached.add(runtime_id)
@@ -185,7 +185,7 @@ class MemoryStore:
             StoreError: *runtime_id* is malformed.
         """
         await trio.lowlevel.checkpoint()
-        _check_runtime_id(runtime_id)
+        check_runtime_id(runtime_id, _WHERE, None)
         return self._mark_gone()
 
     async def changes(self, cursor: int | None) -> ChangeBatch:
@@ -274,11 +274,3 @@ class MemoryStore:
                 self._put(run_id, new)
                 marked.append(run_id)
         return tuple(marked)
-
-
-def _check_runtime_id(runtime_id: object) -> None:
-    if not is_runtime_id(runtime_id):
-        raise StoreError(
-            f"{runtime_id!r} is not a runtime id: a runtime id is rt_ and 32 lowercase hex "
-            "digits, as open_runtime makes them"
-        )

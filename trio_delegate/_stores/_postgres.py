@@ -30,7 +30,8 @@ import datetime
 import os
 import re
 import socket
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import trio
@@ -38,6 +39,7 @@ import trio
 from .._checks import check_int, check_seconds, describe
 from .._errors import InvalidArgumentsError, StoreError
 from .._status import RunStatus
+from ._base import RecordReader, ThreadedStore
 from ._codec import (
     EncodedRecord,
     LiveHeads,
@@ -56,6 +58,7 @@ from ._protocol import (
     StoreSnapshot,
     check_cursor,
     check_poll_interval,
+    check_runtime_id,
     check_wait_timeout,
     interrupted,
     is_run_id,
@@ -391,7 +394,7 @@ def _foreign(where: str, schema: str, tables: set[str]) -> StoreError:
 
 
 @final
-class PostgresStore:
+class PostgresStore(ThreadedStore):
     """Run records in PostgreSQL, shared by every runtime of a fleet of hosts.
 
     Args:
@@ -431,6 +434,7 @@ class PostgresStore:
         "_listening",
         "_locks",
         "_notified",
+        "_opening",
         "_password",
         "_pool",
         "_sql",
@@ -532,6 +536,7 @@ class PostgresStore:
         self._conninfo = pg.conninfo.make_conninfo(dsn, **extra)
         self._sql = _Sql(schema)
         self._pool: ConnectionPool[Any] | None = None
+        self._opening = threading.Lock()
         self._locks: dict[str, psycopg.Connection[Any]] = {}
         self._listener: psycopg.Connection[Any] | None = None
         self._listening = trio.Lock()
@@ -546,19 +551,6 @@ class PostgresStore:
 
     # -- the ResultStore protocol ---------------------------------------------------
 
-    async def attach(self, runtime_id: str) -> StoreSnapshot:
-        """Register *runtime_id*: take its advisory lock and lease; mark gone runtimes' runs.
-
-        Returns:
-            every terminal run, and the ids this attachment marked interrupted.
-
-        Raises:
-            StoreError: the server cannot be reached or refused the
-                credentials, the schema is foreign or newer, or *runtime_id*
-                is malformed or already attached.
-        """
-        return await self._run(self._attach_sync, runtime_id)
-
     async def detach(self, runtime_id: str) -> None:
         """Unregister *runtime_id* and release its lock; close connections once none is attached.
 
@@ -568,63 +560,6 @@ class PostgresStore:
         await self._run(self._detach_sync, runtime_id)
         if not self._locks:
             await self._close_listener()
-
-    async def write(self, records: Sequence[RunRecord]) -> None:
-        """Insert or replace *records* in one transaction; durable when this returns.
-
-        A record already terminal in the store is left as it is; sticky flags
-        are never cleared.
-
-        Raises:
-            StoreError: nothing was written (it names the run whose record
-                cannot be encoded, where one cannot).
-        """
-        await self._run(self._write_sync, list(records))
-
-    async def get(self, run_id: str) -> RunRecord | None:
-        """The record of *run_id*, or ``None``.
-
-        Raises:
-            StoreError: the server failed, or the row was tampered with.
-        """
-        return await self._run(self._get_sync, run_id)
-
-    async def list_runs(
-        self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
-    ) -> list[RunRecord]:
-        """Records, newest admission first, filtered by status and owner.
-
-        Raises:
-            StoreError: the server failed, or a row was tampered with.
-        """
-        return await self._run(self._list_sync, status, owner, limit)
-
-    async def sweep(self, runtime_id: str) -> tuple[str, ...]:
-        """Renew *runtime_id*'s lock and lease; mark failed the live runs of gone runtimes.
-
-        If *runtime_id*'s own lease had run out, its own live runs are marked
-        too (the others may already have): a runtime learns it through
-        :meth:`changes`.
-
-        Returns:
-            the ids marked failed (interrupted).
-
-        Raises:
-            StoreError: the server cannot be reached (the lease was not renewed).
-        """
-        return await self._run(self._sweep_sync, runtime_id)
-
-    async def changes(self, cursor: int | None) -> ChangeBatch:
-        """Every record written or flagged after *cursor*, oldest change first.
-
-        Args:
-            cursor: a cursor an earlier call returned; ``None`` for the
-                current position (and no records).
-
-        Raises:
-            StoreError: the server failed, or *cursor* is malformed.
-        """
-        return await self._run(self._changes_sync, cursor)
 
     async def wait_changes(self, cursor: int, timeout: float) -> None:
         """Return once a notification says changes after *cursor* exist, or after *timeout*.
@@ -644,25 +579,6 @@ class PostgresStore:
             async with self._listening:
                 await self._wait_notified(cursor)
 
-    async def request_cancel(self, run_id: str) -> RunRecord | None:
-        """Set ``cancel_requested`` on *run_id* if it is live.
-
-        Returns:
-            the record as stored, or ``None`` for an unknown run.
-
-        Raises:
-            StoreError: the server failed.
-        """
-        return await self._run(self._flag_sync, run_id, "cancel_requested")
-
-    async def mark_observed(self, run_id: str) -> None:
-        """Set ``observed`` on *run_id* (an unknown run is left alone).
-
-        Raises:
-            StoreError: the server failed.
-        """
-        await self._run(self._flag_sync, run_id, "observed")
-
     async def aclose(self) -> None:
         """Close every connection of this handle, releasing the locks it holds (idempotent).
 
@@ -674,24 +590,13 @@ class PostgresStore:
 
     # -- plumbing ------------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(self._guarded, fn, *args, limiter=self._limiter)
-
-    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            return fn(*args)
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise self._error(exc) from exc
-
     def _scrub(self, text: str) -> str:
         text = mask_dsn(text)
         if self._password:
             text = text.replace(self._password, "***")
         return text
 
-    def _error(self, exc: BaseException) -> StoreError:
+    def _error(self, exc: Exception) -> StoreError:
         """A StoreError naming the cause of *exc* and what to do about it."""
         return postgres_error(exc, self._where, self._scrub, self.statement_timeout)
 
@@ -713,6 +618,12 @@ class PostgresStore:
     def _ensure_pool(self) -> ConnectionPool[Any]:
         if self._pool is not None:
             return self._pool
+        with self._opening:  # two threads must not both make one
+            if self._pool is None:
+                self._pool = self._open_pool()
+            return self._pool
+
+    def _open_pool(self) -> ConnectionPool[Any]:
         _, pgpool = _psycopg()
         # A first connection of our own reports precisely why it fails (an
         # unreachable server, bad credentials) and creates or checks the schema.
@@ -731,7 +642,6 @@ class PostgresStore:
             reconnect_timeout=max(self.lease_seconds or 0.0, 30.0),
         )
         pool.open(wait=True, timeout=self.connect_timeout)
-        self._pool = pool
         return pool
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
@@ -768,16 +678,6 @@ class PostgresStore:
                         raise
             pool.check()
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _check_runtime_id(self, runtime_id: object) -> str:
-        if not is_runtime_id(runtime_id):
-            raise StoreError(
-                f"the store {self._where} was given {runtime_id!r} as a runtime id; a "
-                "runtime id is rt_ and 32 lowercase hex digits, as open_runtime makes them",
-                path=mask_dsn(self.dsn),
-            )
-        assert isinstance(runtime_id, str)
-        return runtime_id
 
     # -- liveness ------------------------------------------------------------------------
 
@@ -863,7 +763,7 @@ class PostgresStore:
     # -- work on threads -----------------------------------------------------------------
 
     def _attach_sync(self, runtime_id: str) -> StoreSnapshot:
-        self._check_runtime_id(runtime_id)
+        check_runtime_id(runtime_id, self._where, mask_dsn(self.dsn))
         if runtime_id in self._locks:
             raise StoreError(
                 f"runtime {runtime_id} is already attached to the store {self._where}",
@@ -915,7 +815,8 @@ class PostgresStore:
             conn.close()  # the server releases the session's advisory lock
 
     def _close_pool(self) -> None:
-        pool, self._pool = self._pool, None
+        with self._opening:
+            pool, self._pool = self._pool, None
         if pool is not None:
             pool.close(timeout=self.connect_timeout)
 
@@ -1002,7 +903,7 @@ class PostgresStore:
         return [decode_row(row, self._where) for row in rows]
 
     def _sweep_sync(self, runtime_id: str) -> tuple[str, ...]:
-        self._check_runtime_id(runtime_id)
+        check_runtime_id(runtime_id, self._where, mask_dsn(self.dsn))
         mine = runtime_id in self._locks
         if mine:
             self._keep_lock(runtime_id)
@@ -1179,7 +1080,7 @@ def postgres_error(
 
 
 @final
-class PostgresReader:
+class PostgresReader(RecordReader):
     """Read the records of a PostgreSQL store without ever writing to it.
 
     For ``trio-delegate runs``: one connection in read-only mode
@@ -1191,9 +1092,10 @@ class PostgresReader:
         timeout: seconds to wait for the connection and any one statement.
     """
 
-    __slots__ = ("_conn", "_password", "_sql", "_where", "dsn", "timeout")
+    __slots__ = ("_password", "_sql", "_where", "dsn", "timeout")
 
     def __init__(self, dsn: str, *, schema: str = "trio_delegate", timeout: float = 10.0) -> None:
+        super().__init__()
         pg, _ = _psycopg()
         if not _SCHEMA_NAME.fullmatch(schema):
             raise InvalidArgumentsError(f"not a store schema name: {schema!r}")
@@ -1208,7 +1110,6 @@ class PostgresReader:
                 path=mask_dsn(dsn),
             ) from None
         self._sql = _Sql(schema)
-        self._conn: psycopg.Connection[Any] | None = None
 
     @property
     def where(self) -> str:
@@ -1221,7 +1122,8 @@ class PostgresReader:
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is not None:
-            return self._conn
+            existing: psycopg.Connection[Any] = self._conn
+            return existing
         pg, _ = _psycopg()
         conninfo = pg.conninfo.make_conninfo(
             self.dsn,
@@ -1239,37 +1141,8 @@ class PostgresReader:
         self._conn = conn
         return conn
 
-    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            return fn(*args)
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise postgres_error(exc, self._where, self._scrub, self.timeout) from exc
-
-    def get(self, run_id: str) -> RunRecord | None:
-        """The record of *run_id*, or ``None``.
-
-        Raises:
-            StoreError: the store cannot be read, or the row was tampered with.
-        """
-        return self._guarded(self._get, run_id)
-
-    def list_runs(
-        self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
-    ) -> list[RunRecord]:
-        """Records, newest admission first, filtered by status and owner.
-
-        Raises:
-            StoreError: the store cannot be read, or a row was tampered with.
-        """
-        return self._guarded(self._list, status, owner, limit)
-
-    def close(self) -> None:
-        """Close the connection (idempotent)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+    def _error(self, exc: Exception) -> StoreError:
+        return postgres_error(exc, self._where, self._scrub, self.timeout)
 
     def _get(self, run_id: str) -> RunRecord | None:
         rows = self._connection().execute(self._sql.get, [run_id]).fetchall()

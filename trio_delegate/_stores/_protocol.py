@@ -38,6 +38,7 @@ __all__ = [
     "StoredRun",
     "check_cursor",
     "check_poll_interval",
+    "check_runtime_id",
     "check_wait_timeout",
     "interrupted",
     "is_run_id",
@@ -94,6 +95,22 @@ def check_poll_interval(field: str, value: Any) -> float:
             f"runtime's view may trail by at most one second), got {describe(value)}"
         )
     return float(value)
+
+
+def check_runtime_id(runtime_id: object, where: str, path: str | None) -> str:
+    """A runtime id given to a store, checked before it is used for anything.
+
+    Raises:
+        StoreError: it is not of the shape open_runtime makes.
+    """
+    if not is_runtime_id(runtime_id):
+        raise StoreError(
+            f"the store {where} was given {runtime_id!r} as a runtime id; a runtime id is rt_ "
+            "and 32 lowercase hex digits, as open_runtime makes them",
+            path=path,
+        )
+    assert isinstance(runtime_id, str)
+    return runtime_id
 
 
 def check_cursor(cursor: object, where: str | None) -> int:

@@ -26,7 +26,7 @@ import datetime
 import os
 import sqlite3
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar, final
 
@@ -35,6 +35,7 @@ import trio
 from .._checks import check_int, check_seconds
 from .._errors import StoreError
 from .._status import RunStatus
+from ._base import RecordReader, ThreadedStore
 from ._codec import (
     EncodedRecord,
     LiveHeads,
@@ -53,6 +54,7 @@ from ._protocol import (
     StoreSnapshot,
     check_cursor,
     check_poll_interval,
+    check_runtime_id,
     check_wait_timeout,
     interrupted,
     is_run_id,
@@ -288,7 +290,7 @@ def _list_query(
 
 
 @final
-class SQLiteStore:
+class SQLiteStore(ThreadedStore):
     """Run records in one SQLite file, shared safely by several processes.
 
     Args:
@@ -356,78 +358,6 @@ class SQLiteStore:
 
     # -- the ResultStore protocol ---------------------------------------------------
 
-    async def attach(self, runtime_id: str) -> StoreSnapshot:
-        """Register *runtime_id* (taking its lock); mark gone runtimes' live runs.
-
-        Returns:
-            every terminal run, and the ids this attachment marked interrupted.
-
-        Raises:
-            StoreError: the file cannot be used, or *runtime_id* is malformed.
-        """
-        return await self._run(self._attach_sync, runtime_id)
-
-    async def detach(self, runtime_id: str) -> None:
-        """Release *runtime_id*'s lock; close the file once no runtime is attached.
-
-        Raises:
-            StoreError: the lock could not be released.
-        """
-        await self._run(self._detach_sync, runtime_id)
-
-    async def write(self, records: Sequence[RunRecord]) -> None:
-        """Insert or replace *records* in one transaction; durable when this returns.
-
-        A record already terminal in the file is left as it is; sticky flags
-        are never cleared.
-
-        Raises:
-            StoreError: nothing was written (it names the run whose record
-                cannot be encoded, where one cannot).
-        """
-        await self._run(self._write_sync, list(records))
-
-    async def get(self, run_id: str) -> RunRecord | None:
-        """The record of *run_id*, or ``None``.
-
-        Raises:
-            StoreError: the file cannot be read, or the row was tampered with.
-        """
-        return await self._run(self._get_sync, run_id)
-
-    async def list_runs(
-        self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
-    ) -> list[RunRecord]:
-        """Records, newest admission first, filtered by status and owner.
-
-        Raises:
-            StoreError: the file cannot be read, or a row was tampered with.
-        """
-        return await self._run(self._list_sync, status, owner, limit)
-
-    async def sweep(self, runtime_id: str) -> tuple[str, ...]:
-        """Check *runtime_id*'s lock; mark failed the live runs of runtimes that are gone.
-
-        Returns:
-            the ids marked failed (interrupted).
-
-        Raises:
-            StoreError: the file cannot be used, or holds a tampered runtime id.
-        """
-        return await self._run(self._sweep_sync, runtime_id)
-
-    async def changes(self, cursor: int | None) -> ChangeBatch:
-        """Every record written or flagged after *cursor*, oldest change first.
-
-        Args:
-            cursor: a cursor an earlier call returned; ``None`` for the
-                current position (and no records).
-
-        Raises:
-            StoreError: the file cannot be read, or *cursor* is malformed.
-        """
-        return await self._run(self._changes_sync, cursor)
-
     async def wait_changes(self, cursor: int, timeout: float) -> None:
         """Return once changes after *cursor* exist, or after *timeout* seconds (Trio clock).
 
@@ -445,25 +375,6 @@ class SQLiteStore:
             while await self._run(self._position_sync) <= cursor:  # noqa: ASYNC110
                 await trio.sleep(self.poll_interval)
 
-    async def request_cancel(self, run_id: str) -> RunRecord | None:
-        """Set ``cancel_requested`` on *run_id* if it is live.
-
-        Returns:
-            the record as stored, or ``None`` for an unknown run.
-
-        Raises:
-            StoreError: the file cannot be used.
-        """
-        return await self._run(self._flag_sync, run_id, "cancel_requested")
-
-    async def mark_observed(self, run_id: str) -> None:
-        """Set ``observed`` on *run_id* (an unknown run is left alone).
-
-        Raises:
-            StoreError: the file cannot be used.
-        """
-        await self._run(self._flag_sync, run_id, "observed")
-
     async def aclose(self) -> None:
         """Release every lock this handle holds and close the file (idempotent).
 
@@ -474,18 +385,8 @@ class SQLiteStore:
 
     # -- plumbing ------------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(self._guarded, fn, *args, limiter=self._limiter)
-
-    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run *fn* on the worker thread; turn every failure into a StoreError."""
-        try:
-            return fn(*args)
-        except Exception as exc:
-            error = _error_for(self.path, exc)
-            if error is exc:
-                raise
-            raise error from exc
+    def _error(self, exc: Exception) -> StoreError:
+        return _error_for(self.path, exc)
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is not None:
@@ -520,16 +421,6 @@ class SQLiteStore:
                     "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(version),)
                 )
 
-    def _check_runtime_id(self, runtime_id: object) -> str:
-        if not is_runtime_id(runtime_id):
-            raise StoreError(
-                f"the store {self.path} was given {runtime_id!r} as a runtime id; a runtime id "
-                "is rt_ and 32 lowercase hex digits, as open_runtime makes them",
-                path=str(self.path),
-            )
-        assert isinstance(runtime_id, str)
-        return runtime_id
-
     def _decode_rows(self, rows: list[Any]) -> list[RunRecord]:
         where = str(self.path)
         return [decode_row(row, where) for row in rows]
@@ -537,7 +428,7 @@ class SQLiteStore:
     # -- work on the thread --------------------------------------------------------------
 
     def _attach_sync(self, runtime_id: str) -> StoreSnapshot:
-        self._check_runtime_id(runtime_id)
+        check_runtime_id(runtime_id, str(self.path), str(self.path))
         if runtime_id in self._locks:
             raise StoreError(
                 f"runtime {runtime_id} is already attached to the store {self.path}",
@@ -705,7 +596,7 @@ class SQLiteStore:
         return self._decode_rows(self._connection().execute(query, params).fetchall())
 
     def _sweep_sync(self, runtime_id: str) -> tuple[str, ...]:
-        self._check_runtime_id(runtime_id)
+        check_runtime_id(runtime_id, str(self.path), str(self.path))
         conn = self._connection()
         lock = self._locks.get(runtime_id)
         if lock is not None:
@@ -780,7 +671,7 @@ class SQLiteStore:
 
 
 @final
-class SQLiteReader:
+class SQLiteReader(RecordReader):
     """Read the records of an SQLite store without ever writing to it.
 
     For ``trio-delegate runs``: the file is opened read-only (``mode=ro``),
@@ -790,21 +681,19 @@ class SQLiteReader:
 
     Args:
         path: the store's file.
-
-    Raises:
-        StoreError: the file cannot be opened or read (raised by the methods).
     """
 
-    __slots__ = ("_columns", "_conn", "path")
+    __slots__ = ("_columns", "path")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
         self.path = Path(path).expanduser().absolute()
-        self._conn: sqlite3.Connection | None = None
         self._columns = _COLUMNS
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is not None:
-            return self._conn
+            conn: sqlite3.Connection = self._conn
+            return conn
         try:
             conn = self._open(immutable=False)
         except sqlite3.OperationalError:
@@ -835,49 +724,18 @@ class SQLiteReader:
             raise
         return conn
 
-    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            return fn(*args)
-        except Exception as exc:
-            error = _error_for(self.path, exc)
-            if error is exc:
-                raise
-            raise error from exc
-
-    def get(self, run_id: str) -> RunRecord | None:
-        """The record of *run_id*, or ``None``.
-
-        Raises:
-            StoreError: the file cannot be read, or the row was tampered with.
-        """
-        return self._guarded(self._get, run_id)
-
-    def list_runs(
-        self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
-    ) -> list[RunRecord]:
-        """Records, newest admission first, filtered by status and owner.
-
-        Raises:
-            StoreError: the file cannot be read, or a row was tampered with.
-        """
-        return self._guarded(self._list, status, owner, limit)
-
-    def close(self) -> None:
-        """Close the file (idempotent)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+    def _error(self, exc: Exception) -> StoreError:
+        return _error_for(self.path, exc)
 
     def _get(self, run_id: str) -> RunRecord | None:
         conn = self._connection()
         rows = conn.execute(
             f"SELECT {self._columns} FROM runs WHERE run_id = ?", (run_id,)
         ).fetchall()
-        where = str(self.path)
-        return decode_row(rows[0], where) if rows else None
+        return decode_row(rows[0], str(self.path)) if rows else None
 
     def _list(self, status: RunStatus | None, owner: str | None, limit: int) -> list[RunRecord]:
-        conn = self._connection()
         query, params = _list_query(self._columns, status, owner, limit)
+        rows = self._connection().execute(query, params).fetchall()
         where = str(self.path)
-        return [decode_row(row, where) for row in conn.execute(query, params).fetchall()]
+        return [decode_row(row, where) for row in rows]
