@@ -20,7 +20,6 @@ under a second: ``initdb`` with ``--no-sync``, then ``postgres`` directly.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import pwd
@@ -171,25 +170,24 @@ class PostgresServer:
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
                 )
-            if self._wait_ready():
+            if self._wait_ready(bin_dir):
                 return
             self._terminate()
         raise ServerUnavailable(f"PostgreSQL did not start; its log:\n{self.log()}")
 
-    def _wait_ready(self) -> bool:
+    def _wait_ready(self, bin_dir: Path) -> bool:
+        """Whether the server came up and accepts connections (not merely its socket)."""
         assert self._process is not None
         assert self.folder is not None
         deadline = time.monotonic() + _START_TIMEOUT
-        socket_path = self.folder / f".s.PGSQL.{self.port}"
+        # pg_isready says yes only once the server takes sessions: right after
+        # its socket opens it still answers "the database system is starting up".
+        probe = [str(bin_dir / "pg_isready"), "-q", "-h", str(self.folder), "-p", str(self.port)]
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 return False  # e.g. the port was taken meanwhile: try another
-            if socket_path.exists():
-                with (
-                    contextlib.suppress(OSError),
-                    socket.create_connection(("127.0.0.1", self.port), timeout=1),
-                ):
-                    return True
+            if subprocess.run(probe, check=False, timeout=10).returncode == 0:
+                return True
             time.sleep(0.01)
         return False
 
