@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -100,3 +101,22 @@ async def advance(clock: trio.testing.MockClock, seconds: float) -> None:
     await trio.testing.wait_all_tasks_blocked()
     clock.jump(seconds)
     await trio.testing.wait_all_tasks_blocked()
+
+
+class StepTimer(trio.abc.Instrument):
+    """Measures every task step (real time): the longest is how long the loop stalled.
+
+    Add it with ``trio.lowlevel.add_instrument`` around the code under test.
+    """
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._started: float | None = None
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._started = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        started, self._started = self._started, None
+        if started is not None:
+            self.longest = max(self.longest, time.perf_counter() - started)

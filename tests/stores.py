@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,44 @@ async def read_line(process: trio.Process, timeout: float = 30) -> str:
                 raise AssertionError(f"the child exited early: {data!r}")
             data += chunk
     return data.decode().strip()
+
+
+class WrappedStore:
+    """A MemoryStore behind a test's own hooks: subclasses override what they meddle with."""
+
+    def __init__(self) -> None:
+        self.inner = td.MemoryStore()
+        self.poll_interval = self.inner.poll_interval
+        self.lease_seconds = self.inner.lease_seconds
+
+    async def attach(self, runtime_id: str) -> td.StoreSnapshot:
+        return await self.inner.attach(runtime_id)
+
+    async def detach(self, runtime_id: str) -> None:
+        await self.inner.detach(runtime_id)
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        await self.inner.write(records)
+
+    async def get(self, run_id: str) -> td.RunRecord | None:
+        return await self.inner.get(run_id)
+
+    async def list_runs(
+        self, *, status: td.RunStatus | None = None, owner: str | None = None, limit: int = 100
+    ) -> list[td.RunRecord]:
+        return await self.inner.list_runs(status=status, owner=owner, limit=limit)
+
+    async def sweep(self, runtime_id: str) -> tuple[str, ...]:
+        return await self.inner.sweep(runtime_id)
+
+    async def changes(self, cursor: int | None) -> td.ChangeBatch:
+        return await self.inner.changes(cursor)
+
+    async def wait_changes(self, cursor: int, timeout: float) -> None:
+        await self.inner.wait_changes(cursor, timeout)
+
+    async def request_cancel(self, run_id: str) -> td.RunRecord | None:
+        return await self.inner.request_cancel(run_id)
+
+    async def mark_observed(self, run_id: str) -> None:
+        await self.inner.mark_observed(run_id)

@@ -17,7 +17,7 @@ import trio.testing
 import trio_delegate as td
 from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE, StoredRun, StoreSnapshot
 
-from .stores import runtime_id
+from .stores import WrappedStore, runtime_id
 
 StoreFactory = Callable[[], td.ResultStore]
 
@@ -136,8 +136,8 @@ async def test_live_runs_of_a_live_runtime_are_never_touched(tmp_path: Path) -> 
         p.cancel(handle.run_id)
         with pytest.raises(td.RunCancelledError):
             await p.wait(handle.run_id)
-        await p.start("echo", "x", replaces=handle.run_id)
-        await p.wait(p._runs[next(reversed(p._runs))].run_id)
+        replacement = await p.start("echo", "x", replaces=handle.run_id)
+        await p.wait(replacement.run_id)
 
 
 async def test_admission_record_is_durable_when_start_returns(make_store: StoreFactory) -> None:
@@ -205,10 +205,10 @@ async def test_evicted_result_is_answered_from_the_store(make_store: StoreFactor
         rt.open_parent("a") as p,
     ):
         handle = await p.start("quick", "first")
-        await p._runs[handle.run_id].done.wait()  # settled, not observed
+        await rt._runs[handle.run_id].done.wait()  # settled, not observed
         await p.delegate("quick", "second")  # its settlement evicts the first
         assert p.status(handle.run_id).status is td.RunStatus.COMPLETED
-        assert handle.run_id not in p._runs
+        assert handle.run_id not in rt._runs
         result = await p.wait(handle.run_id)
         assert isinstance(result, td.RunResult)
         assert result.final_result == "first"
@@ -246,49 +246,18 @@ async def test_runs_list_filters(make_store: StoreFactory) -> None:
     assert [r.task for r in await store.list_runs(limit=1)] == ["3"]
 
 
-class FailingStore:
+class FailingStore(WrappedStore):
     """A real store that starts refusing writes on demand (a disk gone bad)."""
 
     def __init__(self) -> None:
-        self.inner = td.MemoryStore()
+        super().__init__()
         self.fail = False
-        self.poll_interval = self.inner.poll_interval
-        self.lease_seconds = self.inner.lease_seconds
-
-    async def attach(self, runtime_id: str) -> StoreSnapshot:
-        return await self.inner.attach(runtime_id)
-
-    async def detach(self, runtime_id: str) -> None:
-        await self.inner.detach(runtime_id)
 
     async def write(self, records: Sequence[td.RunRecord]) -> None:
         await trio.lowlevel.checkpoint()
         if self.fail:
             raise td.StoreError("the disk is gone", path="/dev/null")
         await self.inner.write(records)
-
-    async def get(self, run_id: str) -> td.RunRecord | None:
-        return await self.inner.get(run_id)
-
-    async def list_runs(
-        self, *, status: td.RunStatus | None = None, owner: str | None = None, limit: int = 100
-    ) -> list[td.RunRecord]:
-        return await self.inner.list_runs(status=status, owner=owner, limit=limit)
-
-    async def sweep(self, runtime_id: str) -> tuple[str, ...]:
-        return await self.inner.sweep(runtime_id)
-
-    async def changes(self, cursor: int | None) -> td.ChangeBatch:
-        return await self.inner.changes(cursor)
-
-    async def wait_changes(self, cursor: int, timeout: float) -> None:
-        await self.inner.wait_changes(cursor, timeout)
-
-    async def request_cancel(self, run_id: str) -> td.RunRecord | None:
-        return await self.inner.request_cancel(run_id)
-
-    async def mark_observed(self, run_id: str) -> None:
-        await self.inner.mark_observed(run_id)
 
 
 async def test_failed_admission_write_leaves_no_run() -> None:
@@ -298,7 +267,7 @@ async def test_failed_admission_write_leaves_no_run() -> None:
         with pytest.raises(td.StoreError, match="the disk is gone"):
             await p.start("echo", "t")
         assert rt.live_runs == 0
-        assert p._runs == {}
+        assert rt._runs == {}
         p.check_resolved()
 
 
@@ -336,7 +305,7 @@ async def test_cancelled_caller_still_gets_its_handle_once_admission_committed()
                 pytest.fail("not reached")  # pragma: no cover
         assert scope.cancelled_caught
         # Either it was never admitted, or the caller got its handle: never half.
-        assert len(handles) == len(p._runs)
+        assert len(handles) == len(rt._runs)
         for handle in handles:
             record = await store.get(handle.run_id)
             assert record is not None
