@@ -104,9 +104,13 @@ async def advance(clock: trio.testing.MockClock, seconds: float) -> None:
 
 
 class StepTimer(trio.abc.Instrument):
-    """Measures every task step (real time): the longest is how long the loop stalled.
+    """Measures every task step: the longest is how long the loop was held.
 
-    Add it with ``trio.lowlevel.add_instrument`` around the code under test.
+    It counts the CPU time of the event loop's thread during each step
+    (``time.thread_time``), not the wall time: what the step itself did, not
+    how long other processes on a busy machine, or another thread holding the
+    GIL, kept it from running. Add it with ``trio.lowlevel.add_instrument``
+    around the code under test.
     """
 
     def __init__(self) -> None:
@@ -114,9 +118,9 @@ class StepTimer(trio.abc.Instrument):
         self._started: float | None = None
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self._started = time.perf_counter()
+        self._started = time.thread_time()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         started, self._started = self._started, None
         if started is not None:
-            self.longest = max(self.longest, time.perf_counter() - started)
+            self.longest = max(self.longest, time.thread_time() - started)

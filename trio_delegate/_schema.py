@@ -42,7 +42,7 @@ from jsonschema.validators import extend
 from ._checks import describe
 from ._converter import converter, to_json_ready
 from ._errors import InvalidArgumentsError
-from ._json import JsonProblem, check_nesting, text_problem
+from ._json import CanonicalJson, JsonProblem, check_nesting, text_problem
 from ._typeschema import is_structured_type, schema_for_type
 
 __all__ = [
@@ -259,34 +259,34 @@ class ResultSchema:
             return to_json_ready(value)
         return value
 
-    async def check(self, value: Any, size: int) -> None:
-        """Check a JSON-ready *value* of *size* bytes against the schema, boundedly.
+    async def check(self, result: CanonicalJson) -> None:
+        """Check a *result* against the schema (and the target type), boundedly.
 
-        A small check runs inline; a large or costly one on a worker thread,
-        which the caller's cancellation (the run's cancel request or child
-        deadline) stops within a few steps.
+        A small check runs inline; a large or costly one on a worker thread
+        (the copy it checks is decoded there too), which the caller's
+        cancellation (the run's cancel request or child deadline) stops
+        within a few steps.
 
         Raises:
             SchemaMismatch: naming the failing paths (at most 20), or saying
                 the check was too costly.
             trio.Cancelled: the caller was cancelled during a threaded check.
         """
-        if size <= INLINE_BYTES:
+        if result.size <= INLINE_BYTES:
+            value = result.copy()
             try:
                 self._check(value, _Budget(INLINE_STEPS, inline=True))
             except _OverBudget:
                 pass
             else:
+                self.structure(value)
                 return
-        await trio.to_thread.run_sync(self._check, value, _Budget(MAX_STEPS, inline=False))
+        await trio.to_thread.run_sync(self._check_copy, result)
 
-    def check_now(self, value: Any) -> None:
-        """Check *value* on this thread with the whole budget (for small values in tests).
-
-        Raises:
-            SchemaMismatch: as for :meth:`check`.
-        """
-        self._check(value, _Budget(MAX_STEPS, inline=True))
+    def _check_copy(self, result: CanonicalJson) -> None:
+        value = result.copy()
+        self._check(value, _Budget(MAX_STEPS, inline=False))
+        self.structure(value)
 
     def structure(self, value: Any) -> Any:
         """*value* (JSON-ready, checked) as the target type, or as it is.

@@ -173,9 +173,7 @@ class _Deferred:
                 return outcome
             result = outcome.result
             assert result is not None
-            checked = result.copy()
-            await schema.check(checked, result.size)
-            schema.structure(checked)
+            await schema.check(result)
         except SchemaMismatch as exc:
             return failed(exc, InvalidResultError)
         except trio.Cancelled:
