@@ -14,8 +14,12 @@ data directory. Here nothing outside one temporary folder is touched:
   ``nobody`` through ``setpriv``, with only the temporary folder handed over.
 
 The server listens on 127.0.0.1 at a free port (password authentication,
-SCRAM) and on a Unix socket in its folder (trusted). It starts in well
-under a second: ``initdb`` with ``--no-sync``, then ``postgres`` directly.
+SCRAM) and on a Unix socket in its folder (trusted). It starts in about a
+second: ``initdb`` with ``--no-sync``, then ``postgres`` directly.
+
+A small watcher process outlives nothing: should this process end without
+stopping the server (``os._exit`` from a test timeout, a kill), the watcher
+stops it and removes its folder.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +43,24 @@ __all__ = ["PostgresServer", "ServerUnavailable", "binaries"]
 #: The user the server runs as when this process is root.
 _UNPRIVILEGED: Final = "nobody"
 _START_TIMEOUT: Final = 20.0
+
+# Run with: python -c WATCHER SERVER_PID FOLDER PARENT_PID. Stops the server
+# (fast shutdown) and removes its folder once the process that started it is gone.
+_WATCHER: Final = """
+import os, shutil, signal, sys, time
+server, folder, parent = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while os.getppid() == parent:
+    time.sleep(0.2)
+try:
+    os.kill(server, signal.SIGINT)
+    for _ in range(100):
+        os.kill(server, 0)
+        time.sleep(0.1)
+except ProcessLookupError:
+    pass
+shutil.rmtree(folder, ignore_errors=True)
+"""
 
 
 class ServerUnavailable(RuntimeError):
@@ -88,6 +111,7 @@ class PostgresServer:
         self.port = 0
         self.folder: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._watcher: subprocess.Popen[bytes] | None = None
         self._prefix: list[str] = []
 
     # -- addresses ---------------------------------------------------------------
@@ -171,6 +195,18 @@ class PostgresServer:
                     start_new_session=True,
                 )
             if self._wait_ready(bin_dir):
+                self._watcher = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        _WATCHER,
+                        str(self._process.pid),
+                        str(self.folder),
+                        str(os.getpid()),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
                 return
             self._terminate()
         raise ServerUnavailable(f"PostgreSQL did not start; its log:\n{self.log()}")
@@ -200,6 +236,10 @@ class PostgresServer:
 
     def stop(self) -> None:
         """Stop the server (fast shutdown) and remove its folder (idempotent)."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.terminate()
+            watcher.wait(timeout=10)
         self._terminate()
         folder, self.folder = self.folder, None
         if folder is not None:
