@@ -118,10 +118,11 @@ async def read_line(process: trio.Process, timeout: float = 30) -> str:
 
 
 class WrappedStore:
-    """A MemoryStore behind a test's own hooks: subclasses override what they meddle with."""
+    """A store (a MemoryStore by default) behind a test's own hooks: subclasses
+    override what they meddle with."""
 
-    def __init__(self) -> None:
-        self.inner = td.MemoryStore()
+    def __init__(self, inner: td.ResultStore | None = None) -> None:
+        self.inner = inner if inner is not None else td.MemoryStore()
         self.poll_interval = self.inner.poll_interval
         self.lease_seconds = self.inner.lease_seconds
 

@@ -136,8 +136,6 @@ class Parent(metaclass=NoPublicConstructor):
         run.foreground = True
         if not run.durable:
             await self._record_admission(run)
-        else:
-            self._ledger.add(run)
         return await self._foreground(run)
 
     async def start(
@@ -165,8 +163,6 @@ class Parent(metaclass=NoPublicConstructor):
         run = self._admit(name, task, final_schema, replaces)
         if not run.durable:
             await self._record_admission(run)
-        else:
-            self._ledger.add(run)
         return run.handle()
 
     async def continue_run(
@@ -227,11 +223,10 @@ class Parent(metaclass=NoPublicConstructor):
         run.foreground = not background
         if not run.durable:
             await self._record_admission(run)
-        else:
-            self._ledger.add(run)
         if background:
+            handle = run.handle()  # the admission ack, as start gives it
             await trio.lowlevel.cancel_shielded_checkpoint()
-            return run.handle()
+            return handle
         return await self._foreground(run)
 
     def status(self, run_id: str) -> RunHandle:
@@ -404,6 +399,9 @@ class Parent(metaclass=NoPublicConstructor):
         )
         runtime._runs[run.run_id] = run
         self._live[run.run_id] = run
+        # In admission order ("oldest first"); a run whose admission is still
+        # being recorded is left out of the checks until its caller has its id.
+        self._ledger.add(run)
         runtime._live_count += 1
         if runtime._persister is None:
             run.durable = True
@@ -425,6 +423,7 @@ class Parent(metaclass=NoPublicConstructor):
             run.durable = True
             self._scheduler.ready()
 
+        run.announced = False
         try:
             await persister.admit(run, durable)
         except StoreError:
@@ -435,7 +434,7 @@ class Parent(metaclass=NoPublicConstructor):
             # its id, so it is no unresolved work of this parent.
             self._withdraw(run)
             self._check_usable()
-        self._ledger.add(run)
+        run.announced = True
 
     def _withdraw(self, run: Run) -> None:
         """Undo *run*'s admission (its caller gets an error and no run id)."""

@@ -168,6 +168,7 @@ class Run:
         "_done",
         "_result",
         "admitted_at",
+        "announced",
         "cancel_reason",
         "cancel_requested_at",
         "deadline",
@@ -228,6 +229,9 @@ class Run:
         self.ended_at: float | None = None
         # Whether its admission record is committed (always, without a store).
         self.durable = False
+        # Whether the caller that admitted it has its id (False only while a
+        # store records its admission): until then no check lists it.
+        self.announced = True
         self.admitted_at = ""
         # The envelope, when it can be shared: a scalar result nobody can change.
         self._result: RunResult | None = None
