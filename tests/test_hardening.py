@@ -696,3 +696,39 @@ async def test_a_writer_stopped_mid_batch_answers_every_waiter() -> None:
     # Every waiter was answered before the interrupt came out.
     assert len(results) == 5
     assert all(isinstance(result, td.DelegationError) for result in results)
+
+
+async def test_unresolved_runs_are_listed_in_admission_order_with_a_store() -> None:
+    store = td.MemoryStore()
+    admitted: list[str] = []
+
+    async def session(rt: td.Runtime) -> None:
+        async with rt.open_parent() as parent, trio.open_nursery() as nursery:
+            for index in range(6):
+                nursery.start_soon(parent.start, "idle", f"t{index}")
+            await trio.testing.wait_all_tasks_blocked()
+            admitted.extend(rt._runs)  # admission order
+
+    async with td.open_runtime([sub("idle", forever)], store=store) as rt:
+        with pytest.raises(td.UnresolvedDelegationError) as info:
+            await session(rt)
+    assert [entry.run_id for entry in info.value.unresolved] == admitted
+
+
+async def test_background_continuation_answers_with_its_admission_ack() -> None:
+    async def eager(ctx: td.ChildContext) -> str:
+        if ctx.history:
+            raise RuntimeError("fails in its first step")
+        await trio.lowlevel.checkpoint()
+        return "first"
+
+    async with (
+        td.open_runtime([sub("eager", eager)], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        first = await parent.delegate("eager", "t")
+        handle = await parent.continue_run(first.run_id, "again", background=True)
+        assert isinstance(handle, td.RunHandle)
+        assert handle.status is td.RunStatus.RUNNING  # an ack, not the outcome
+        with pytest.raises(td.RunFailedError):
+            await parent.wait(handle.run_id)
