@@ -469,10 +469,9 @@ def _deep(levels: int) -> dict[str, Any]:
     return schema
 
 
-async def check_hostile_arguments(drive: Driver, *, surrogates: bool = True) -> None:
+async def check_hostile_arguments(drive: Driver) -> None:
     """Arguments no model should send are failed tool calls naming the problem, and
-    start nothing. (*surrogates*: whether the framework can carry a lone surrogate
-    to a tool at all.)"""
+    start nothing."""
     subagents = Subagents()
     calls = [
         ToolCall("delegate_task", {"subagent": "worker", "task": "x" * 200_000}),
@@ -480,8 +479,6 @@ async def check_hostile_arguments(drive: Driver, *, surrogates: bool = True) -> 
             "delegate_task", {"subagent": "worker", "task": "deep", "final_schema": _deep(80)}
         ),
     ]
-    if surrogates:
-        calls.append(ToolCall("delegate_task", {"subagent": "worker", "task": "lone \ud800"}))
     async with td.open_runtime(subagents.definitions()) as rt, rt.open_parent("lead") as parent:
         seen = await drive(parent, calls)
         assert [_error_type(s) for s in seen] == ["invalid_arguments"] * len(calls)

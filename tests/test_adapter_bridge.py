@@ -16,6 +16,7 @@ import trio_delegate as td
 from trio_delegate import adapters
 from trio_delegate.adapters import AsyncioBridgeError, asyncio_loop, run_asyncio
 from trio_delegate.adapters._bridge import call_trio
+from trio_delegate.adapters._common import json_text
 
 
 async def _add(a: int, b: int) -> int:
@@ -186,3 +187,10 @@ def test_the_package_exports_the_bridge_and_the_matrix() -> None:
     assert set(adapters.__all__) >= {"CAPABILITIES", "Capability", "asyncio_loop", "run_asyncio"}
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         _ = adapters.nothing
+
+
+def test_tool_text_is_valid_utf8_whatever_it_carries() -> None:
+    """What a framework sends on to a model must encode; readable text stays readable."""
+    assert json_text({"message": "naïve ✓"}) == '{"message":"naïve ✓"}'
+    text = json_text({"message": "lone \ud800"})
+    assert text.encode("utf-8") == b'{"message":"lone \\ud800"}'
