@@ -554,6 +554,20 @@ class Answer:
     answer: str
 
 
+async def _model_started(parent: td.Parent, run_id: str, probe: ModelProbe) -> None:
+    """Wait until the child's model is called; fail at once if the run ends first
+    (no clock, mock or real, has to run out for a broken run to show)."""
+
+    async def run_ended() -> None:
+        answer = await parent.wait(run_id)
+        raise AssertionError(f"the run ended before its model was called: {answer!r}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_ended)
+        await probe.started.wait()
+        nursery.cancel_scope.cancel()
+
+
 @asynccontextmanager
 async def _lenient_parent(sub: td.Subagent) -> AsyncIterator[td.Parent]:
     """A parent over *sub* without the fail-closed check (its runs end badly on purpose)."""
@@ -609,7 +623,7 @@ async def check_child_deadline(make: ChildFactory, clock: trio.testing.MockClock
     sub = td.Subagent("agent", make("hang", probe), timeout_seconds=30)
     async with _lenient_parent(sub) as parent:
         handle = await parent.start("agent", "never done")
-        await probe.started.wait()
+        await _model_started(parent, handle.run_id, probe)
         clock.jump(31)
         with pytest.raises(td.RunTimedOutError):
             await parent.wait(handle.run_id)
@@ -622,7 +636,7 @@ async def check_child_cancel(make: ChildFactory) -> None:
     sub = td.Subagent("agent", make("hang", probe))
     async with _lenient_parent(sub) as parent:
         handle = await parent.start("agent", "never done")
-        await probe.started.wait()
+        await _model_started(parent, handle.run_id, probe)
         assert parent.cancel(handle.run_id).cancel_requested
         with pytest.raises(td.RunCancelledError):
             await parent.wait(handle.run_id)
