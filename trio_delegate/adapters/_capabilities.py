@@ -3,7 +3,7 @@
 ``docs/adapters.md`` shows :func:`render_markdown_table`'s output between
 marker comments; a test checks that the two agree, and another that every
 ✓ is backed by a test named ``test_cap_<framework>_<capability>``.
-Print the table with ``python -m trio_delegate.adapters._capabilities``.
+Print the table with ``python -m trio_delegate.adapters``.
 
 Importing this module imports no framework.
 """
@@ -103,8 +103,8 @@ _ALL_ASYNCIO: Final = {
 }
 
 _DSPY_BLOCKING = (
-    "DSPy's tool loop calls a tool and goes on with its answer; it has no way to come "
-    "back to a run later, so the tools block and there is no background run"
+    "DSPy's tool loop calls a tool and goes on with its answer, with no way to come back "
+    "to a run later: the tools block"
 )
 
 #: framework -> capability name -> cell, frameworks in table order.
@@ -117,14 +117,12 @@ CAPABILITIES: Mapping[str, Mapping[str, Capability]] = MappingProxyType(
             {
                 "foreground": Capability(True, "blocking tools, module run in a worker thread"),
                 "background": Capability(False, _DSPY_BLOCKING),
-                "status": Capability(False, f"no background runs to look at ({_DSPY_BLOCKING})"),
-                "timed_wait": Capability(
-                    False, f"no background runs to wait for ({_DSPY_BLOCKING})"
-                ),
+                "status": Capability(False, "no background runs to look at"),
+                "timed_wait": Capability(False, "no background runs to wait for"),
                 "cancel": Capability(
                     False,
-                    "no background runs to cancel; cancelling the module run still "
-                    "cancels the delegation in progress",
+                    "no background runs to cancel (cancelling the module run cancels the "
+                    "delegation in progress)",
                 ),
                 "continuation": _YES,
                 "structured_results": _YES,
@@ -169,6 +167,3 @@ def render_markdown_table(
         lines.extend(f"{number}. {note}" for number, note in enumerate(notes, 1))
     return "\n".join(lines) + "\n"
 
-
-if __name__ == "__main__":
-    print(render_markdown_table(), end="")

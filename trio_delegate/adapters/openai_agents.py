@@ -61,6 +61,7 @@ from ._common import (
     call_tool,
     error_payload_text,
     history_error,
+    json_text,
     plain_entry,
     structured,
 )
@@ -127,7 +128,7 @@ def _invoker(delegation: DelegationTools, name: str, on_error: ToolErrorFunction
         except DelegationError as exc:
             text = on_error(ctx, exc)
             return await text if inspect.isawaitable(text) else text
-        return json.dumps(result, ensure_ascii=False)
+        return json_text(result)
 
     return invoke
 
