@@ -18,6 +18,7 @@ the test modules name them after the capability matrix's cells.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -60,6 +61,8 @@ __all__ = [
     "check_timed_wait",
     "failure_payload",
     "model_answer",
+    "model_call",
+    "model_reply",
     "next_call",
     "parse_payload",
 ]
@@ -545,6 +548,35 @@ ChildFactory = Callable[[Behaviour, ModelProbe], ChildRunner]
 def model_answer(user_texts: Sequence[str]) -> str:
     """The ``answer`` behaviour's text for the user messages a model saw."""
     return "|".join(user_texts)
+
+
+async def model_call(behaviour: Behaviour, probe: ModelProbe) -> None:
+    """The model call itself: it never ends for ``hang`` (until cancelled, which the
+    probe records); it is instant otherwise. Run on the asyncio side."""
+    if behaviour != "hang":
+        return
+    probe.start()
+    try:
+        await asyncio.get_running_loop().create_future()
+    except asyncio.CancelledError:
+        probe.log.append("model cancelled")
+        raise
+
+
+def model_reply(behaviour: Behaviour, user_texts: Sequence[str]) -> str | dict[str, Any]:
+    """What the model answers: text, or the object it means as a structured answer.
+
+    Raises:
+        ValueError: for ``fail``.
+    """
+    if behaviour == "fail":
+        raise ValueError("model broke")
+    answer = model_answer(user_texts)
+    if behaviour == "structured":
+        return {"answer": answer}
+    if behaviour == "bad":
+        return {"nope": 1}
+    return answer
 
 
 @attrs.frozen

@@ -48,6 +48,14 @@ async def test_an_error_in_the_loop_block_comes_out_as_itself() -> None:
             raise td.InvalidArgumentsError("from the body")
 
 
+async def test_a_system_exit_in_the_loop_block_comes_out_as_itself() -> None:
+    with pytest.raises(SystemExit) as caught:
+        async with asyncio_loop():
+            await run_asyncio(_add, 1, 1)
+            raise SystemExit(3)
+    assert caught.value.code == 3
+
+
 async def test_nested_blocks_and_calls_share_the_enclosing_loop() -> None:
     async def running_loop() -> asyncio.AbstractEventLoop:
         return asyncio.get_running_loop()

@@ -4,7 +4,6 @@ is built the same way; overriding an LM's ``forward`` is deprecated in DSPy 3.4)
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -225,23 +224,12 @@ def child(behaviour: support.Behaviour, probe: ModelProbe) -> support.ChildRunne
 
     def script(messages: Messages) -> dict[str, Any]:
         texts = [m["content"] for m in messages if m["role"] == "user"]
-        answer = support.model_answer(support.user_texts(texts, _QUESTION))
-        if behaviour == "fail":
-            raise ValueError("model broke")
-        if behaviour == "structured":
-            return {"answer": json.dumps({"answer": answer})}
-        if behaviour == "bad":
-            return {"answer": json.dumps({"nope": 1})}
-        return {"answer": answer}
+        reply = support.model_reply(behaviour, support.user_texts(texts, _QUESTION))
+        # The signature's one output field; a structured answer is JSON text in it.
+        return {"answer": reply if isinstance(reply, str) else json.dumps(reply)}
 
     async def model_call() -> None:
-        if behaviour == "hang":
-            probe.start()
-            try:
-                await asyncio.get_running_loop().create_future()
-            except asyncio.CancelledError:
-                probe.log.append("model cancelled")
-                raise
+        await support.model_call(behaviour, probe)
 
     module = dspy.Predict(QA)
     module.set_lm(scripted_lm(script, model_call))

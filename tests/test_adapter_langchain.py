@@ -3,7 +3,6 @@ a subagent, driven offline by LangChain's ``GenericFakeChatModel``."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -155,22 +154,12 @@ def child(behaviour: support.Behaviour, probe: ModelProbe) -> support.ChildRunne
 
 def _child_script(behaviour: support.Behaviour, probe: ModelProbe) -> Script:
     async def script(messages: list[BaseMessage]) -> AIMessage:
-        answer = support.model_answer([m.text for m in messages if isinstance(m, HumanMessage)])
-        if behaviour == "hang":
-            probe.start()
-            try:
-                await asyncio.get_running_loop().create_future()
-            except asyncio.CancelledError:
-                probe.log.append("model cancelled")
-                raise
-        if behaviour == "fail":
-            raise ValueError("model broke")
-        if behaviour == "structured":
-            # No structured-output mode in this agent: the model answers in JSON text.
-            return AIMessage(json.dumps({"answer": answer}))
-        if behaviour == "bad":
-            return AIMessage(json.dumps({"nope": 1}))
-        return AIMessage(answer)
+        await support.model_call(behaviour, probe)
+        reply = support.model_reply(
+            behaviour, [m.text for m in messages if isinstance(m, HumanMessage)]
+        )
+        # No structured-output mode in this agent: a structured answer is JSON text.
+        return AIMessage(reply if isinstance(reply, str) else json.dumps(reply))
 
     return script
 

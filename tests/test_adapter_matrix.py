@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import subprocess
 import sys
@@ -26,7 +27,8 @@ BEGIN = "<!-- capability-matrix:begin (python -m trio_delegate.adapters) -->"
 END = "<!-- capability-matrix:end -->"
 
 
-def capability_tests() -> set[str]:
+@functools.cache
+def capability_tests() -> frozenset[str]:
     """The names of every ``test_cap_*`` function under tests/, found by parsing."""
     names = set()
     for path in (ROOT / "tests").rglob("*.py"):
@@ -34,7 +36,7 @@ def capability_tests() -> set[str]:
             name = node.name if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else ""
             if name.startswith("test_cap_"):
                 names.add(name)
-    return names
+    return frozenset(names)
 
 
 def backs(name: str, framework: str, capability: str) -> bool:

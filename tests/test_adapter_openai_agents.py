@@ -3,7 +3,6 @@ agent as a subagent, driven offline by the SDK's ``agents.testing.ScriptedModel`
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -160,20 +159,14 @@ def child(behaviour: support.Behaviour, probe: ModelProbe) -> support.ChildRunne
             for item in _items(call)
             if _field(item, "role") == "user" and isinstance(_field(item, "content"), str)
         ]
-        answer = support.model_answer(texts)
-        if behaviour == "hang":
-            probe.start()
-            try:
-                await asyncio.get_running_loop().create_future()
-            except asyncio.CancelledError:
-                probe.log.append("model cancelled")
-                raise
-        if behaviour == "fail":
-            raise ValueError("model broke")
-        if behaviour in ("structured", "bad") and call.output_schema is not None:
-            shaped = {"answer": answer} if behaviour == "structured" else {"nope": 1}
-            return [assistant_message(json.dumps(shaped))]
-        return [assistant_message(answer)]
+        await support.model_call(behaviour, probe)
+        reply = support.model_reply(behaviour, texts)
+        if isinstance(reply, dict):
+            # A run with a final_schema gives the model an output schema; it answers
+            # in JSON text, which the SDK parses.
+            assert call.output_schema is not None
+            return [assistant_message(json.dumps(reply))]
+        return [assistant_message(reply)]
 
     model = ScriptedModel([ModelStep.respond(respond)] * 8)
     agent: Agent[Any] = Agent(name="helper", model=model)

@@ -3,10 +3,8 @@ as a subagent, driven offline by Pydantic AI's ``FunctionModel``."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import pytest
 import trio
@@ -127,20 +125,13 @@ def child(behaviour: support.Behaviour, probe: ModelProbe) -> support.ChildRunne
             for part in message.parts
             if isinstance(part, UserPromptPart) and isinstance(part.content, str)
         ]
-        answer = support.model_answer(texts)
-        if behaviour == "hang":
-            probe.start()
-            try:
-                await asyncio.get_running_loop().create_future()
-            except asyncio.CancelledError:
-                probe.log.append("model cancelled")
-                raise
-        if behaviour == "fail":
-            raise ValueError("model broke")
-        if behaviour in ("structured", "bad") and info.output_tools:
-            arguments: dict[str, Any] = {"answer": answer} if behaviour == "structured" else {}
-            return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, arguments)])
-        return ModelResponse(parts=[TextPart(answer)])
+        await support.model_call(behaviour, probe)
+        reply = support.model_reply(behaviour, texts)
+        if isinstance(reply, dict) and info.output_tools:
+            # Asked for structure: the answer goes to the output tool.
+            return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, reply)])
+        text = reply if isinstance(reply, str) else json.dumps(reply)
+        return ModelResponse(parts=[TextPart(text)])
 
     return td_pydantic_ai.runner(Agent(FunctionModel(model)))
 

@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, Final, ParamSpec, TypeVar, final
@@ -160,7 +160,8 @@ async def _open_loop() -> AsyncIterator[asyncio.AbstractEventLoop]:
     The loop runs on nurseries, which wrap whatever leaves the block in
     exception groups; the block's exception is taken out of the loop and
     raised once the loop has closed, and cancellations of the loop's own
-    shutdown come out as one ``trio.Cancelled``.
+    shutdown come out as one ``trio.Cancelled``. A KeyboardInterrupt or
+    SystemExit from the loop wins over the block's exception.
     """
     failure: BaseException | None = None
     try:
@@ -170,21 +171,25 @@ async def _open_loop() -> AsyncIterator[asyncio.AbstractEventLoop]:
             except BaseException as exc:
                 failure = exc
     except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        fatal = [e for e in leaves if not isinstance(e, Exception | trio.Cancelled)]
+        if fatal:
+            raise fatal[0] from None  # KeyboardInterrupt, SystemExit: they win
         if failure is not None:
             raise failure from None
-        cancelled, rest = group.split(trio.Cancelled)
-        if rest is not None or cancelled is None:
-            raise
-        raise _first_leaf(cancelled) from None
+        if all(isinstance(e, trio.Cancelled) for e in leaves):
+            raise leaves[0] from None
+        raise
     if failure is not None:
         raise failure
 
 
-def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
-    first: BaseException = group
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    return first
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
 
 
 async def _on_loop(

@@ -166,4 +166,3 @@ def render_markdown_table(
         lines.append("")
         lines.extend(f"{number}. {note}" for number, note in enumerate(notes, 1))
     return "\n".join(lines) + "\n"
-
