@@ -101,14 +101,20 @@ def structured(value: Any, final_schema: Mapping[str, Any] | None) -> Any:
     text); the runtime then validates the result against the schema, so text
     that is not the asked-for structure fails the run.
     """
-    from pydantic_core import to_jsonable_python  # every supported framework depends on it
+    # Every supported framework depends on pydantic.
+    from pydantic_core import PydanticSerializationError, to_jsonable_python
 
     if final_schema is not None and isinstance(value, str):
         try:
             value = json.loads(value, parse_constant=_reject_constant)
         except ValueError:
             return value
-    return to_jsonable_python(value)
+    try:
+        return to_jsonable_python(value)
+    except PydanticSerializationError:
+        # Not something pydantic knows: the runtime's own conversion and checks
+        # decide (an attrs instance passes; an arbitrary object fails the run).
+        return value
 
 
 def _reject_constant(name: str) -> Any:
