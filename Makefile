@@ -17,8 +17,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
 
+# The base install includes the mcp extra, so that `serve` works right after
+# `make demo` (the README's next step).
 $(STAMP_BASE): pyproject.toml | $(BIN)/python
-	$(UV) -e .
+	$(UV) -e '.[mcp]'
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python

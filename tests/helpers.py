@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -100,3 +101,26 @@ async def advance(clock: trio.testing.MockClock, seconds: float) -> None:
     await trio.testing.wait_all_tasks_blocked()
     clock.jump(seconds)
     await trio.testing.wait_all_tasks_blocked()
+
+
+class StepTimer(trio.abc.Instrument):
+    """Measures every task step: the longest is how long the loop was held.
+
+    It counts the CPU time of the event loop's thread during each step
+    (``time.thread_time``), not the wall time: what the step itself did, not
+    how long other processes on a busy machine, or another thread holding the
+    GIL, kept it from running. Add it with ``trio.lowlevel.add_instrument``
+    around the code under test.
+    """
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._started: float | None = None
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._started = time.thread_time()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        started, self._started = self._started, None
+        if started is not None:
+            self.longest = max(self.longest, time.thread_time() - started)

@@ -49,10 +49,13 @@ async def test_an_error_in_the_loop_block_comes_out_as_itself() -> None:
 
 
 async def test_a_system_exit_in_the_loop_block_comes_out_as_itself() -> None:
-    with pytest.raises(SystemExit) as caught:
+    async def exit_in_block() -> None:
         async with asyncio_loop():
             await run_asyncio(_add, 1, 1)
             raise SystemExit(3)
+
+    with pytest.raises(SystemExit) as caught:
+        await exit_in_block()
     assert caught.value.code == 3
 
 

@@ -87,8 +87,9 @@ async def test_transcript_is_the_whole_history(autojump_clock: trio.testing.Mock
         assert isinstance(b, td.RunResult)
         c = await parent.continue_run(b.run_id, "q3", background=True)
         assert isinstance(c, td.RunHandle)
-        run = parent._runs[c.run_id]
-        assert [entry["content"] for entry in run.history] == [
+        history = rt._runs[c.run_id].history
+        assert history is not None
+        assert [entry["content"] for entry in history.copy()] == [
             "q1",
             "looked it up",
             "answer to q1",
@@ -159,7 +160,7 @@ async def test_failed_run_continues_with_its_task_only(
     ):
         with pytest.raises(td.RunFailedError):
             await parent.delegate("flaky", "try")
-        failed_id = next(iter(parent._runs))
+        failed_id = next(iter(rt._runs))
         result = await parent.continue_run(failed_id, "try again")
     assert isinstance(result, td.RunResult)
     assert seen[1] == ({"role": "user", "content": "try"},)

@@ -379,16 +379,20 @@ def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str
     assert "usage: trio-delegate" in capsys.readouterr().err
 
 
-def test_python_dash_m() -> None:
+def test_python_dash_m(tmp_path: Path) -> None:
+    # In a folder of its own: the demo records its runs under the working
+    # directory, which must not be the checkout.
     done = subprocess.run(
         [sys.executable, "-m", "trio_delegate", "demo", "--no-live", "--speed", "1000"],
         capture_output=True,
         text=True,
         check=False,
         timeout=60,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     assert "verdict  fail-closed check passed" in done.stdout
+    assert (tmp_path / ".trio-delegate" / "runs.db").is_file()
 
 
 # -- the demo records its runs ----------------------------------------------------------

@@ -313,7 +313,7 @@ async def test_runner_exception_group_fails_run(autojump_clock: trio.testing.Moc
 
 async def test_runtime_closing_cancels_live_runs(autojump_clock: trio.testing.MockClock) -> None:
     # The parent is open in a host task outside the runtime's block; a waiter
-    # there sees the run end cancelled when the runtime closes.
+    # there is told the runtime closed (contract §8), and why its run ended.
     outcomes: list[BaseException] = []
 
     async def host(rt: td.Runtime, *, task_status: trio.TaskStatus[None]) -> None:
@@ -322,7 +322,7 @@ async def test_runtime_closing_cancels_live_runs(autojump_clock: trio.testing.Mo
             task_status.started()
             try:
                 await parent.wait(handle.run_id)
-            except td.RunCancelledError as exc:
+            except td.RuntimeClosedError as exc:
                 outcomes.append(exc)
 
     config = td.Config(fail_closed=False)
@@ -333,5 +333,7 @@ async def test_runtime_closing_cancels_live_runs(autojump_clock: trio.testing.Mo
         await nursery.start(host, rt)
         await trio.sleep(1)
     [error] = outcomes
-    assert isinstance(error, td.RunCancelledError)
-    assert "runtime closed" in str(error)
+    assert isinstance(error, td.RuntimeClosedError)
+    assert error.status == "cancelled"
+    assert isinstance(error.__cause__, td.RunCancelledError)
+    assert "runtime closed" in str(error.__cause__)

@@ -66,8 +66,11 @@ def subagents(gate: Gate) -> list[td.Subagent]:
 
 
 @asynccontextmanager
-async def open_client(server: Any, mode: str = "legacy") -> AsyncIterator[Client]:
-    with trio.fail_after(10):
+async def open_client(
+    server: Any, mode: str = "legacy", *, timeout: float = 10
+) -> AsyncIterator[Client]:
+    # Virtual-time tests pass a timeout beyond their scenario's clock.
+    with trio.fail_after(timeout):
         async with Client(server, mode=mode) as client:
             yield client
 
@@ -96,7 +99,14 @@ async def test_tools_are_the_parents_delegation_tools(mode: str) -> None:
             listed = (await client.list_tools()).tools
     assert tuple(tool.name for tool in listed) == TOOLS
     for tool in listed:
-        assert tool.description == expected[tool.name].description
+        # The foreground tools say what happens at the foreground limit; the
+        # rest of each description is the parent's own.
+        assert tool.description is not None
+        assert tool.description.startswith(expected[tool.name].description)
+        limit_note = "still running after 45 s returns {run_id, subagent, status}"
+        assert (limit_note in tool.description) == (
+            tool.name in ("delegate_task", "continue_subagent")
+        )
         assert tool.input_schema == expected[tool.name].parameters
         assert tool.annotations is not None
     read_only = {tool.name: tool.annotations.read_only_hint for tool in listed if tool.annotations}
@@ -248,7 +258,7 @@ async def test_a_parent_server_works_for_the_hosts_parent() -> None:
     gate = Gate()
     async with td.open_runtime(subagents(gate)) as rt, rt.open_parent("host") as parent:
         server = build_parent_server(parent, name="delegate", instructions=None)
-        async with open_client(server) as client:
+        async with open_client(server, timeout=3600) as client:
             started = payload(
                 await client.call_tool(
                     "delegate_task", {"subagent": "gate", "task": "x", "background": True}
@@ -260,3 +270,150 @@ async def test_a_parent_server_works_for_the_hosts_parent() -> None:
         result = await parent.wait(started["run_id"])
         assert isinstance(result, td.RunResult)
         assert result.final_result == "released"
+
+
+async def test_a_foreground_call_past_the_limit_answers_with_the_running_handle(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt:
+        server = build_server(rt, foreground_limit_seconds=30)
+        async with open_client(server, timeout=3600) as client:
+            started = trio.current_time()
+            answer = payload(
+                await client.call_tool("delegate_task", {"subagent": "gate", "task": "x"})
+            )
+            assert trio.current_time() - started == pytest.approx(30)
+            assert answer["status"] == "running"
+            assert answer["subagent"] == "gate"
+            assert "final_result" not in answer
+            assert f"wait_subagent with run_id {answer['run_id']!r}" in answer["message"]
+            # The run goes on untouched, as background work.
+            assert gate.started.is_set()
+            assert not gate.cancelled
+            gate.release.set()
+            done = payload(await client.call_tool("wait_subagent", {"run_id": answer["run_id"]}))
+            assert done["final_result"] == "released"
+    # Observed by that wait: the connection ended resolved.
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_handle_past_the_limit_is_background_work_that_must_be_observed(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = Gate()
+    async with (
+        td.open_runtime(subagents(gate)) as rt,
+        open_client(build_server(rt, foreground_limit_seconds=5), timeout=3600) as client,
+    ):
+        answer = payload(await client.call_tool("delegate_task", {"subagent": "gate", "task": "x"}))
+        assert answer["status"] == "running"
+    [record] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert answer["run_id"] in record.getMessage()
+    assert gate.cancelled
+
+
+async def test_a_foreground_call_within_the_limit_answers_as_delegate_does(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def slowly(ctx: td.ChildContext) -> str:
+        await trio.sleep(20)
+        return "late but in time"
+
+    subs = [td.Subagent("slowly", slowly), td.Subagent("broken", broken)]
+    async with (
+        td.open_runtime(subs) as rt,
+        open_client(build_server(rt, foreground_limit_seconds=21), timeout=3600) as client,
+    ):
+        answer = payload(
+            await client.call_tool("delegate_task", {"subagent": "slowly", "task": "x"})
+        )
+        assert answer["final_result"] == "late but in time"
+        assert set(answer) == {"run_id", "subagent", "task_summary", "final_result"}
+        continued = payload(
+            await client.call_tool(
+                "continue_subagent", {"run_id": answer["run_id"], "message": "again"}
+            )
+        )
+        assert continued["final_result"] == "late but in time"
+        failed = await client.call_tool("delegate_task", {"subagent": "broken", "task": "x"})
+        assert failed.is_error
+        assert payload(failed)["error"]["type"] == "run_failed"
+
+
+async def test_no_limit_waits_as_long_as_the_run_takes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def slowly(ctx: td.ChildContext) -> str:
+        await trio.sleep(3600)
+        return "an hour later"
+
+    subagent = td.Subagent("slowly", slowly, timeout_seconds=None)
+    async with (
+        td.open_runtime([subagent]) as rt,
+        open_client(build_server(rt, foreground_limit_seconds=None), timeout=7200) as client,
+    ):
+        answer = await client.call_tool("delegate_task", {"subagent": "slowly", "task": "x"})
+        assert payload(answer)["final_result"] == "an hour later"
+
+
+async def test_a_running_foreground_call_reports_progress(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    gate = Gate()
+    reports: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
+
+    async with td.open_runtime(subagents(gate)) as rt:
+        server = build_server(rt, foreground_limit_seconds=12, progress_interval_seconds=5)
+        async with open_client(server, timeout=3600) as client:
+            answer = await client.call_tool(
+                "delegate_task", {"subagent": "gate", "task": "x"}, progress_callback=on_progress
+            )
+            run_id = payload(answer)["run_id"]
+            gate.release.set()
+            await client.call_tool("wait_subagent", {"run_id": run_id})
+    assert [value for value, _, _ in reports] == pytest.approx([5, 10])
+    assert all(total == 12 for _, total, _ in reports)
+    assert all(message and run_id in message for _, _, message in reports)
+
+
+async def test_a_connection_cut_short_logs_its_unresolved_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt:
+        with trio.CancelScope() as scope:
+            async with open_client(build_server(rt)) as client:
+                answer = await client.call_tool(
+                    "delegate_task", {"subagent": "gate", "task": "x", "background": True}
+                )
+                await gate.started.wait()
+                scope.cancel()  # as the signal handler of `serve` does
+        assert rt.live_runs == 0
+    run_id = payload(answer)["run_id"]
+    [record] = [r for r in caplog.records if "cut short" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert run_id in record.getMessage()
+    assert "running" in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"foreground_limit_seconds": 0}, "foreground_limit_seconds must be"),
+        ({"foreground_limit_seconds": float("inf")}, "foreground_limit_seconds must be"),
+        ({"foreground_limit_seconds": True}, "foreground_limit_seconds must be"),
+        ({"progress_interval_seconds": None}, "progress_interval_seconds must be"),
+        ({"progress_interval_seconds": -1}, "progress_interval_seconds must be"),
+    ],
+)
+async def test_limits_are_checked(kwargs: dict[str, Any], fragment: str) -> None:
+    async with td.open_runtime([td.Subagent("shout", shout)]) as rt:
+        with pytest.raises(td.InvalidArgumentsError, match=fragment):
+            build_server(rt, **kwargs)
+        async with rt.open_parent() as parent:
+            with pytest.raises(td.InvalidArgumentsError, match=fragment):
+                build_parent_server(parent, **kwargs)

@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 import trio
@@ -23,6 +23,7 @@ import trio
 pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent
 
 import trio_delegate as td
@@ -99,14 +100,17 @@ def config(tmp_path: Path) -> Path:
 
 
 @asynccontextmanager
-async def serve(config: Path, cwd: Path | None = None) -> AsyncIterator[Client]:
+async def serve(
+    config: Path, cwd: Path | None = None, *, errlog: TextIO | None = None
+) -> AsyncIterator[Client]:
     """A client connected to ``trio-delegate serve --config CONFIG`` over stdio."""
     params = StdioServerParameters(
         command=PY,
         args=["-m", "trio_delegate", "serve", "--config", str(config)],
         cwd=cwd,
     )
-    async with Client(params, mode="legacy") as client:
+    transport = stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
+    async with Client(transport, mode="legacy") as client:
         yield client
 
 
@@ -222,18 +226,34 @@ async def test_a_client_disconnect_kills_that_sessions_processes(config: Path) -
             await gone(pid)
 
 
-async def test_sigterm_to_the_server_kills_its_runs_before_it_exits(config: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_to_the_server_kills_its_runs_and_logs_them_before_it_exits(
+    config: Path, signum: signal.Signals
+) -> None:
     pids = config.parent / "pids"
-    with trio.fail_after(15):
-        async with serve(config) as client:
+    log = config.parent / "stderr.log"
+    with log.open("w") as errlog, trio.fail_after(15):
+        async with serve(config, errlog=errlog) as client:
             run = (
                 await call(client, "delegate_task", subagent="sleeper", task="x", background=True)
             )["run_id"]
             worker = await read_pid(pids / run)
             server = await read_pid(pids / f"{run}.server")
-            os.kill(server, signal.SIGTERM)
+            os.kill(server, signum)
             await gone(worker)
             await gone(server)
+    lines = log.read_text().splitlines()
+    [ready] = [line for line in lines if "ready:" in line]
+    assert "subagents echo, measure, sleeper, failing" in ready
+    assert "store none" in ready
+    assert "foreground limit 45 s" in ready
+    assert "default deadline 20 s" in ready
+    assert "4 concurrent runs per connection" in ready
+    # The unresolved run is named, with its status, before it is cancelled.
+    [cut] = [line for line in lines if "cut short" in line]
+    assert "1 unresolved" in cut
+    assert any(run in line and "sleeper, running" in line for line in lines)
+    assert any(f"stopped by {signum.name}" in line for line in lines)
 
 
 async def test_the_example_configuration_serves_from_the_repository_root() -> None:

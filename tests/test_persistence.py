@@ -134,8 +134,8 @@ async def test_live_runs_of_a_live_runtime_are_never_touched(tmp_path: Path) -> 
         p.cancel(handle.run_id)
         with pytest.raises(td.RunCancelledError):
             await p.wait(handle.run_id)
-        await p.start("echo", "x", replaces=handle.run_id)
-        await p.wait(p._runs[next(reversed(p._runs))].run_id)
+        replacement = await p.start("echo", "x", replaces=handle.run_id)
+        await p.wait(replacement.run_id)
 
 
 async def test_admission_record_is_durable_when_start_returns(make_store: StoreFactory) -> None:
@@ -203,10 +203,10 @@ async def test_evicted_result_is_answered_from_the_store(make_store: StoreFactor
         rt.open_parent("a") as p,
     ):
         handle = await p.start("quick", "first")
-        await p._runs[handle.run_id].done.wait()  # settled, not observed
+        await rt._runs[handle.run_id].done.wait()  # settled, not observed
         await p.delegate("quick", "second")  # its settlement evicts the first
         assert p.status(handle.run_id).status is td.RunStatus.COMPLETED
-        assert handle.run_id not in p._runs
+        assert handle.run_id not in rt._runs
         result = await p.wait(handle.run_id)
         assert isinstance(result, td.RunResult)
         assert result.final_result == "first"
@@ -279,7 +279,7 @@ async def test_failed_admission_write_leaves_no_run() -> None:
         with pytest.raises(td.StoreError, match="the disk is gone"):
             await p.start("echo", "t")
         assert rt.live_runs == 0
-        assert p._runs == {}
+        assert rt._runs == {}
         p.check_resolved()
 
 
@@ -317,7 +317,7 @@ async def test_cancelled_caller_still_gets_its_handle_once_admission_committed()
                 pytest.fail("not reached")  # pragma: no cover
         assert scope.cancelled_caught
         # Either it was never admitted, or the caller got its handle: never half.
-        assert len(handles) == len(p._runs)
+        assert len(handles) == len(rt._runs)
         for handle in handles:
             record = await store.get(handle.run_id)
             assert record is not None

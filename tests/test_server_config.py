@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import trio_delegate as td
+from trio_delegate._cli._agents import AgentCLIRunner
 from trio_delegate._cli._main import main
 from trio_delegate._cli._server_config import ConfigError, load_server_config
 
@@ -26,6 +27,9 @@ ECHO = f"""
 name = "echo"
 command = ['{PY}', "-c", "import sys; print(sys.stdin.read())"]
 """
+
+# One agent CLI subagent, its program given (a script stands in for it).
+AGENT = f'[[subagents]]\nname = "x"\nkind = "claude"\nprogram = "{PY}"\n'
 
 # One Python subagent (any async function passes the start-up checks).
 PYSUB = '[[subagents]]\nname = "x"\npython = "trio:sleep_forever"\n'
@@ -182,6 +186,35 @@ BAD_CONFIGS = [
         "module:function",
     ),
     ("[[subagents]\n", None, "not valid TOML"),
+    ('[[subagents]]\nname = "x"\nkind = "gemini"\n', "subagents[0].kind", "not an agent CLI"),
+    (ECHO + 'kind = "claude"\n', "subagents[0]", "has both command and kind"),
+    (AGENT + 'args = "--verbose"\n', "subagents[0].args", "list of strings"),
+    (
+        '[[subagents]]\nname = "x"\nkind = "claude"\nprogram = "./no-such-cli"\n',
+        "subagents[0].program",
+        "not an executable file",
+    ),
+    (
+        '[[subagents]]\nname = "x"\nkind = "codex"\nprogram = 3\n',
+        "subagents[0].program",
+        "must be a path string",
+    ),
+    (AGENT + 'model = ""\n', "subagents[0].model", "must be a model name"),
+    (AGENT + "kill_grace_seconds = -1\n", "subagents[0].kill_grace_seconds", ">= 0"),
+    (AGENT + "children = []\n", "subagents[0].children", "an agent CLI subagent takes"),
+    ("server = 1\n" + ECHO, "server", "must be a table"),
+    ("[server]\nforeground_limit = 3\n" + ECHO, "server.foreground_limit", "did you mean"),
+    ("[server]\nforeground_limit_seconds = 0\n" + ECHO, "server.foreground_limit_seconds", "> 0"),
+    (
+        "[server]\nforeground_limit_seconds = inf\n" + ECHO,
+        "server.foreground_limit_seconds",
+        "finite",
+    ),
+    (
+        '[server]\nprogress_interval_seconds = "none"\n' + ECHO,
+        "server.progress_interval_seconds",
+        "must be a number of seconds > 0",
+    ),
 ]
 
 
@@ -201,6 +234,63 @@ def test_bad_configuration_names_file_key_and_fix(
     assert "\n  fix: " in message
     assert isinstance(error, td.DelegationError)
     assert isinstance(error, ValueError)
+
+
+def test_server_limits(tmp_path: Path) -> None:
+    defaults = load_server_config(write(tmp_path, ECHO))
+    assert defaults.foreground_limit_seconds == 45
+    assert defaults.progress_interval_seconds == 5
+    text = "[server]\nforeground_limit_seconds = 20\nprogress_interval_seconds = 2.5\n" + ECHO
+    loaded = load_server_config(write(tmp_path, text))
+    assert loaded.foreground_limit_seconds == 20
+    assert loaded.progress_interval_seconds == 2.5
+    unlimited = load_server_config(
+        write(tmp_path, '[server]\nforeground_limit_seconds = "none"\n' + ECHO)
+    )
+    assert unlimited.foreground_limit_seconds is None
+
+
+def test_agent_cli_subagents(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        [[subagents]]
+        name = "coder"
+        kind = "codex"
+        program = "{PY}"
+        args = ["-c", "sandbox_mode=\\"read-only\\""]
+        model = "gpt-5.4"
+        env = {{ CODEX_HOME = "/somewhere" }}
+        timeout_seconds = 600
+        """,
+    )
+    [subagent] = load_server_config(path).subagents
+    runner = subagent.runner
+    assert isinstance(runner, AgentCLIRunner)
+    assert runner.kind == "codex"
+    assert runner.program == PY
+    assert runner.args == ("-c", 'sandbox_mode="read-only"')
+    assert runner.model == "gpt-5.4"
+    assert runner.env == {"CODEX_HOME": "/somewhere"}
+    assert runner.cwd == str(tmp_path)
+    assert subagent.timeout_seconds == 600
+
+
+def test_an_agent_cli_is_found_on_path_then_in_its_python_package(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_claude = bin_dir / "claude"
+    fake_claude.write_text("#!/bin/sh\n")
+    fake_claude.chmod(0o755)
+    on_path = f'[[subagents]]\nname = "x"\nkind = "claude"\nenv = {{ PATH = "{bin_dir}" }}\n'
+    [subagent] = load_server_config(write(tmp_path, on_path)).subagents
+    assert isinstance(subagent.runner, AgentCLIRunner)
+    assert subagent.runner.program == str(fake_claude)
+    # Not on PATH: the executable bundled with the Python package, when installed.
+    bundled = on_path.replace(str(bin_dir), str(tmp_path / "empty"))
+    [subagent] = load_server_config(write(tmp_path, bundled)).subagents
+    assert isinstance(subagent.runner, AgentCLIRunner)
+    assert subagent.runner.program.endswith("claude_agent_sdk/_bundled/claude")
 
 
 def test_errors_about_a_subagent_name_it(tmp_path: Path) -> None:

@@ -7,16 +7,48 @@ field, shows the value and says what is allowed.
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Any
 
 from ._errors import InvalidArgumentsError
+from ._json import text_problem
 
 __all__ = ["check_bool", "check_int", "check_seconds", "check_text", "describe"]
 
 
+class _ShortRepr(reprlib.Repr):
+    """``repr`` bounded in depth, width and length, for values from anywhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxdict = 4
+        self.maxlist = self.maxtuple = self.maxset = 6
+        self.maxstring = 60
+
+    def repr_int(self, x: int, level: int) -> str:
+        # repr() of an integer over 4,300 digits raises; a long one says little.
+        if x.bit_length() > 128:
+            return f"<an integer of about {x.bit_length() * 0.30103:.0f} digits>"
+        return repr(x)
+
+    def repr_instance(self, x: object, level: int) -> str:
+        try:
+            return super().repr_instance(x, level)
+        except Exception:
+            return f"<{type(x).__name__}>"
+
+
+_SHORT = _ShortRepr()
+
+
 def describe(value: object, limit: int = 60) -> str:
-    """A short ``repr`` of *value* for error messages."""
-    text = repr(value)
+    """A short ``repr`` of *value* for error messages, cheap whatever *value* is.
+
+    Bounded in depth and size: a megabyte of text, a 400-digit integer or a
+    list a million levels deep cost no more than a small value.
+    """
+    text = _SHORT.repr(value)
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return text
@@ -30,23 +62,30 @@ def check_int(field: str, value: Any, *, minimum: int) -> int:
     return value
 
 
+def _as_finite_float(value: Any) -> float | None:
+    """*value* as a finite float, or ``None`` when it is no number or does not fit one."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)  # an integer of 400 digits does not fit
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def check_seconds(field: str, value: Any, *, allow_zero: bool, allow_none: bool) -> float | None:
-    """Check a duration in seconds on the Trio clock."""
+    """Check a duration in seconds on the Trio clock: a finite number that fits a float."""
     if value is None and allow_none:
         return None
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and (value >= 0 if allow_zero else value > 0)
-    )
+    number = _as_finite_float(value)
+    ok = number is not None and (number >= 0 if allow_zero else number > 0)
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
         extra = " or None (no limit)" if allow_none else ""
         raise InvalidArgumentsError(
             f"{field} must be a finite number of seconds {bound}{extra}, got {describe(value)}"
         )
-    return float(value)
+    return number
 
 
 def check_bool(field: str, value: Any) -> bool:
@@ -56,12 +95,23 @@ def check_bool(field: str, value: Any) -> bool:
 
 
 def check_text(field: str, value: Any, *, max_chars: int, allow_blank: bool = False) -> str:
-    # The common case first, without building anything: isspace() scans in C
-    # where strip() would copy the text.
-    if type(value) is str and 0 < len(value) <= max_chars and not value.isspace():
+    """Check text from a caller or a model: a string, not blank, not too long, valid Unicode."""
+    # The common case first, without building anything: isspace() and
+    # isascii() scan in C where strip() or encode() would copy the text.
+    if (
+        type(value) is str
+        and 0 < len(value) <= max_chars
+        and not value.isspace()
+        and value.isascii()
+    ):
         return value
     if not isinstance(value, str):
         raise InvalidArgumentsError(f"{field} must be a string, got {describe(value)}")
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidArgumentsError(
+            f"{field} must be valid Unicode text: {problem}; send the text as UTF-8"
+        )
     if not allow_blank and not value.strip():
         raise InvalidArgumentsError(f"{field} must not be empty or only whitespace")
     if len(value) > max_chars:

@@ -8,6 +8,7 @@ from typing import Any, Final, Literal, final
 import attrs
 
 from ._checks import check_bool, check_int, check_seconds
+from ._json import DEFAULT_MAX_NESTING
 
 __all__ = ["INHERIT", "Config", "InheritType", "TimeoutSetting"]
 
@@ -75,6 +76,10 @@ class Config:
             delegated work is unresolved.
         max_task_chars: longest task text accepted.
         max_result_bytes: largest final result, in bytes of JSON.
+        max_nesting_depth: deepest nesting of arrays and objects accepted in
+            tool arguments, schemas, results and transcripts; deeper input is
+            ``InvalidArgumentsError``, a deeper result or transcript fails
+            its run.
     """
 
     subagent_timeout_seconds: float | None = attrs.field(
@@ -95,4 +100,7 @@ class Config:
     max_task_chars: int = attrs.field(default=100_000, validator=_int_at_least("max_task_chars", 1))
     max_result_bytes: int = attrs.field(
         default=1_000_000, validator=_int_at_least("max_result_bytes", 1)
+    )
+    max_nesting_depth: int = attrs.field(
+        default=DEFAULT_MAX_NESTING, validator=_int_at_least("max_nesting_depth", 1)
     )

@@ -102,7 +102,7 @@ class UnknownSubagentError(DelegationError, LookupError):
         allowed: the names this parent may delegate to.
     """
 
-    def __init__(self, message: str, *, subagent: str, allowed: Sequence[str]) -> None:
+    def __init__(self, message: str, *, subagent: str | None, allowed: Sequence[str]) -> None:
         super().__init__(message, subagent=subagent)
         self.allowed = tuple(allowed)
 

@@ -5,29 +5,52 @@ attrs class / dataclass whose schema is derived (see ``_typeschema``). It is
 checked once, at admission, before anything runs: a malformed schema is an
 ``InvalidArgumentsError``. A completed run's result always satisfies it.
 
-Schemas can come from a model, so their size and nesting are bounded and
-``$ref`` may only point inside the schema itself (nothing is ever fetched).
+Schemas come from models, so checking a result against one is bounded
+(contract §15):
+
+* a schema's size and nesting are bounded, and ``$ref`` may only point inside
+  it (nothing is ever fetched);
+* ``pattern`` and ``patternProperties`` run on RE2, whose matching is linear
+  in the text (Python's ``re`` backtracks: ``^(a+)+$`` on 30 characters takes
+  seconds, holding the GIL); a pattern RE2 cannot run (look-around,
+  back-references) is refused at admission;
+* ``uniqueItems`` compares canonical keys in a set (linear), not every pair;
+* every keyword evaluation is counted: a check that stays small runs inline;
+  one that grows past :data:`INLINE_STEPS` starts again on a worker thread,
+  where the run's cancellation and child deadline reach it every
+  :data:`CANCEL_CHECK_STEPS` steps, and gives up after :data:`MAX_STEPS`.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from itertools import islice
 from typing import Any, Final, final
 
 import attrs
 import cattrs
 import jsonschema
+import re2
+import trio
 from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from jsonschema.validators import extend
 
 from ._checks import describe
 from ._converter import converter, to_json_ready
 from ._errors import InvalidArgumentsError
+from ._json import CanonicalJson, JsonProblem, check_nesting, text_problem
 from ._typeschema import is_structured_type, schema_for_type
 
 __all__ = [
+    "CANCEL_CHECK_STEPS",
+    "INLINE_STEPS",
     "MAX_SCHEMA_BYTES",
     "MAX_SCHEMA_DEPTH",
+    "MAX_STEPS",
     "ResultSchema",
     "SchemaMismatch",
     "SchemaSpec",
@@ -40,6 +63,20 @@ MAX_SCHEMA_BYTES: Final = 64 * 1024
 MAX_SCHEMA_DEPTH: Final = 32
 #: Most problems listed when a result does not match.
 _MAX_PROBLEMS: Final = 20
+#: Longest problem message kept (jsonschema's messages repeat the instance).
+_MAX_PROBLEM_CHARS: Final = 300
+
+#: Keyword evaluations a check may take on the event loop (well under a
+#: millisecond each): past this, it moves to a worker thread.
+INLINE_STEPS: Final = 2_000
+#: Results larger than this (bytes of JSON) are checked on a worker thread
+#: from the start: an error message alone repeats the value.
+INLINE_BYTES: Final = 64 * 1024
+#: How often a check on a worker thread looks for its run's cancellation.
+CANCEL_CHECK_STEPS: Final = 1_000
+#: Keyword evaluations after which a check gives up: the schema is too costly
+#: for this result.
+MAX_STEPS: Final = 20_000_000
 
 #: What ``final_schema`` accepts: a JSON Schema mapping or an attrs class / dataclass.
 SchemaSpec = Mapping[str, Any] | type
@@ -57,6 +94,145 @@ class SchemaMismatch(ValueError):
         super().__init__("the result does not satisfy final_schema: " + "; ".join(problems))
 
 
+class _OverBudget(Exception):
+    """An inline check used its steps: run it again on a worker thread."""
+
+
+@final
+class _Budget:
+    """Keyword evaluations left to one check."""
+
+    __slots__ = ("_check_every", "_left", "_total", "inline")
+
+    def __init__(self, steps: int, *, inline: bool) -> None:
+        self.inline = inline
+        self._total = steps
+        self._check_every = steps if inline else min(steps, CANCEL_CHECK_STEPS)
+        self._left = self._check_every
+
+    def spend(self, steps: int = 1) -> None:
+        self._left -= steps
+        if self._left > 0:
+            return
+        if self.inline:
+            raise _OverBudget
+        self._total -= self._check_every - self._left
+        if self._total <= 0:
+            raise SchemaMismatch(
+                [
+                    f"$: checking the result against final_schema took more than {MAX_STEPS} "
+                    "steps; simplify the schema (fewer nested anyOf/oneOf, $ref loops and "
+                    "unevaluated* keywords) or return a smaller result"
+                ]
+            )
+        self._left = self._check_every
+        # Raises trio.Cancelled once the run's scope is cancelled (a cancel
+        # request or its child deadline): the thread stops within a few steps.
+        trio.from_thread.check_cancelled()
+
+
+_BUDGET: contextvars.ContextVar[_Budget] = contextvars.ContextVar("trio_delegate_schema_budget")
+
+_Keyword = Callable[[Any, Any, Any, Any], Iterator[ValidationError] | None]
+
+
+def _counted(keyword: _Keyword) -> _Keyword:
+    """*keyword*, charging one step of the current check's budget per evaluation."""
+
+    @functools.wraps(keyword)
+    def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        _BUDGET.get().spend()
+        return keyword(validator, value, instance, schema)
+
+    return counted
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@functools.lru_cache(maxsize=1024)
+def _regex(pattern: str) -> Any:
+    """The compiled RE2 program for *pattern* (cached: schemas repeat their patterns).
+
+    Raises:
+        re2.error: RE2 cannot run it.
+    """
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string"):
+        _BUDGET.get().spend(1 + len(instance) // 4096)
+        if _regex(pattern).search(instance) is None:
+            yield ValidationError(f"{describe(instance)} does not match {describe(pattern)}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    budget = _BUDGET.get()
+    for pattern, subschema in patterns.items():
+        regex = _regex(pattern)
+        for key, value in instance.items():
+            budget.spend()
+            if regex.search(key) is not None:
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _unique_items(
+    validator: Any, unique: bool, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    budget = _BUDGET.get()
+    seen: set[Any] = set()
+    for index, item in enumerate(instance):
+        budget.spend()
+        key = _equality_key(item)
+        if key in seen:
+            yield ValidationError(
+                f"the array has non-unique elements (item {index} repeats an earlier one)"
+            )
+            return
+        seen.add(key)
+
+
+def _equality_key(value: Any) -> Any:
+    """A hashable key equal for values JSON Schema calls equal (``1 == 1.0``, not ``true``).
+
+    Recursion is bounded: results are checked for nesting before validation.
+    """
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if value is None:
+        return ("z",)
+    if isinstance(value, Mapping):
+        return ("o", frozenset((key, _equality_key(item)) for key, item in value.items()))
+    return ("a", tuple(_equality_key(item) for item in value))
+
+
+_KEYWORDS: dict[str, _Keyword] = {
+    **Draft202012Validator.VALIDATORS,
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "uniqueItems": _unique_items,
+}
+_BoundedValidator = extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator,
+    validators={name: _counted(keyword) for name, keyword in _KEYWORDS.items()},
+)
+# Checks schemas against the 2020-12 meta-schema without its "regex" format
+# check, which would compile patterns with Python's re: RE2 decides instead.
+_META_VALIDATOR = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+
+
 @final
 @attrs.frozen(eq=False)
 class ResultSchema:
@@ -69,27 +245,13 @@ class ResultSchema:
 
     json_schema: Mapping[str, Any]
     target: type | None
-    _validator: Draft202012Validator = attrs.field(alias="validator", repr=False)
+    _validator: Any = attrs.field(alias="validator", repr=False)
+    _text: str = attrs.field(alias="text", repr=False)
 
-    def apply(self, value: Any) -> Any:
-        """Validate *value* (JSON-ready) and structure it into the target type.
-
-        Raises:
-            SchemaMismatch: naming every failing path.
-        """
-        errors = sorted(self._validator.iter_errors(value), key=lambda e: list(e.absolute_path))
-        if errors:
-            problems = [f"{error.json_path}: {error.message}" for error in errors]
-            if len(problems) > _MAX_PROBLEMS:
-                extra = len(problems) - _MAX_PROBLEMS
-                problems = [*problems[:_MAX_PROBLEMS], f"… and {extra} more"]
-            raise SchemaMismatch(problems)
-        if self.target is None:
-            return value
-        try:
-            return converter.structure(value, self.target)
-        except Exception as exc:
-            raise SchemaMismatch(cattrs.transform_error(exc)) from exc
+    def schema_copy(self) -> dict[str, Any]:
+        """A fresh copy of the schema, for a runner to read (and change) freely."""
+        copy: dict[str, Any] = json.loads(self._text)
+        return copy
 
     def prepare(self, value: Any) -> Any:
         """A runner may return an instance of the target type: make it JSON-ready."""
@@ -97,80 +259,182 @@ class ResultSchema:
             return to_json_ready(value)
         return value
 
+    async def check(self, result: CanonicalJson) -> None:
+        """Check a *result* against the schema (and the target type), boundedly.
 
-def compile_result_schema(spec: SchemaSpec, field: str = "final_schema") -> ResultSchema:
+        A small check runs inline; a large or costly one on a worker thread
+        (the copy it checks is decoded there too), which the caller's
+        cancellation (the run's cancel request or child deadline) stops
+        within a few steps.
+
+        Raises:
+            SchemaMismatch: naming the failing paths (at most 20), or saying
+                the check was too costly.
+            trio.Cancelled: the caller was cancelled during a threaded check.
+        """
+        if result.size <= INLINE_BYTES:
+            value = result.copy()
+            try:
+                self._check(value, _Budget(INLINE_STEPS, inline=True))
+            except _OverBudget:
+                pass
+            else:
+                self.structure(value)
+                return
+        await trio.to_thread.run_sync(self._check_copy, result)
+
+    def _check_copy(self, result: CanonicalJson) -> None:
+        value = result.copy()
+        self._check(value, _Budget(MAX_STEPS, inline=False))
+        self.structure(value)
+
+    def structure(self, value: Any) -> Any:
+        """*value* (JSON-ready, checked) as the target type, or as it is.
+
+        Raises:
+            SchemaMismatch: the value does not structure into the target type.
+        """
+        if self.target is None:
+            return value
+        try:
+            return converter.structure(value, self.target)
+        except Exception as exc:
+            raise SchemaMismatch(cattrs.transform_error(exc)) from exc
+
+    def _check(self, value: Any, budget: _Budget) -> None:
+        token = _BUDGET.set(budget)
+        try:
+            errors = list(islice(self._validator.iter_errors(value), _MAX_PROBLEMS + 1))
+        except RecursionError:
+            raise SchemaMismatch(
+                ["$: final_schema refers to itself without consuming the result ($ref loop)"]
+            ) from None
+        finally:
+            _BUDGET.reset(token)
+        if not errors:
+            return
+        errors.sort(key=lambda error: [str(part) for part in error.absolute_path])
+        problems = [_problem(error) for error in errors[:_MAX_PROBLEMS]]
+        if len(errors) > _MAX_PROBLEMS:
+            problems.append("… and more")
+        raise SchemaMismatch(problems)
+
+
+def _problem(error: ValidationError) -> str:
+    message = error.message
+    if len(message) > _MAX_PROBLEM_CHARS:
+        message = message[: _MAX_PROBLEM_CHARS - 1] + "…"
+    return f"{error.json_path}: {message}"
+
+
+def compile_result_schema(
+    spec: SchemaSpec, field: str = "final_schema", *, max_nesting: int = MAX_SCHEMA_DEPTH
+) -> ResultSchema:
     """Check *spec* and build its :class:`ResultSchema`.
 
     Raises:
         InvalidArgumentsError: *spec* is not a mapping or a structured type,
-            is too large or too deep, is not a valid JSON Schema, or has a
-            ``$ref`` that does not point inside it.
+            is too large or too deep, is not a valid JSON Schema, has a
+            ``pattern`` RE2 cannot run, or has a ``$ref`` that does not point
+            inside it.
     """
     if is_structured_type(spec):
         assert isinstance(spec, type)
-        return _compile(schema_for_type(spec), spec, field)
+        return _compile(schema_for_type(spec), spec, field, max_nesting)
     if not isinstance(spec, Mapping):
         raise InvalidArgumentsError(
             f"{field} must be a JSON Schema object, an attrs class or a dataclass, "
             f"got {describe(spec)}"
         )
+    # Depth first, without recursion: encoding a value nested a million levels
+    # deep would exhaust the stack.
+    depth_limit = min(max_nesting, MAX_SCHEMA_DEPTH)
     try:
-        encoded = json.dumps(spec, allow_nan=False)
+        check_nesting(spec, depth_limit)
+    except JsonProblem:
+        raise InvalidArgumentsError(
+            f"{field} nests more than {depth_limit} levels deep: flatten the schema"
+        ) from None
+    try:
+        encoded = json.dumps(spec, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentsError(f"{field} is not JSON: {exc}") from None
-    if len(encoded.encode()) > MAX_SCHEMA_BYTES:
+    problem = text_problem(encoded)
+    if problem is not None:
+        raise InvalidArgumentsError(f"{field} holds text that is not valid Unicode: {problem}")
+    size = len(encoded.encode())
+    if size > MAX_SCHEMA_BYTES:
         raise InvalidArgumentsError(
-            f"{field} is {len(encoded.encode())} bytes of JSON; at most {MAX_SCHEMA_BYTES} "
-            "are allowed: simplify the schema"
+            f"{field} is {size} bytes of JSON; at most {MAX_SCHEMA_BYTES} are allowed: "
+            "simplify the schema"
         )
-    return _compile(json.loads(encoded), None, field)
+    return _compile(json.loads(encoded), None, field, max_nesting)
 
 
-def _compile(schema: dict[str, Any], target: type | None, field: str) -> ResultSchema:
-    depth = _depth(schema)
-    if depth > MAX_SCHEMA_DEPTH:
-        raise InvalidArgumentsError(
-            f"{field} nests {depth} levels deep; at most {MAX_SCHEMA_DEPTH} are allowed: "
-            "flatten the schema"
-        )
+def _compile(
+    schema: dict[str, Any], target: type | None, field: str, max_nesting: int
+) -> ResultSchema:
+    depth_limit = min(max_nesting, MAX_SCHEMA_DEPTH)
     try:
-        Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
+        check_nesting(schema, depth_limit)
+    except JsonProblem:
         raise InvalidArgumentsError(
-            f"{field} is not a valid JSON Schema (draft 2020-12): at {exc.json_path}: {exc.message}"
+            f"{field} nests more than {depth_limit} levels deep: flatten the schema"
         ) from None
+    error = jsonschema.exceptions.best_match(_META_VALIDATOR.iter_errors(schema))
+    if error is not None:
+        raise InvalidArgumentsError(
+            f"{field} is not a valid JSON Schema (draft 2020-12): at {error.json_path}: "
+            f"{_problem(error).split(': ', 1)[1]}"
+        )
     for ref in _refs(schema):
         _check_ref(schema, ref, field)
-    return ResultSchema(schema, target, validator=Draft202012Validator(schema))
+    for where, pattern in _patterns(schema):
+        try:
+            _regex(pattern)
+        except re2.error as exc:
+            reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+            raise InvalidArgumentsError(
+                f"{field} has the pattern {describe(pattern)} at {where}, which cannot be "
+                f"matched in linear time ({reason}); rewrite it without look-around or "
+                "back-references"
+            ) from None
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    return ResultSchema(schema, target, validator=_BoundedValidator(schema), text=text)
 
 
-def _depth(node: Any) -> int:
-    # Iterative, so a hostile schema cannot exhaust the interpreter's stack.
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(node, 1)]
+def _walk(node: Any) -> Iterator[tuple[str, Any, Any]]:
+    """Every ``(path, key, value)`` of the mappings inside a schema, without recursion."""
+    stack: list[tuple[str, Any]] = [("$", node)]
     while stack:
-        item, level = stack.pop()
+        path, item = stack.pop()
         if isinstance(item, dict):
-            deepest = max(deepest, level)
-            stack.extend((child, level + 1) for child in item.values())
+            for key, value in item.items():
+                yield path, key, value
+                stack.append((f"{path}.{key}", value))
         elif isinstance(item, list):
-            deepest = max(deepest, level)
-            stack.extend((child, level + 1) for child in item)
-    return deepest
+            stack.extend((f"{path}[{index}]", value) for index, value in enumerate(item))
 
 
 def _refs(node: Any) -> Iterator[str]:
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            for key, value in item.items():
-                if key in ("$ref", "$dynamicRef") and isinstance(value, str):
-                    yield value
-                else:
-                    stack.append(value)
-        elif isinstance(item, list):
-            stack.extend(item)
+    for _, key, value in _walk(node):
+        if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+            yield value
+
+
+def _patterns(node: Any) -> Iterator[tuple[str, str]]:
+    """Every regular expression a schema holds (``pattern`` values and
+    ``patternProperties`` keys), with where it is.
+
+    A ``pattern`` that is the name of a property (``properties: {pattern: ...}``)
+    is a schema, not a string, and is skipped by the type check.
+    """
+    for path, key, value in _walk(node):
+        if key == "pattern" and isinstance(value, str):
+            yield f"{path}.pattern", value
+        elif key == "patternProperties" and isinstance(value, dict):
+            for pattern in value:
+                yield f"{path}.patternProperties", pattern
 
 
 def _check_ref(schema: dict[str, Any], ref: str, field: str) -> None:

@@ -9,27 +9,30 @@ they cannot drift apart.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import attrs
 import trio
 
-from ._checks import describe
+from ._checks import check_seconds, describe
 from ._construction import NoPublicConstructor
 from ._converter import to_json_ready
 from ._errors import InvalidArgumentsError, UnknownSubagentError
+from ._json import JsonProblem, check_nesting, text_problem
 from ._results import CancelAck, RunHandle, RunResult
 from ._schema import MAX_SCHEMA_BYTES
 
 if TYPE_CHECKING:
     from ._core._parent import Parent
 
-__all__ = ["DelegationTools", "ToolDefinition"]
+__all__ = ["MAX_ARGUMENTS_CHARS", "DelegationTools", "ToolDefinition"]
 
 #: Longest run id accepted from a model (ours are 36 characters).
 _MAX_RUN_ID_CHARS: Final = 128
+#: Longest arguments accepted as JSON text: room for the longest task, escaped,
+#: and the largest schema; decoding this much takes milliseconds.
+MAX_ARGUMENTS_CHARS: Final = 8 * 1024 * 1024
 
 _Kind = Literal["string", "boolean", "number", "object", "subagent"]
 
@@ -291,7 +294,10 @@ class DelegationTools(metaclass=NoPublicConstructor):
             raise InvalidArgumentsError(
                 f"there is no tool {describe(name)}; the tools are: {', '.join(self._tools)}"
             )
-        values = self._check_arguments(tool, _parse_arguments(tool.name, arguments))
+        parsed = _parse_arguments(
+            tool.name, arguments, self._parent._runtime.config.max_nesting_depth
+        )
+        values = self._check_arguments(tool, parsed)
         return await tool.handler(values)
 
     # -- the tools ---------------------------------------------------------------------
@@ -423,26 +429,46 @@ class DelegationTools(metaclass=NoPublicConstructor):
         return values
 
 
-def _parse_arguments(tool: str, arguments: object) -> dict[str, Any]:
+def _parse_arguments(tool: str, arguments: object, max_depth: int) -> dict[str, Any]:
+    """The arguments of one call as a dict, bounded in size and nesting (contract §15)."""
     if arguments is None or arguments == "":
         return {}
     if isinstance(arguments, str):
+        if len(arguments) > MAX_ARGUMENTS_CHARS:
+            raise InvalidArgumentsError(
+                f"the arguments for {tool} are {len(arguments)} characters of JSON; at most "
+                f"{MAX_ARGUMENTS_CHARS} are allowed: send a shorter task"
+            )
         try:
             arguments = json.loads(arguments)
+        except RecursionError:
+            raise InvalidArgumentsError(
+                f"the arguments for {tool} nest too deep to read; at most {max_depth} levels "
+                "are allowed"
+            ) from None
         except ValueError as exc:
             raise InvalidArgumentsError(
-                f"the arguments for {tool} are not valid JSON ({exc}); send one JSON object"
+                f"the arguments for {tool} are not valid JSON ({_short(exc)}); send one JSON object"
             ) from None
     if not isinstance(arguments, Mapping):
         raise InvalidArgumentsError(
             f"the arguments for {tool} must be a JSON object, got {describe(arguments)}"
         )
+    try:
+        check_nesting(dict(arguments), max_depth)
+    except JsonProblem as exc:
+        raise InvalidArgumentsError(f"the arguments for {tool} are not accepted: {exc}") from None
     for key in arguments:
         if not isinstance(key, str):
             raise InvalidArgumentsError(
                 f"the arguments for {tool} must have string keys, got {describe(key)}"
             )
     return dict(arguments)
+
+
+def _short(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _check_value(param: _Param, value: Any) -> str | None:
@@ -453,18 +479,18 @@ def _check_value(param: _Param, value: Any) -> str | None:
             return f"must be a string, got {describe(value)}"
         if param.max_chars is not None and len(value) > param.max_chars:
             return f"is {len(value)} characters long; at most {param.max_chars} are allowed"
+        problem = text_problem(value)
+        if problem is not None:
+            return f"must be valid Unicode text: {problem}"
         return None
     if kind == "boolean":
         if not isinstance(value, bool):
             return f"must be true or false, got {describe(value)}"
         return None
     if kind == "number":
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value < 0
-        ):
+        try:
+            check_seconds(param.name, value, allow_zero=True, allow_none=False)
+        except InvalidArgumentsError:
             return f"must be a finite number of seconds >= 0, got {describe(value)}"
         return None
     # kind == "object": a JSON Schema object, or (strict clients) its JSON text
@@ -473,7 +499,7 @@ def _check_value(param: _Param, value: Any) -> str | None:
             return f"is {len(value)} characters long; at most {MAX_SCHEMA_BYTES} are allowed"
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return "must be a JSON object or its JSON text, got text that is not JSON"
     if not isinstance(value, Mapping):
         return f"must be a JSON object, got {describe(value)}"

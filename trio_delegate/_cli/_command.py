@@ -27,7 +27,7 @@ import shlex
 import signal
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, final
 
@@ -38,7 +38,14 @@ from .._checks import describe
 from .._core._context import ChildContext
 from .._errors import DelegationError, InvalidArgumentsError, LimitExceededError
 
-__all__ = ["CommandFailedError", "CommandRunner"]
+__all__ = [
+    "CommandFailedError",
+    "CommandRunner",
+    "Finished",
+    "json_file",
+    "quote",
+    "run_process",
+]
 
 #: How much of stdout is read at a time.
 _CHUNK_BYTES: Final = 64 * 1024
@@ -192,31 +199,16 @@ class CommandRunner:
             LimitExceededError: stdout was longer than ``max_output_bytes``.
         """
         async with _history_file(ctx.history) as history_path:
-            try:
-                process = await trio.lowlevel.open_process(
-                    list(self.command),
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd=self.cwd,
-                    env=self._environment(ctx, history_path),
-                    # A group of its own: signals reach everything it starts,
-                    # and a terminal's Ctrl-C reaches only the server.
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise CommandFailedError(
-                    f"could not start {self._program()}: {exc}; check command and cwd",
-                    run_id=ctx.run_id,
-                    subagent=ctx.subagent,
-                ) from exc
-            try:
-                stdout, stderr = await self._communicate(process, ctx.task.encode(errors="replace"))
-            finally:
-                await self._stop(process)
-        returncode = process.returncode
-        assert returncode is not None
-        return self._result(ctx, returncode, stdout, stderr)
+            finished = await run_process(
+                ctx,
+                self.command,
+                ctx.task.encode(errors="replace"),
+                cwd=self.cwd,
+                env=self._environment(ctx, history_path),
+                max_output_bytes=self.max_output_bytes,
+                kill_grace_seconds=self.kill_grace_seconds,
+            )
+        return self._result(ctx, finished)
 
     # -- the process ------------------------------------------------------------
 
@@ -233,94 +225,184 @@ class CommandRunner:
             env["TRIO_DELEGATE_HISTORY_FILE"] = history_path
         return env
 
-    async def _communicate(self, process: trio.Process, task: bytes) -> tuple[_Capture, _Tail]:
-        """Feed stdin, collect stdout and the end of stderr, until the command exits."""
-        stdout = _Capture(self.max_output_bytes)
-        stderr = _Tail(_STDERR_TAIL_BYTES)
-        assert process.stdin is not None
-        assert process.stdout is not None
-        assert process.stderr is not None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_feed, process.stdin, task)
-            nursery.start_soon(stdout.read, process.stdout, nursery.cancel_scope)
-            nursery.start_soon(stderr.read, process.stderr)
-            await process.wait()
-            # The pipes end when every process holding them has exited; one
-            # the command left running in the background may hold them on.
-            with trio.move_on_after(_DRAIN_SECONDS):
-                await stdout.done.wait()
-                await stderr.done.wait()
-            nursery.cancel_scope.cancel()
-        return stdout, stderr
-
-    async def _stop(self, process: trio.Process) -> None:
-        """End the command's whole process group, then reap the command.
-
-        Shielded: this runs on cancellation too, and must finish (boundedly)
-        so that no process outlives its run.
-        """
-        with trio.CancelScope(shield=True):
-            group = process.pid
-            if _signal_group(group, signal.SIGTERM):
-                with trio.move_on_after(self.kill_grace_seconds):
-                    await process.wait()
-                    # Nothing signals the exit of a process that is not our
-                    # child, so the rest of the group is polled.
-                    while _group_exists(group):  # noqa: ASYNC110
-                        await trio.sleep(_GROUP_POLL_SECONDS)
-                _signal_group(group, signal.SIGKILL)
-            await process.wait()
-
     # -- the result ---------------------------------------------------------------
 
-    def _program(self) -> str:
-        text = shlex.join(self.command)
-        if len(text) > _QUOTE_CHARS:
-            text = text[: _QUOTE_CHARS - 1] + "…"
-        return f"command `{text}`"
-
-    def _result(self, ctx: ChildContext, returncode: int, stdout: _Capture, stderr: _Tail) -> Any:
-        def fail(what: str, *, code: int | None = None) -> CommandFailedError:
-            tail = stderr.text()
-            detail = f"; its stderr ended with:\n{tail}" if tail else "; its stderr was empty"
-            return CommandFailedError(
-                f"{self._program()} {what}{detail}",
-                returncode=code,
-                stderr_tail=tail,
-                run_id=ctx.run_id,
-                subagent=ctx.subagent,
-            )
-
-        if stdout.overflowed:
-            raise LimitExceededError(
-                f"{self._program()} wrote more than {self.max_output_bytes} bytes to stdout, "
-                "the most a result may have (max_output_bytes); it was stopped: make it write "
-                "a shorter result",
-                run_id=ctx.run_id,
-                subagent=ctx.subagent,
-            )
-        if returncode < 0:
-            name = _signal_name(-returncode)
-            raise fail(f"was killed by signal {name}", code=returncode)
-        if returncode > 0:
-            raise fail(f"exited with code {returncode}", code=returncode)
+    def _result(self, ctx: ChildContext, finished: Finished) -> Any:
+        if finished.returncode != 0:
+            raise finished.failure(ctx)
         try:
-            text = bytes(stdout.data).decode("utf-8").strip()
-        except UnicodeDecodeError as exc:
-            raise fail(
-                f"wrote stdout that is not UTF-8 (at byte {exc.start}); make it write UTF-8 "
-                "(for Python, PYTHONIOENCODING=utf-8)"
-            ) from None
+            text = finished.text()
+        except CommandFailedError as exc:
+            raise finished.failure(ctx, exc.message) from None
         if ctx.final_schema is None:
             return text
         try:
             return json.loads(text)
         except ValueError as exc:
-            quoted = text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 1] + "…"
-            raise fail(
+            raise finished.failure(
+                ctx,
                 f"wrote stdout that is not JSON ({exc}), but the run has a final_schema and "
-                f"its result must be one JSON value; stdout began {quoted!r}"
+                f"its result must be one JSON value; stdout began {quote(text)!r}",
             ) from None
+
+
+@final
+@attrs.frozen
+class Finished:
+    """A command that ran to its end: how it exited, its stdout and the end of its stderr.
+
+    Attributes:
+        program: the command, shortened, for messages (``command `a b` ``).
+        returncode: the exit code (negative: killed by that signal).
+        stdout: everything it wrote to stdout.
+        stderr_tail: the last lines of its stderr.
+    """
+
+    program: str
+    returncode: int
+    stdout: bytes
+    stderr_tail: str
+
+    def text(self) -> str:
+        """stdout decoded as UTF-8 and trimmed.
+
+        Raises:
+            CommandFailedError: stdout is not UTF-8 (the message says how to fix it).
+        """
+        try:
+            return self.stdout.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise CommandFailedError(
+                f"wrote stdout that is not UTF-8 (at byte {exc.start}); make it write UTF-8 "
+                "(for Python, PYTHONIOENCODING=utf-8)"
+            ) from None
+
+    def failure(self, ctx: ChildContext, what: str | None = None) -> CommandFailedError:
+        """The error that fails the run: *what* went wrong (default: how it exited)."""
+        code: int | None = None
+        if what is None:
+            code = self.returncode
+            if code < 0:
+                what = f"was killed by signal {_signal_name(-code)}"
+            else:
+                what = f"exited with code {code}"
+        tail = self.stderr_tail
+        detail = f"; its stderr ended with:\n{tail}" if tail else "; its stderr was empty"
+        return CommandFailedError(
+            f"{self.program} {what}{detail}",
+            returncode=code,
+            stderr_tail=tail,
+            run_id=ctx.run_id,
+            subagent=ctx.subagent,
+        )
+
+
+async def run_process(
+    ctx: ChildContext,
+    command: Sequence[str],
+    stdin: bytes,
+    *,
+    cwd: str | None,
+    env: Mapping[str, str],
+    max_output_bytes: int,
+    kill_grace_seconds: float,
+) -> Finished:
+    """Run *command* for the run *ctx* in a process group of its own, to its end.
+
+    *stdin* is written and closed; stdout is collected up to
+    *max_output_bytes*, and the end of stderr is kept. On cancellation (or
+    once the command has exited) the whole group gets SIGTERM, then SIGKILL
+    after *kill_grace_seconds*, and the command is always reaped.
+
+    Raises:
+        CommandFailedError: the program could not be started.
+        LimitExceededError: stdout was longer than *max_output_bytes*.
+    """
+    program = _describe(command)
+    try:
+        process = await trio.lowlevel.open_process(
+            list(command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            # A group of its own: signals reach everything it starts,
+            # and a terminal's Ctrl-C reaches only the server.
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise CommandFailedError(
+            f"could not start {program}: {exc}; check command and cwd",
+            run_id=ctx.run_id,
+            subagent=ctx.subagent,
+        ) from exc
+    try:
+        stdout, stderr = await _communicate(process, stdin, max_output_bytes)
+    finally:
+        await _stop(process, kill_grace_seconds)
+    if stdout.overflowed:
+        raise LimitExceededError(
+            f"{program} wrote more than {max_output_bytes} bytes to stdout, "
+            "the most a result may have (max_output_bytes); it was stopped: make it write "
+            "a shorter result",
+            run_id=ctx.run_id,
+            subagent=ctx.subagent,
+        )
+    returncode = process.returncode
+    assert returncode is not None
+    return Finished(program, returncode, bytes(stdout.data), stderr.text())
+
+
+async def _communicate(
+    process: trio.Process, task: bytes, max_output_bytes: int
+) -> tuple[_Capture, _Tail]:
+    """Feed stdin, collect stdout and the end of stderr, until the command exits."""
+    stdout = _Capture(max_output_bytes)
+    stderr = _Tail(_STDERR_TAIL_BYTES)
+    assert process.stdin is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_feed, process.stdin, task)
+        nursery.start_soon(stdout.read, process.stdout, nursery.cancel_scope)
+        nursery.start_soon(stderr.read, process.stderr)
+        await process.wait()
+        # The pipes end when every process holding them has exited; one
+        # the command left running in the background may hold them on.
+        with trio.move_on_after(_DRAIN_SECONDS):
+            await stdout.done.wait()
+            await stderr.done.wait()
+        nursery.cancel_scope.cancel()
+    return stdout, stderr
+
+
+async def _stop(process: trio.Process, kill_grace_seconds: float) -> None:
+    """End the command's whole process group, then reap the command.
+
+    Shielded: this runs on cancellation too, and must finish (boundedly)
+    so that no process outlives its run.
+    """
+    with trio.CancelScope(shield=True):
+        group = process.pid
+        if _signal_group(group, signal.SIGTERM):
+            with trio.move_on_after(kill_grace_seconds):
+                await process.wait()
+                # Nothing signals the exit of a process that is not our
+                # child, so the rest of the group is polled.
+                while _group_exists(group):  # noqa: ASYNC110
+                    await trio.sleep(_GROUP_POLL_SECONDS)
+            _signal_group(group, signal.SIGKILL)
+        await process.wait()
+
+
+def _describe(command: Sequence[str]) -> str:
+    return f"command `{quote(shlex.join(command))}`"
+
+
+def quote(text: str) -> str:
+    """*text* cut for an error message."""
+    return text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 1] + "…"
 
 
 # -- helpers ------------------------------------------------------------------------
@@ -436,11 +518,18 @@ def _signal_name(signum: int) -> str:
 @contextlib.asynccontextmanager
 async def _history_file(history: tuple[Any, ...]) -> AsyncIterator[str | None]:
     """A JSON file holding a continuation's history, removed afterwards."""
-    if not history:
+    async with json_file("history", list(history) if history else None) as path:
+        yield path
+
+
+@contextlib.asynccontextmanager
+async def json_file(kind: str, value: Any) -> AsyncIterator[str | None]:
+    """A temporary file holding *value* as JSON (none when *value* is None), removed afterwards."""
+    if value is None:
         yield None
         return
-    text = json.dumps(list(history), ensure_ascii=False)
-    path = await trio.to_thread.run_sync(_write_temporary, text)
+    text = json.dumps(value, ensure_ascii=False)
+    path = await trio.to_thread.run_sync(_write_temporary, text, kind)
     try:
         yield path
     finally:
@@ -448,8 +537,8 @@ async def _history_file(history: tuple[Any, ...]) -> AsyncIterator[str | None]:
             os.unlink(path)
 
 
-def _write_temporary(text: str) -> str:
-    handle, path = tempfile.mkstemp(prefix="trio-delegate-history-", suffix=".json")
+def _write_temporary(text: str, kind: str) -> str:
+    handle, path = tempfile.mkstemp(prefix=f"trio-delegate-{kind}-", suffix=".json")
     with os.fdopen(handle, "w", encoding="utf-8") as file:
         file.write(text)
     return path

@@ -1,6 +1,6 @@
 """The ``trio-delegate`` command line.
 
-One sub-command per job (``demo``, ``serve``, ``runs``). Each sub-command registers
+One sub-command per job (``demo``, ``serve``, ``mcp-config``, ``runs``). Each sub-command registers
 its parser with :func:`_add_demo`-style functions and sets a ``handler`` that
 takes the parsed arguments and returns the exit code, so adding one (``serve``,
 ``runs`` ...) is one more ``_add_...`` function.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -109,6 +110,50 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.set_defaults(handler=_run_serve)
 
 
+def _server_name(text: str) -> str:
+    """Parse ``--name``: letters, digits, '_' and '-' (clients build tool names from it)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", text):
+        raise argparse.ArgumentTypeError(
+            f"must be 1 to 32 letters, digits, '_' or '-', got {text!r}"
+        )
+    return text
+
+
+def _run_mcp_config(args: argparse.Namespace) -> int:
+    from ._mcp_config import run_mcp_config
+
+    return run_mcp_config(args.client, args.config, args.name)
+
+
+def _add_mcp_config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ._mcp_config import CLIENTS, DEFAULT_CONFIG, DEFAULT_SERVER_NAME
+
+    command = commands.add_parser(
+        "mcp-config",
+        help="print the client configuration that starts `serve` (Claude Code, Codex)",
+        description=(
+            "Print the snippet that makes a client start `trio-delegate serve`: Claude Code's "
+            ".mcp.json or Codex's config.toml entry, with absolute paths to this "
+            "installation and to the configuration file, and the settings headless runs "
+            "need to call the tools. Exits 2, saying what to fix, when the configuration "
+            "does not load or the MCP SDK is missing."
+        ),
+    )
+    command.add_argument("client", choices=CLIENTS, help="the client to configure")
+    command.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"the serve configuration (default: ./{DEFAULT_CONFIG})",
+    )
+    command.add_argument(
+        "--name",
+        type=_server_name,
+        default=DEFAULT_SERVER_NAME,
+        help=f"the server's name in the client (default: {DEFAULT_SERVER_NAME})",
+    )
+    command.set_defaults(handler=_run_mcp_config)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``trio-delegate`` argument parser with every sub-command."""
     parser = argparse.ArgumentParser(
@@ -120,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     _add_demo(commands)
     _add_serve(commands)
+    _add_mcp_config(commands)
     add_runs_parser(commands)
     return parser
 

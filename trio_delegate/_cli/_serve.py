@@ -51,15 +51,19 @@ def run_serve(config_path: str) -> int:
     # stdout carries the protocol: every diagnostic goes to stderr.
     logging.basicConfig(stream=sys.stderr, format="trio-delegate: %(message)s")
     logging.getLogger("trio_delegate").setLevel(logging.INFO)
-    names = ", ".join(subagent.name for subagent in server_config.subagents)
     logging.getLogger("trio_delegate.mcp").info(
-        "serving subagents %s from %s over stdio", names, server_config.path
+        "configuration %s; serving over stdio", server_config.path.resolve()
     )
     store = SQLiteStore(server_config.store) if server_config.store is not None else None
     try:
         trio.run(
             functools.partial(
-                serve_stdio, server_config.subagents, config=server_config.config, store=store
+                serve_stdio,
+                server_config.subagents,
+                config=server_config.config,
+                store=store,
+                foreground_limit_seconds=server_config.foreground_limit_seconds,
+                progress_interval_seconds=server_config.progress_interval_seconds,
             )
         )
     except StoreError as exc:

@@ -1,9 +1,10 @@
 """The configuration file of ``trio-delegate serve``: TOML, checked before anything starts.
 
-The file has a ``[runtime]`` table (any :class:`Config` field) and one
-``[[subagents]]`` table per subagent, each either a command (``command =
-[...]``, see :class:`CommandRunner`) or a Python runner (``python =
-"module:function"``). Every problem is reported as one
+The file has a ``[runtime]`` table (any :class:`Config` field), a
+``[server]`` table (how the MCP server answers) and one ``[[subagents]]``
+table per subagent, each either a command (``command = [...]``, see
+:class:`CommandRunner`), a Python runner (``python = "module:function"``)
+or an agent CLI (``kind = "claude"`` or ``kind = "codex"``). Every problem is reported as one
 :class:`ConfigError` naming the file, the key (``subagents[1].command``) and
 the fix; relative paths are resolved against the file's directory.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import math
 import os
 import shutil
 import sys
@@ -27,15 +29,28 @@ from .._config import INHERIT, Config, TimeoutSetting
 from .._errors import DelegationError, InvalidArgumentsError
 from .._schema import compile_result_schema
 from .._subagent import NAME_PATTERN, Runner, Subagent, _is_async_callable
+from ._agents import AGENT_KINDS, AgentCLIRunner
 from ._command import CommandRunner
 
 __all__ = ["ConfigError", "ServerConfig", "load_server_config"]
 
-_TOP_LEVEL: Final = ("runtime", "subagents")
+_TOP_LEVEL: Final = ("runtime", "server", "subagents")
+_SERVER_KEYS: Final = ("foreground_limit_seconds", "progress_interval_seconds")
+#: The defaults of ``[server]`` (those of trio_delegate.mcp.build_server; not
+#: imported from there, which would need the MCP SDK).
+DEFAULT_FOREGROUND_LIMIT_SECONDS: Final = 45.0
+DEFAULT_PROGRESS_INTERVAL_SECONDS: Final = 5.0
 _COMMON_KEYS: Final = ("name", "description", "timeout_seconds", "final_schema")
 _COMMAND_KEYS: Final = ("command", "cwd", "env", "kill_grace_seconds")
 # Only a Python runner can delegate further (through ctx.parent).
 _PYTHON_KEYS: Final = ("python", "children")
+_AGENT_KEYS: Final = ("kind", "program", "args", "model", "cwd", "env", "kill_grace_seconds")
+#: Where an agent CLI comes from when `program` is not given and it is not on
+#: PATH: the executables bundled in these Python packages.
+_BUNDLED: Final = {
+    "claude": ("claude_agent_sdk", "_bundled/claude", "pip install claude-agent-sdk"),
+    "codex": ("codex_cli_bin", "bin/codex", "pip install openai-codex-cli-bin"),
+}
 #: What a timeout setting says for "no deadline": TOML has no null.
 _NO_DEADLINE: Final = "none"
 
@@ -72,12 +87,18 @@ class ServerConfig:
         config: the runtime's limits and policy (``[runtime]``).
         subagents: the subagents, in file order.
         store: the SQLite file runs are recorded in (``[runtime] store``), if any.
+        foreground_limit_seconds: how long a foreground tool call may run before
+            it answers with the running handle (``[server]``); ``None``: no limit.
+        progress_interval_seconds: how often a running foreground call reports
+            progress (``[server]``).
     """
 
     path: Path
     config: Config
     subagents: tuple[Subagent, ...]
     store: Path | None = None
+    foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS
+    progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS
 
 
 def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
@@ -119,12 +140,15 @@ class _Loader:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             self.fail(None, f"is not valid TOML: {exc}", "fix the syntax at that place")
-        self.check_keys(data, _TOP_LEVEL, None, "the file has a [runtime] table and [[subagents]]")
+        self.check_keys(
+            data, _TOP_LEVEL, None, "the file has [runtime] and [server] tables and [[subagents]]"
+        )
         runtime = data.get("runtime", {})
         config = self.runtime(runtime)
         store = self.store(runtime["store"], "runtime.store") if "store" in runtime else None
+        limit, interval = self.server(data.get("server", {}))
         subagents = self.subagents(data.get("subagents"), config)
-        return ServerConfig(self.path, config, subagents, store)
+        return ServerConfig(self.path, config, subagents, store, limit, interval)
 
     def check_keys(
         self, table: Mapping[str, Any], allowed: tuple[str, ...], prefix: str | None, what: str
@@ -170,6 +194,31 @@ class _Loader:
             values[key] = value
         return Config(**values)
 
+    # -- [server] ------------------------------------------------------------------
+
+    def server(self, table: Any) -> tuple[float | None, float]:
+        if not isinstance(table, dict):
+            self.fail("server", f"must be a table, got {describe(table)}", "write it as [server]")
+        self.check_keys(table, _SERVER_KEYS, "server", "[server] says how the MCP server answers")
+        limit: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS
+        if "foreground_limit_seconds" in table:
+            limit = self.timeout(
+                table["foreground_limit_seconds"], "server.foreground_limit_seconds"
+            )
+        interval = DEFAULT_PROGRESS_INTERVAL_SECONDS
+        if "progress_interval_seconds" in table:
+            value = self.timeout(
+                table["progress_interval_seconds"], "server.progress_interval_seconds"
+            )
+            if value is None:
+                self.fail(
+                    "server.progress_interval_seconds",
+                    f'must be a number of seconds > 0, got "{_NO_DEADLINE}"',
+                    f"write e.g. {DEFAULT_PROGRESS_INTERVAL_SECONDS:g}",
+                )
+            interval = value
+        return limit, interval
+
     def store(self, value: Any, where: str) -> Path:
         """The SQLite database path, relative to the configuration file's folder."""
         if not isinstance(value, str) or not value.strip():
@@ -187,10 +236,15 @@ class _Loader:
     def timeout(self, value: Any, where: str) -> float | None:
         if value == _NO_DEADLINE:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not value > 0
+        ):
             self.fail(
                 where,
-                f"must be a number of seconds > 0 or {_NO_DEADLINE!r}, got {_toml(value)}",
+                f"must be a finite number of seconds > 0 or {_NO_DEADLINE!r}, got {_toml(value)}",
                 f'write e.g. 120, or "{_NO_DEADLINE}" for no deadline',
             )
         return float(value)
@@ -245,11 +299,12 @@ class _Loader:
                 "use a lowercase letter, then up to 63 lowercase letters, digits, '_' or '-'",
             )
         self.current = name
-        if "command" in table and "python" in table:
+        present = [key for key in ("command", "python", "kind") if key in table]
+        if len(present) > 1:
             self.fail(
                 prefix,
-                "has both command and python",
-                "a subagent is either a command or a Python runner: keep one of the two",
+                f"has both {present[0]} and {present[1]}",
+                "a subagent is a command, a Python runner or an agent CLI (kind): keep one",
             )
         allowed: tuple[str, ...]
         if "command" in table:
@@ -258,19 +313,25 @@ class _Loader:
         elif "python" in table:
             allowed = (*_COMMON_KEYS, *_PYTHON_KEYS)
             what = "a Python subagent takes"
+        elif "kind" in table:
+            allowed = (*_COMMON_KEYS, *_AGENT_KEYS)
+            what = "an agent CLI subagent takes"
         else:
             self.fail(
                 prefix,
-                "has neither command nor python",
-                'add command = ["program", "arg", ...] (task on stdin, result on stdout) or '
-                'python = "module:function" (an async runner)',
+                "has neither command nor python nor kind",
+                'add command = ["program", "arg", ...] (task on stdin, result on stdout), '
+                'python = "module:function" (an async runner) or kind = "claude" / "codex" '
+                "(an agent CLI)",
             )
         self.check_keys(table, allowed, prefix, what)
-        runner = (
-            self.command(prefix, table, config)
-            if "command" in table
-            else self.python_runner(f"{prefix}.python", table["python"])
-        )
+        runner: Runner | CommandRunner | AgentCLIRunner
+        if "command" in table:
+            runner = self.command(prefix, table, config)
+        elif "python" in table:
+            runner = self.python_runner(f"{prefix}.python", table["python"])
+        else:
+            runner = self.agent(prefix, table)
         description = table.get("description", "")
         if not isinstance(description, str):
             self.fail(
@@ -322,13 +383,7 @@ class _Loader:
                 f"command = {_toml(command.split())}",
             )
         cwd = self.cwd(f"{prefix}.cwd", table.get("cwd"))
-        env = table.get("env", {})
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            self.fail(
-                f"{prefix}.env",
-                f"must be a table of strings, got {_toml(env)}",
-                'write env = { NAME = "value" } (values are strings: quote numbers)',
-            )
+        env = self.env(f"{prefix}.env", table.get("env", {}))
         options: dict[str, Any] = {}
         if "kill_grace_seconds" in table:
             options["kill_grace_seconds"] = table["kill_grace_seconds"]
@@ -347,6 +402,107 @@ class _Loader:
             self.fail(f"{prefix}.{key}", exc.message, "fix the value as described")
         self.check_program(where, runner)
         return runner
+
+    def agent(self, prefix: str, table: dict[str, Any]) -> AgentCLIRunner:
+        kind = table["kind"]
+        if kind not in AGENT_KINDS:
+            self.fail(
+                f"{prefix}.kind",
+                f"{_toml(kind)} is not an agent CLI this server can run",
+                'write kind = "claude" (Claude Code) or kind = "codex" (Codex)',
+            )
+        args = table.get("args", [])
+        if not isinstance(args, list) or not all(
+            isinstance(a, str) and "\0" not in a for a in args
+        ):
+            self.fail(
+                f"{prefix}.args",
+                f"must be a list of strings, got {_toml(args)}",
+                'write e.g. args = ["--permission-mode", "acceptEdits"]',
+            )
+        model = table.get("model")
+        if model is not None and (not isinstance(model, str) or not model.strip()):
+            self.fail(
+                f"{prefix}.model",
+                f"must be a model name, got {_toml(model)}",
+                'write e.g. model = "sonnet"',
+            )
+        env = self.env(f"{prefix}.env", table.get("env", {}))
+        cwd = self.cwd(f"{prefix}.cwd", table.get("cwd"))
+        program = self.agent_program(f"{prefix}.program", kind, table.get("program"), cwd, env)
+        grace = table.get("kill_grace_seconds", 2.0)
+        if (
+            isinstance(grace, bool)
+            or not isinstance(grace, int | float)
+            or not (math.isfinite(grace) and grace >= 0)
+        ):
+            self.fail(
+                f"{prefix}.kill_grace_seconds",
+                f"must be a finite number of seconds >= 0, got {_toml(grace)}",
+                "write e.g. kill_grace_seconds = 2",
+            )
+        return AgentCLIRunner(
+            kind,
+            program,
+            args=tuple(args),
+            model=model,
+            cwd=str(cwd),
+            env=env,
+            kill_grace_seconds=float(grace),
+        )
+
+    def agent_program(
+        self, where: str, kind: str, value: Any, cwd: Path, env: Mapping[str, str]
+    ) -> str:
+        """The CLI's executable: *value*, else on PATH, else the one a Python package bundles."""
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                self.fail(
+                    where,
+                    f"must be a path string, got {_toml(value)}",
+                    'write program = "/usr/local/bin/claude"',
+                )
+            found = self.find_program(value, cwd, env)
+            if found is None:
+                self.fail(
+                    where,
+                    f"{value!r} is not an executable file, nor a program on PATH",
+                    "fix the path (relative to this file's directory), or remove the key to "
+                    f"use {kind} from PATH",
+                )
+            return found
+        found = self.find_program(kind, cwd, env)
+        if found is not None:
+            return found
+        module, inside, install = _BUNDLED[kind]
+        try:
+            package = importlib.import_module(module)
+        except ImportError:
+            package = None
+        bundled = Path(package.__file__ or "").parent / inside if package is not None else None
+        if bundled is None or not (bundled.is_file() and os.access(bundled, os.X_OK)):
+            self.fail(
+                where,
+                f"{kind!r} was not found on PATH, and no Python package here bundles it",
+                f'install it ({install}), or give its path with program = "..."',
+            )
+        return str(bundled)
+
+    def find_program(self, program: str, cwd: Path, env: Mapping[str, str]) -> str | None:
+        if os.sep in program or (os.altsep and os.altsep in program):
+            found = cwd / Path(program).expanduser()
+            ok = found.is_file() and os.access(found, os.X_OK)
+            return str(found) if ok else None
+        return shutil.which(program, path=env.get("PATH", os.environ.get("PATH", os.defpath)))
+
+    def env(self, where: str, env: Any) -> dict[str, str]:
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            self.fail(
+                where,
+                f"must be a table of strings, got {_toml(env)}",
+                'write env = { NAME = "value" } (values are strings: quote numbers)',
+            )
+        return env
 
     def cwd(self, where: str, value: Any) -> Path:
         if value is None:

@@ -1,94 +1,97 @@
-"""The body of a run's task: call the runner under its child deadline, then settle.
+"""The body of a run's task: call the runner under its child deadline, check what
+it returned, and decide the run's outcome exactly once.
 
-How a runner's ending maps to a terminal state (contract §3):
+How a runner's ending maps to an outcome (see ``_run`` for the states):
 
-* it returned → ``completed`` when the result is JSON-ready and small
-  enough, else ``failed``; a return after an unobserved cancel request is
-  still ``completed``;
+* it returned → the result is checked (JSON, nesting, size, ``final_schema``)
+  inside the run's cancel scope, so the child deadline bounds the check too;
+  it passes → ``completed``, else ``failed``; a return after an unobserved
+  cancel request is still ``completed``;
 * it raised an ``Exception`` → ``failed`` (the exception is kept as the cause);
-* it was cancelled → ``cancelled`` or ``timed_out`` (see
-  :meth:`Run.settle_interrupted`); a cancellation from outside the run's own
-  scope propagates after settling;
+* it was cancelled → ``cancelled`` or ``timed_out`` (:meth:`Run.interrupted`);
+  a cancellation from outside the run's own scope propagates after deciding;
 * it raised another ``BaseException`` (``KeyboardInterrupt``, ``SystemExit``)
   → ``failed``, then the exception propagates: it is never swallowed.
+
+Whatever a runner returns or raises, the run is decided: no waiter is ever
+left hanging.
 """
 
 from __future__ import annotations
 
-import json
-from json.encoder import encode_basestring
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
 from .._errors import InvalidResultError, LimitExceededError
+from .._json import CanonicalJson, JsonProblem, is_small
 from .._results import Output
 from .._schema import SchemaMismatch
+from .._status import RunStatus
 from ._context import ChildContext
 from ._groups import open_transparent_nursery
+from ._run import Outcome, completed, failed
 
 if TYPE_CHECKING:
+    from .._config import Config
+    from ._parent import Parent
     from ._run import Run
 
 __all__ = ["execute"]
 
-# Marks "the runner never returned" (its cancel scope swallowed the Cancelled).
-_NO_VALUE: Any = object()
 
-# Built once: json.dumps with options builds a new encoder on every call, which
-# costs more than encoding a small result. Encoders keep no state between calls.
-_RESULT_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-_TRANSCRIPT_ENCODER = json.JSONEncoder(allow_nan=False)
-
-
-async def execute(run: Run) -> None:
-    """Run *run*'s runner to its end and settle the run exactly once."""
+async def execute(run: Run, parent: Parent) -> None:
+    """Run *run*'s runner to its end and decide the run exactly once."""
     scope = run.scope
     assert scope is not None
-    value = _NO_VALUE
+    outcome: Outcome | None = None
     try:
         with scope:
             # The common case inline: one coroutine fewer per run.
             if run.subagent.children:
-                value = await _call_with_nested_parent(run)
+                value = await _call_with_nested_parent(run, parent)
             else:
                 value = await run.subagent.runner(_context(run))
+            try:
+                checked = _check(run, parent._runtime.config, value)
+            except Exception as exc:
+                # Whatever the value does to the checks (a type's hook
+                # raising, say), the run is decided: it failed.
+                checked = failed(exc)
+            outcome = checked if type(checked) is Outcome else await checked.run()
     except BaseException as exc:
-        reraise = _settle_raised(run, exc)
+        reraise = _decide_raised(run, exc)
         if reraise is exc:
             raise
         if reraise is not None:
             raise reraise from None
         return
-    if value is _NO_VALUE:
-        run.settle_interrupted()
-        return
-    try:
-        _settle_returned(run, value)
-    except Exception as exc:
-        # Whatever a result does to the checks (a custom type's hook raising,
-        # say), the run settles: a waiter must never be left hanging.
-        run.settle_failed(exc)
+    # None: the scope caught a cancellation (a cancel request or the deadline).
+    run.decide(outcome if outcome is not None else run.interrupted())
 
 
-def _context(run: Run, parent: Any = None) -> ChildContext:
+def _context(run: Run, nested: Parent | None = None) -> ChildContext:
+    schema = run.schema
+    history = run.history
     return ChildContext(
         run.run_id,
         run.subagent.name,
         run.task,
-        run.schema.json_schema if run.schema is not None else None,
-        run.history,
+        schema.schema_copy() if schema is not None else None,
+        # Each run reads its own copy: nothing it does reaches another run.
+        tuple(history.copy()) if history is not None else (),
         run.deadline,
-        parent,
+        nested,
     )
 
 
-async def _call_with_nested_parent(run: Run) -> Any:
+async def _call_with_nested_parent(run: Run, parent: Parent) -> Any:
     """Call a runner that may delegate: its children live inside this scope."""
     returned = False
+    nested: Parent | None = None
     try:
         async with open_transparent_nursery() as nursery:
-            nested = run.parent._open_nested(run, nursery)
+            nested = parent._open_nested(run, nursery)
             try:
                 value = await run.subagent.runner(_context(run, nested))
                 returned = True
@@ -100,26 +103,31 @@ async def _call_with_nested_parent(run: Run) -> Any:
         # it (contract §3). The run settles without another checkpoint.
         if not returned:
             raise
+    finally:
+        # The owner stays taken until every run of the nested parent has ended.
+        if nested is not None:
+            parent._runtime._unregister(nested)
+    assert nested is not None
     # The runner returned: that is its claim of completion (contract §7).
     nested._raise_if_unresolved()
     return value
 
 
-def _settle_raised(run: Run, exc: BaseException) -> BaseException | None:
-    """Settle a run whose runner raised *exc*; return what must propagate."""
+def _decide_raised(run: Run, exc: BaseException) -> BaseException | None:
+    """Decide a run whose runner raised *exc*; return what must propagate."""
     if isinstance(exc, trio.Cancelled):
-        run.settle_interrupted()
+        run.decide(run.interrupted())
         return exc
     if isinstance(exc, BaseExceptionGroup):
         cancelled, rest = exc.split(trio.Cancelled)
         if rest is None:
-            run.settle_interrupted()
+            run.decide(run.interrupted())
             return exc
-        run.settle_failed(_single(rest))
+        run.decide(failed(_single(rest)))
         if isinstance(rest, Exception):
             return cancelled
         return exc
-    run.settle_failed(exc)
+    run.decide(failed(exc))
     if isinstance(exc, Exception):
         return None
     return exc
@@ -132,36 +140,91 @@ def _single(exc: BaseException) -> BaseException:
     return exc
 
 
-def _json_size(value: Any) -> int:
-    """Bytes of *value* as compact UTF-8 JSON.
+@final
+class _Deferred:
+    """Checks of a returned value that may take a while: a large value's encoding
+    (on a worker thread) and a ``final_schema``'s check (see ``_schema``).
 
-    Raises:
-        TypeError, ValueError: *value* is not JSON-serialisable.
+    Both run inside the run's cancel scope, so its cancellation and child
+    deadline reach them.
     """
-    # A string goes to the C escaper alone, without the encoder's machinery:
-    # most results of language-model subagents are one string.
-    text = encode_basestring(value) if type(value) is str else _RESULT_ENCODER.encode(value)
-    return len(text) if text.isascii() else len(text.encode())
+
+    __slots__ = ("_config", "_encoded", "_entries", "_run", "_value")
+
+    def __init__(
+        self, run: Run, config: Config, value: Any, entries: Any, encoded: Outcome | None
+    ) -> None:
+        self._run = run
+        self._config = config
+        self._value = value
+        self._entries = entries
+        self._encoded = encoded
+
+    async def run(self) -> Outcome:
+        """The outcome. Raises only ``trio.Cancelled`` (the run's cancellation)."""
+        try:
+            outcome = self._encoded
+            if outcome is None:
+                outcome = await trio.to_thread.run_sync(
+                    _encode, self._run, self._config, self._value, self._entries
+                )
+            schema = self._run.schema
+            if schema is None or outcome.status is not RunStatus.COMPLETED:
+                return outcome
+            result = outcome.result
+            assert result is not None
+            await schema.check(result)
+        except SchemaMismatch as exc:
+            return failed(exc, InvalidResultError)
+        except trio.Cancelled:
+            raise
+        except Exception as exc:
+            return failed(exc)
+        return outcome
 
 
-def _settle_returned(run: Run, value: Any) -> None:
-    """Settle a run whose runner returned: check the result, then complete it."""
-    transcript = None
+def _check(run: Run, config: Config, value: Any) -> Outcome | _Deferred:
+    """The outcome of a runner that returned *value*, when it can be decided at once.
+
+    A small value without a schema is checked and encoded here, on the event
+    loop; anything that may take a while is deferred (:class:`_Deferred`).
+    """
+    entries = None
     if isinstance(value, Output):
-        value, transcript = value.final_result, value.transcript
+        value, entries = value.final_result, value.transcript
     schema = run.schema
     if schema is not None:
         value = schema.prepare(value)
-    limit = run.parent._runtime.config.max_result_bytes
+    if not (is_small(value) and is_small(entries)):
+        return _Deferred(run, config, value, entries, None)
+    outcome = _encode(run, config, value, entries)
+    if schema is not None and outcome.status is RunStatus.COMPLETED:
+        return _Deferred(run, config, value, entries, outcome)
+    return outcome
+
+
+def _encode(run: Run, config: Config, value: Any, entries: Any) -> Outcome:
+    """Check *value* (and a transcript's *entries*) and hold them as canonical JSON.
+
+    Pure and thread-safe: it reads the run and touches nothing.
+    """
+    transcript: CanonicalJson | None = None
+    if entries is not None:
+        try:
+            transcript = CanonicalJson.of(list(entries), max_depth=config.max_nesting_depth)
+        except JsonProblem as exc:
+            return failed(ValueError(f"the transcript is not JSON the runtime can keep: {exc}"))
+        except TypeError as exc:
+            return failed(TypeError(f"the transcript is not JSON: {exc}"))
     try:
-        size = 4 if value is None else _json_size(value)
-        if transcript is not None:
-            _TRANSCRIPT_ENCODER.encode(transcript)
-    except (TypeError, ValueError) as exc:
-        run.settle_failed(exc)
-        return
+        result = CanonicalJson.of(value, max_depth=config.max_nesting_depth)
+    except JsonProblem as exc:
+        return failed(ValueError(f"the result is not JSON the runtime can keep: {exc}"))
+    except TypeError as exc:
+        return failed(exc)
+    size, limit = result.size, config.max_result_bytes
     if size > limit:
-        run.settle_failed(
+        return failed(
             LimitExceededError(
                 f"the result is {size} bytes of JSON; at most {limit} are allowed "
                 "(Config.max_result_bytes): return a smaller result",
@@ -169,11 +232,4 @@ def _settle_returned(run: Run, value: Any) -> None:
                 subagent=run.subagent.name,
             )
         )
-        return
-    if schema is not None:
-        try:
-            value = schema.apply(value)
-        except SchemaMismatch as exc:
-            run.settle_failed(exc, InvalidResultError)
-            return
-    run.settle_completed(value, transcript)
+    return completed(result, transcript)

@@ -51,8 +51,8 @@ class Ledger:
         self._unresolved[run.run_id] = run
 
     def withdraw(self, run_id: str) -> None:
-        """A run's admission was undone: it never existed."""
-        del self._unresolved[run_id]
+        """A run's admission was undone: it never existed (for this parent's check)."""
+        self._unresolved.pop(run_id, None)
 
     def get(self, run_id: str) -> Run | Evicted | None:
         return self._unresolved.get(run_id)

@@ -39,8 +39,9 @@ def pick_exit_exception(
     Returns:
         the fatal ``BaseException`` of a child when there is exactly one (with
         *body_exc* as its context), a group of them when there are several,
-        else *body_exc*, else the group itself when it holds unexpected errors,
-        else its first ``Cancelled``.
+        else *body_exc* (carrying any error a child raised too: see
+        :func:`_carry`), else the group itself when it holds unexpected
+        errors, else its first ``Cancelled``.
     """
     found = [leaf for leaf in leaves(group) if leaf is not body_exc]
     fatal = [leaf for leaf in found if not isinstance(leaf, Exception | trio.Cancelled)]
@@ -54,10 +55,32 @@ def pick_exit_exception(
             chosen.__context__ = body_exc
         return chosen
     if body_exc is not None:
+        errors = [leaf for leaf in found if not isinstance(leaf, trio.Cancelled)]
+        if errors:
+            _carry(body_exc, errors)
         return body_exc
     if not found or any(not isinstance(leaf, trio.Cancelled) for leaf in found):
         return group
     return found[0]
+
+
+def _carry(body_exc: BaseException, errors: list[BaseException]) -> None:
+    """Attach child *errors* to the body's exception, which propagates as itself.
+
+    Nothing is dropped: the errors become the context at the end of
+    *body_exc*'s chain (so tracebacks show them), and a note names them.
+    """
+    lost: BaseException = (
+        errors[0] if len(errors) == 1 else ExceptionGroup("errors in child tasks", errors)  # type: ignore[type-var]
+    )
+    tail, seen = body_exc, {id(body_exc)}
+    while tail.__context__ is not None and id(tail.__context__) not in seen:
+        tail = tail.__context__
+        seen.add(id(tail))
+    if tail is not lost:
+        tail.__context__ = lost
+    names = ", ".join(f"{type(error).__name__}: {error}" for error in errors)
+    body_exc.add_note(f"while this propagated, a child task failed too: {names}")
 
 
 @asynccontextmanager

@@ -1,15 +1,18 @@
 """The delegating side: a :class:`Parent` admits, tracks and answers for its runs.
 
-A parent owns the runs it started: it alone can see them (contract §8), it
-gives them its ``max_concurrent_runs`` slots in admission order (contract §3),
-and it keeps the fail-closed ledger of which of them are unresolved (contract §7).
+A parent owns the runs it started: it gives them its ``max_concurrent_runs``
+slots in admission order (its :class:`Scheduler`, contract §3), it keeps the
+fail-closed ledger of which of them are unresolved (contract §7), and it
+answers for every run of its owner (contract §8). Each public method checks
+that the parent and runtime are open before it acts and again after every
+``await``: a call in progress when either closes ends with
+``RuntimeClosedError`` and leaves no run behind.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, NoReturn, final
 
 import trio
 
@@ -26,6 +29,7 @@ from .._errors import (
     UnknownRunError,
     UnknownSubagentError,
 )
+from .._json import CanonicalJson, JsonProblem, text_problem
 from .._results import CancelAck, RunHandle, RunResult
 from .._schema import SchemaMismatch, SchemaSpec
 from .._status import RunStatus
@@ -34,7 +38,8 @@ from .._tools import DelegationTools
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
 from ._persistence import history_of
-from ._run import CancelReason, Run, conversation_of, terminal_error
+from ._run import CancelReason, Outcome, Run, terminal_error
+from ._scheduler import Scheduler
 
 if TYPE_CHECKING:
     from .._subagent import Subagent
@@ -55,15 +60,14 @@ class Parent(metaclass=NoPublicConstructor):
         "__weakref__",
         "_children",
         "_closed",
+        "_closed_at",
         "_depth",
         "_ledger",
+        "_live",
         "_nursery",
         "_owner",
-        "_pending",
-        "_running",
-        "_runs",
         "_runtime",
-        "_serial",
+        "_scheduler",
     )
 
     def __init__(
@@ -79,13 +83,11 @@ class Parent(metaclass=NoPublicConstructor):
         self._children = children
         self._depth = depth
         self._nursery = nursery
-        self._serial = runtime._next_serial()
         self._closed = False
-        # Retained runs of this parent by id: live ones and terminal ones that
-        # retention has not evicted yet.
-        self._runs: dict[str, Run] = {}
-        self._pending: deque[Run] = deque()
-        self._running = 0
+        self._closed_at: float | None = None
+        # This parent's runs that have not ended, in admission order.
+        self._live: dict[str, Run] = {}
+        self._scheduler = Scheduler(runtime.config.max_concurrent_runs, self._launch)
         self._ledger = Ledger()
 
     def __repr__(self) -> str:
@@ -123,14 +125,19 @@ class Parent(metaclass=NoPublicConstructor):
             UnknownSubagentError: *name* is not a direct child.
             InvalidArgumentsError: a malformed argument or ``replaces``.
             LimitExceededError: ``max_live_runs`` or ``max_depth`` would be exceeded.
-            RuntimeClosedError: this parent or its runtime is closed.
+            StoreError: the store could not record the admission (nothing ran).
+            RuntimeClosedError: this parent or its runtime is closed, or closed
+                while the call was in progress.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closed or self._runtime._closed:
             self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
-        if self._runtime._persister is not None:
-            await self._commit_admission(run)
+        run.foreground = True
+        if not run.durable:
+            await self._record_admission(run)
+        else:
+            self._ledger.add(run)
         return await self._foreground(run)
 
     async def start(
@@ -149,14 +156,17 @@ class Parent(metaclass=NoPublicConstructor):
 
         Raises:
             UnknownSubagentError, InvalidArgumentsError, LimitExceededError,
-            RuntimeClosedError: as for :meth:`delegate`; nothing was started.
+            StoreError, RuntimeClosedError: as for :meth:`delegate`; nothing
+                was started.
         """
         await trio.lowlevel.checkpoint()
         if self._closed or self._runtime._closed:
             self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
-        if self._runtime._persister is not None:
-            await self._commit_admission(run)
+        if not run.durable:
+            await self._record_admission(run)
+        else:
+            self._ledger.add(run)
         return run.handle()
 
     async def continue_run(
@@ -175,7 +185,7 @@ class Parent(metaclass=NoPublicConstructor):
         if it completed, its result (``{"role": "assistant", ...}``).
 
         Args:
-            run_id: a terminal run of this parent.
+            run_id: a terminal run of this parent's owner.
             message: the next message of the conversation.
             final_schema: what the new result must satisfy (default: the
                 subagent's).
@@ -187,7 +197,8 @@ class Parent(metaclass=NoPublicConstructor):
             UnknownRunError, ExpiredRunError: as for :meth:`status`.
             RunFailedError, RunCancelledError, RunTimedOutError: (foreground)
                 the new run did not complete.
-            LimitExceededError, RuntimeClosedError: as for :meth:`start`.
+            LimitExceededError, StoreError, RuntimeClosedError: as for
+                :meth:`start`.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_usable()
@@ -195,17 +206,29 @@ class Parent(metaclass=NoPublicConstructor):
         earlier = self._find(run_id)
         if isinstance(earlier, StoredRun):
             record = await self._load(run_id)
+            self._check_usable()  # it may have closed while the store answered
             name, history = record.subagent, history_of(record)
         elif earlier.is_terminal:
-            name, history = earlier.subagent.name, conversation_of(earlier)
+            name, history = earlier.subagent.name, earlier.conversation()
         else:
             raise InvalidArgumentsError(
                 f"run {run_id} is still {earlier.status.value}; only a finished run can be "
                 "continued: wait for it first"
             )
-        run = self._admit(name, message, final_schema, None, history, "message")
-        if self._runtime._persister is not None:
-            await self._commit_admission(run)
+        try:
+            carried = CanonicalJson.of(
+                history, max_depth=self._runtime.config.max_nesting_depth + 2
+            )
+        except (JsonProblem, TypeError) as exc:  # pragma: no cover - checked when recorded
+            raise InvalidArgumentsError(
+                f"the conversation of run {run_id} cannot be carried on: {exc}"
+            ) from None
+        run = self._admit(name, message, final_schema, None, carried, "message")
+        run.foreground = not background
+        if not run.durable:
+            await self._record_admission(run)
+        else:
+            self._ledger.add(run)
         if background:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return run.handle()
@@ -215,8 +238,9 @@ class Parent(metaclass=NoPublicConstructor):
         """A snapshot of a run's status. Never observes, blocks or changes it.
 
         Raises:
-            UnknownRunError: no such run of this parent (``ExpiredRunError``
-                when retention evicted it).
+            UnknownRunError: no such run of this parent's owner
+                (``ExpiredRunError`` when retention evicted it).
+            InvalidArgumentsError: *run_id* is not a string.
             RuntimeClosedError: this parent or its runtime is closed.
         """
         self._check_usable()
@@ -229,7 +253,7 @@ class Parent(metaclass=NoPublicConstructor):
         """Wait for a run and return its result, or its handle if *timeout* ran out.
 
         Args:
-            run_id: a run this parent started.
+            run_id: a run of this parent's owner.
             timeout: seconds on the Trio clock to wait at most; ``None`` waits
                 for the end, ``0`` polls. The timeout bounds this wait only:
                 the child is never touched, and a run whose deadline has passed
@@ -242,10 +266,14 @@ class Parent(metaclass=NoPublicConstructor):
         Raises:
             RunFailedError, RunCancelledError, RunTimedOutError: the run ended
                 without completing (on every wait).
-            UnknownRunError, ExpiredRunError, InvalidArgumentsError,
-            RuntimeClosedError: as for :meth:`status`, or a bad *timeout*.
+            UnknownRunError, ExpiredRunError, InvalidArgumentsError: as for
+                :meth:`status`, or a bad *timeout*.
+            StoreError: the run is only in the store, and it could not be read.
+            RuntimeClosedError: this parent or its runtime is closed, or closed
+                while the call was waiting.
         """
-        if self._closed or self._runtime._closed:
+        runtime = self._runtime
+        if self._closed or runtime._closed:
             self._check_usable()
         limit = (
             None
@@ -254,7 +282,9 @@ class Parent(metaclass=NoPublicConstructor):
         )
         run = self._find(run_id)
         if type(run) is StoredRun:
-            return self._answer_record(await self._load(run_id))
+            record = await self._load(run_id)
+            self._check_usable()
+            return self._answer_record(record)
         if run.ended_at is not None:  # terminal
             await trio.lowlevel.checkpoint()
         elif limit is None:
@@ -262,31 +292,30 @@ class Parent(metaclass=NoPublicConstructor):
         else:
             with trio.move_on_after(limit):
                 await run.done.wait()
-            if not run.is_terminal and self._runtime._now() >= run.deadline:
+            if not run.is_terminal and runtime._now() >= run.deadline:
                 # Past its deadline the run is about to settle: never answer
                 # "running" for it (this also settles a tie with the deadline).
                 await run.done.wait()
-        if run.ended_at is not None:  # terminal
-            result = run.result
-            if result is not None:  # completed: _answer's common case, inline
-                self._ledger.resolve(run_id)
-                return result
+        if self._closed or runtime._closed:
+            self._closed_during(run)
+        if run.ended_at is not None:
             return self._answer(run)
         return run.handle()
 
     def cancel(self, run_id: str) -> CancelAck:
         """Request cancellation of a run; idempotent.
 
-        A pending run is cancelled at once. A running one keeps reading
-        ``running`` until it has processed the cancellation.
+        A pending run is cancelled at once (the ack and ``status`` read
+        ``cancelled``). A running one keeps reading ``running`` until it has
+        processed the cancellation.
 
         Returns:
             a :class:`CancelAck`: ``cancel_requested`` is True for a live run,
             False for one that had already ended.
 
         Raises:
-            UnknownRunError, ExpiredRunError, RuntimeClosedError: as for
-                :meth:`status`.
+            UnknownRunError, ExpiredRunError, InvalidArgumentsError,
+            RuntimeClosedError: as for :meth:`status`.
         """
         self._check_usable()
         run = self._find(run_id)
@@ -312,18 +341,7 @@ class Parent(metaclass=NoPublicConstructor):
         children = {name: sub.description for name, sub in self._children.items()}
         return DelegationTools._create(self, children)
 
-    # -- admission and slots ----------------------------------------------------
-
-    async def _foreground(self, run: Run) -> RunResult:
-        """Wait for *run*; if the caller is cancelled, cancel and join it first."""
-        try:
-            await run.done.wait()
-        except BaseException:
-            run.request_cancel(self._runtime._now(), CancelReason.CALLER_CANCELLED)
-            with trio.CancelScope(shield=True):
-                await run.done.wait()
-            raise
-        return self._answer(run)
+    # -- admission -------------------------------------------------------------
 
     def _admit(
         self,
@@ -331,17 +349,27 @@ class Parent(metaclass=NoPublicConstructor):
         task: str,
         final_schema: SchemaSpec | None,
         replaces: str | None,
-        history: tuple[Any, ...] = (),
+        history: CanonicalJson | None = None,
         task_field: str = "task",
     ) -> Run:
-        """Validate and admit one run, all or nothing, without checkpointing."""
+        """Validate and admit one run, all or nothing, without checkpointing.
+
+        The run takes its place in the scheduler's queue now. Without a store
+        its admission is durable at once (it may start before this returns);
+        with one, :meth:`_record_admission` makes it so.
+        """
         runtime = self._runtime
         config = runtime.config
         subagent = self._children.get(name) if type(name) is str else None
         if subagent is None:
             subagent = self._child(name)  # raises, naming what is allowed
-        if type(task) is not str or not 0 < len(task) <= config.max_task_chars or task.isspace():
-            check_text(task_field, task, max_chars=config.max_task_chars)  # raises
+        if (
+            type(task) is not str
+            or not 0 < len(task) <= config.max_task_chars
+            or task.isspace()
+            or not task.isascii()
+        ):
+            check_text(task_field, task, max_chars=config.max_task_chars)  # raises if bad
         schema = (
             subagent._result_schema
             if final_schema is None
@@ -365,6 +393,7 @@ class Parent(metaclass=NoPublicConstructor):
         run = Run(
             runtime._run_ids.new(),
             self,
+            self._owner,
             subagent,
             task,
             schema,
@@ -373,70 +402,69 @@ class Parent(metaclass=NoPublicConstructor):
             depth,
             runtime._timeouts[subagent.name],
         )
-        run_id = run.run_id
-        self._runs[run_id] = run
-        self._ledger.add(run)
+        runtime._runs[run.run_id] = run
+        self._live[run.run_id] = run
         runtime._live_count += 1
-        if runtime._persister is None:  # else _commit_admission enqueues it
-            self._enqueue(run, runtime._now())
+        if runtime._persister is None:
+            run.durable = True
+        self._scheduler.admit(run)
         return run
 
-    async def _commit_admission(self, run: Run) -> None:
-        """With a store: make the admission durable, then let the run start.
+    async def _record_admission(self, run: Run) -> None:
+        """With a store: make the admission durable; the run may start once it is.
 
-        Without a store, :meth:`_admit` already enqueued it. The write is shielded,
-        so a caller cancelled meanwhile still gets its handle and meets the
-        cancellation at its next checkpoint; if the write fails, the run is
-        withdrawn as if it had never been admitted.
+        The write is shielded, so a caller cancelled meanwhile still gets its
+        handle and meets the cancellation at its next checkpoint. If the write
+        fails, or the parent or runtime closed meanwhile, the run is withdrawn
+        as if it had never been admitted, and the caller gets the error.
         """
         persister = self._runtime._persister
         assert persister is not None
-        try:
-            await persister.admit(run)
-        except StoreError:
-            if not run.settling:
-                self._withdraw(run)
-            raise
-        self._enqueue(run, self._runtime._now())
 
-    def _enqueue(self, run: Run, now: float) -> None:
-        """Start an admitted run if a slot is free, else queue it (FIFO)."""
-        if run.settling:  # cancelled while its admission was being recorded
-            return
-        if self._running < self._runtime.config.max_concurrent_runs and not self._pending:
-            self._launch(run, now)
-        else:
-            self._pending.append(run)
+        def durable() -> None:
+            run.durable = True
+            self._scheduler.ready()
+
+        try:
+            await persister.admit(run, durable)
+        except StoreError:
+            self._withdraw(run)
+            raise
+        if self._closed or self._runtime._closed:
+            # The close cancelled it (a pending run at once); nobody was told
+            # its id, so it is no unresolved work of this parent.
+            self._withdraw(run)
+            self._check_usable()
+        self._ledger.add(run)
 
     def _withdraw(self, run: Run) -> None:
-        run_id = run.run_id
-        del self._runs[run_id]
-        self._ledger.withdraw(run_id)
-        self._runtime._live_count -= 1
-
-    def _launch(self, run: Run, now: float) -> None:
-        self._running += 1
-        run.start(now)
-        self._nursery.start_soon(execute, run, name=run.subagent._task_name)
-
-    def _run_settled(self, run: Run, was_running: bool) -> None:
-        """Called by :class:`Run` exactly once, when it reaches a terminal state."""
+        """Undo *run*'s admission (its caller gets an error and no run id)."""
+        self._ledger.withdraw(run.run_id)
+        if not run.is_live:
+            return  # it already ended (the close cancelled it): it stays a record
+        run.withdraw()
+        del self._live[run.run_id]
         runtime = self._runtime
+        del runtime._runs[run.run_id]
         runtime._live_count -= 1
-        runtime._retention.add(run)
-        if was_running:
-            self._running -= 1
-            if self._pending:
-                self._launch_pending()
 
-    def _launch_pending(self) -> None:
-        """Start pending runs, oldest first, while slots are free."""
-        pending = self._pending
-        limit = self._runtime.config.max_concurrent_runs
-        while pending and self._running < limit and not self._closed and not self._runtime._closed:
-            run = pending.popleft()
-            if not run.settling:  # cancelled while it waited
-                self._launch(run, self._runtime._now())
+    def _launch(self, run: Run) -> None:
+        """Start *run* now (the scheduler decided it may)."""
+        run.start(self._runtime._now())
+        self._nursery.start_soon(execute, run, self, name=run.subagent._task_name)
+
+    async def _foreground(self, run: Run) -> RunResult:
+        """Wait for *run*; if the caller is cancelled, cancel and join it first."""
+        try:
+            await run.done.wait()
+        except BaseException:
+            run.request_cancel(self._runtime._now(), CancelReason.CALLER_CANCELLED)
+            with trio.CancelScope(shield=True):
+                await run.done.wait()
+            raise
+        if self._closed or self._runtime._closed:
+            self._closed_during(run)
+        return self._answer(run)
 
     def _child(self, name: str) -> Subagent:
         allowed = tuple(self._children)
@@ -450,7 +478,7 @@ class Parent(metaclass=NoPublicConstructor):
             raise UnknownSubagentError(
                 f"{describe(name)} is not a subagent this parent can delegate to; "
                 f"choose one of: {', '.join(allowed) or '(none)'}",
-                subagent=str(name),
+                subagent=name if len(name) <= 128 and text_problem(name) is None else None,
                 allowed=allowed,
             )
         return subagent
@@ -461,11 +489,15 @@ class Parent(metaclass=NoPublicConstructor):
                 f"replaces must be the run_id of a failed, cancelled or timed-out run, "
                 f"got {describe(replaces)}"
             )
-        record: Run | Evicted | None = self._runs.get(replaces) or self._ledger.get(replaces)
+        record: Run | Evicted | None = self._ledger.get(replaces)
+        if record is None:
+            found = self._runtime._runs.get(replaces)
+            if found is not None and found.host is self:
+                record = found
         if record is None:
             raise InvalidArgumentsError(
-                f"replaces={replaces!r} is not a run this parent started (or it expired); "
-                "pass the exact run_id of the failed, cancelled or timed-out run"
+                f"replaces={describe(replaces)} is not a run this parent started (or it "
+                "expired); pass the exact run_id of the failed, cancelled or timed-out run"
             )
         if record.status is RunStatus.COMPLETED:
             raise InvalidArgumentsError(
@@ -478,35 +510,81 @@ class Parent(metaclass=NoPublicConstructor):
                 "wait for it, or cancel it first"
             )
 
+    # -- what runs tell their parent (the RunHost interface) -------------------------
+
+    def now(self) -> float:
+        return self._runtime._now()
+
+    def closing_time(self) -> tuple[float, CancelReason] | None:
+        runtime = self._runtime
+        if runtime._closed_at is not None:
+            return runtime._closed_at, CancelReason.RUNTIME_CLOSED
+        if self._closed_at is not None:
+            return self._closed_at, CancelReason.PARENT_CLOSED
+        return None
+
+    def run_decided(self, run: Run, outcome: Outcome, *, at_once: bool) -> None:
+        persister = self._runtime._persister
+        if persister is None:
+            run.commit(outcome)
+        elif at_once:
+            run.commit(outcome)
+            persister.settle(run, outcome)
+        else:
+            persister.settle(
+                run,
+                outcome,
+                lambda error: run.commit(outcome if error is None else outcome.unrecorded(error)),
+            )
+
+    def run_committed(self, run: Run, was_running: bool) -> None:
+        del self._live[run.run_id]
+        runtime = self._runtime
+        runtime._live_count -= 1
+        runtime._retention.add(run)
+        if was_running:
+            self._scheduler.released()
+
+    def run_evicted(self, run: Run) -> None:
+        """Retention evicted *run*: keep only a small record if it is unresolved."""
+        self._ledger.evicted(run)
+
     # -- lookup and answers ---------------------------------------------------
 
     def _find(self, run_id: str) -> Run | StoredRun:
-        """This parent's run *run_id*, in memory or (for its owner) in the store.
+        """The run *run_id* of this parent's owner, in memory or in the store.
+
+        Whether a run is visible depends only on its owner (contract §8).
 
         Raises:
             InvalidArgumentsError: *run_id* is not a string.
             ExpiredRunError: retention evicted it (and no store holds it).
-            UnknownRunError: it is not a run of this parent.
+            UnknownRunError: it is not a run of this parent's owner.
         """
-        if not isinstance(run_id, str):
+        if type(run_id) is not str:
             raise InvalidArgumentsError(f"run_id must be a string, got {describe(run_id)}")
+        if not run_id.isascii() and text_problem(run_id) is not None:
+            raise InvalidArgumentsError(
+                f"run_id must be valid Unicode text, got {describe(run_id)}; use the exact "
+                "run_id that start or delegate returned"
+            )
         runtime = self._runtime
-        runtime._retention.expire(self._runtime._now())
-        run = self._runs.get(run_id)
-        if run is not None:
+        runtime._retention.expire(runtime._now())
+        run = runtime._runs.get(run_id)
+        if run is not None and run.owner == self._owner:
             return run
         persister = runtime._persister
         if persister is not None:
             stored = persister.find(run_id, self._owner)
             if stored is not None:
                 return stored
-        if runtime._retention.evicted_from(run_id) == self._serial:
+        if runtime._retention.evicted_owner(run_id) == self._owner:
             raise self._expired(run_id)
         raise UnknownRunError(
-            f"no run {run_id!r} belongs to parent {self._owner!r} in this runtime; use the "
-            "exact run_id that start or delegate returned (ids of other parents or runtimes "
-            "are not valid here)",
-            run_id=run_id,
+            f"no run {describe(run_id)} belongs to parent {self._owner!r} in this runtime; "
+            "use the exact run_id that start or delegate returned (ids of other parents or "
+            "runtimes are not valid here)",
+            run_id=run_id if len(run_id) <= 128 else None,
         )
 
     def _expired(self, run_id: str) -> ExpiredRunError:
@@ -531,9 +609,13 @@ class Parent(metaclass=NoPublicConstructor):
         """Like :meth:`_answer`, for a run known only from the store."""
         if record.status is RunStatus.COMPLETED:
             self._ledger.resolve(record.run_id)
-            return RunResult(
-                record.run_id, record.subagent, record.task_summary, record.final_result
-            )
+            persister = self._runtime._persister
+            assert persister is not None
+            value = record.final_result
+            schema = persister.schema_of(record.run_id)
+            if schema is not None:
+                value = schema.structure(value)
+            return RunResult(record.run_id, record.subagent, record.task_summary, value)
         failure_type = (
             InvalidResultError if record.error_type == SchemaMismatch.__name__ else RunFailedError
         )
@@ -549,19 +631,10 @@ class Parent(metaclass=NoPublicConstructor):
     def _answer(self, run: Run) -> RunResult:
         """The result of a terminal run (observing it), or its error."""
         if run.status is RunStatus.COMPLETED:
+            result = run.result()
             self._ledger.resolve(run.run_id)
-            assert run.result is not None
-            return run.result
+            return result
         raise run.outcome_error()
-
-    def _forget(self, run: Run) -> None:
-        """Retention evicted *run*: keep only a small record if it is unresolved."""
-        run_id = run.run_id
-        del self._runs[run_id]
-        persister = self._runtime._persister
-        if persister is not None and not isinstance(run.error, StoreError):
-            persister.remember(run)
-        self._ledger.evicted(run)
 
     def _raise_if_unresolved(self) -> None:
         if self._runtime.config.fail_closed:
@@ -585,6 +658,20 @@ class Parent(metaclass=NoPublicConstructor):
                 f"parent {self._owner!r} is closed; open a new parent to delegate again"
             )
 
+    def _closed_during(self, run: Run) -> NoReturn:
+        """Raise for a call about *run* that was waiting when this parent or runtime closed."""
+        which = "its runtime" if self._runtime._closed else f"parent {self._owner!r}"
+        error = RuntimeClosedError(
+            f"{which} closed while this call was waiting for run {run.run_id}, which is "
+            f"{run.status.value}; nothing more can be done through it",
+            run_id=run.run_id,
+            subagent=run.subagent.name,
+            status=run.status.value,
+        )
+        if run.is_terminal and run.status is not RunStatus.COMPLETED:
+            raise error from run.outcome_error()
+        raise error
+
     def _open_nested(self, run: Run, nursery: trio.Nursery) -> Parent:
         """The parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
         runtime = self._runtime
@@ -595,43 +682,41 @@ class Parent(metaclass=NoPublicConstructor):
         runtime._register(nested)
         return nested
 
-    def _live_runs(self) -> list[Run]:
-        """The runs of this parent that have not ended (live runs are never evicted)."""
-        return [run for run in self._runs.values() if not run.is_terminal]
-
-    def _cancel_pending(self, reason: CancelReason) -> None:
-        """Cancel every pending run at once (they have no task to stop)."""
-        now = self._runtime._now()
-        pending = self._pending
-        while pending:
-            pending.popleft().request_cancel(now, reason)
-
-    def _cancel_runs(self, reason: CancelReason) -> None:
-        """Cancel pending runs at once, then request cancellation of running ones.
-
-        Pending ones go first so that no slot freed meanwhile starts one.
-        """
-        self._cancel_pending(reason)
-        now = self._runtime._now()
-        for run in self._live_runs():
-            run.request_cancel(now, reason)
-
     def _close_now(self, reason: CancelReason = CancelReason.PARENT_CLOSED) -> None:
-        """Close without waiting: no new calls; every live run is told to stop."""
+        """Close without waiting: no new calls; every live run is told to stop.
+
+        Pending runs end first, in admission order (they have no task to
+        stop), so that no slot freed meanwhile starts one.
+        """
         if self._closed:
             return
         self._closed = True
-        self._runtime._unregister(self)
-        self._cancel_runs(reason)
+        now = self._closed_at = self._runtime._now()
+        self._scheduler.stop()
+        for run in self._scheduler.queued():
+            run.request_cancel(now, reason)
+        for run in list(self._live.values()):
+            run.request_cancel(now, reason)
 
-    async def _aclose(self) -> None:
-        """Close, then join every run that is still live (shielded, as a nursery does)."""
-        self._close_now()
-        live = self._live_runs()
+    def _cancel_pending(self, reason: CancelReason) -> None:
+        """End every pending run at once (the runtime is closing)."""
+        now = self._runtime._now()
+        self._scheduler.stop()
+        for run in self._scheduler.queued():
+            run.request_cancel(now, reason)
+
+    async def _join(self) -> None:
+        """Wait (shielded, as a nursery does) until every run of this parent has ended."""
+        live = self._live
         if live:
             with trio.CancelScope(shield=True):
-                for run in live:
-                    # Most have ended by the time the first wait returns: skip
-                    # them rather than make and check an event for each.
-                    if not run.is_terminal:
-                        await run.done.wait()
+                while live:
+                    await next(iter(live.values())).done.wait()
+
+    async def _aclose(self) -> None:
+        """Close, join every run that is still live, then free the owner."""
+        self._close_now()
+        try:
+            await self._join()
+        finally:
+            self._runtime._unregister(self)

@@ -1,41 +1,48 @@
-"""A runtime's side of durability (contract §12): when records are written, and
-what a runtime remembers of runs that are only in its store.
+"""A runtime's side of durability (contract §12, §15): the persistence boundary.
 
 Durability points:
 
 * admission — ``start``/``delegate`` return only once the run's admission
-  record is committed;
-* settlement — a run's ``done`` event (what every waiter waits for) is set
-  only once its terminal record is committed, so a result handed to a caller
-  is always durable.
+  record is committed, and a run starts only then (see ``_scheduler``);
+* settlement — a decided run commits (its waiters wake) only once its
+  terminal record is committed, so a result handed to a caller is durable. A
+  pending run's cancellation commits at once; its record follows.
 
 Every write goes through one writer task that commits whatever is pending in
 one batch (group commit): under load, many runs share one commit.
+
+The boundary never dies and never leaves anyone waiting: whatever a store
+raises becomes a :class:`StoreError` for the records concerned only (a batch
+that fails is split until the records that fail alone are found), the writer
+survives, and if it is stopped anyway (a ``KeyboardInterrupt`` in the store,
+say) every waiter — queued or in flight — is answered with a
+``StoreError`` first, as is every write asked for afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 import trio
 
-from .._converter import to_json_ready
 from .._errors import StoreError
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord, StoredRun, wall_clock_now
-from ._run import conversation
+from ._run import Outcome, conversation, safe_message
 
 if TYPE_CHECKING:
+    from .._schema import ResultSchema
     from ._run import Run
 
-__all__ = ["Persister", "WriteStats"]
+__all__ = ["Persister", "WriteStats", "history_of"]
 
 #: At most this many runs found only in the store are remembered for lookups.
-_INDEX_LIMIT = 100_000
+_INDEX_LIMIT: Final = 100_000
 
 _Done = Callable[[StoreError | None], None]
 
@@ -48,78 +55,190 @@ class WriteStats:
     commits: int = 0
     records: int = 0
     largest_batch: int = 0
+    failed_records: int = 0
 
     @property
     def mean_batch(self) -> float:
         return self.records / self.commits if self.commits else 0.0
 
 
+@final
 @attrs.frozen
 class _Pending:
     record: RunRecord
     done: _Done
 
 
+def _ignore(error: StoreError | None) -> None:
+    pass
+
+
+def store_error(exc: BaseException, what: str, run_id: str | None = None) -> StoreError:
+    """*exc*, raised by a store, as the ``StoreError`` callers get."""
+    if isinstance(exc, StoreError):
+        return exc
+    error = StoreError(
+        f"the store failed to {what}: {type(exc).__name__}: {safe_message(exc)}; the store "
+        "may be broken or full: check it, then try again",
+        run_id=run_id,
+    )
+    error.__cause__ = exc
+    return error
+
+
 @final
 class Persister:
     """Writes one runtime's records to its store and answers for stored runs."""
 
-    __slots__ = ("_index", "_receive", "_send", "runtime_id", "stats", "store")
+    __slots__ = (
+        "_dead",
+        "_index",
+        "_receive",
+        "_schemas",
+        "_send",
+        "_writing",
+        "runtime_id",
+        "stats",
+        "store",
+    )
 
     def __init__(self, store: ResultStore, runtime_id: str) -> None:
         self.store = store
         self.runtime_id = runtime_id
         self.stats = WriteStats()
         self._send, self._receive = trio.open_memory_channel[_Pending](math.inf)
+        # The batch being written, answered if the writer is stopped mid-way.
+        self._writing: list[_Pending] = []
+        # Set once the writer can write no more: every later write is
+        # answered with it at once.
+        self._dead: StoreError | None = None
         # Terminal runs that are in the store but not in memory, by id.
         self._index: OrderedDict[str, StoredRun] = OrderedDict()
+        # The schemas of evicted completed runs whose results are structured
+        # into a host's type: answered from the store, they come back as it.
+        self._schemas: dict[str, ResultSchema] = {}
 
     async def attach(self) -> tuple[str, ...]:
-        """Attach to the store; returns the ids it marked interrupted."""
-        snapshot = await self.store.attach(self.runtime_id)
+        """Attach to the store; returns the ids it marked interrupted.
+
+        Raises:
+            StoreError: the store could not be opened.
+        """
+        try:
+            snapshot = await self.store.attach(self.runtime_id)
+        except Exception as exc:
+            raise store_error(exc, "open") from None
         for run_id, stored in snapshot.terminal:
             self._remember(run_id, stored)
         return snapshot.interrupted
 
     async def detach(self) -> None:
-        await self.store.detach(self.runtime_id)
+        """Detach from the store (shielded by the caller); failures are not raised.
+
+        Every run has been recorded by now; a store that cannot say goodbye
+        loses nothing, and the runtime's exit must not be masked by it.
+        """
+        with contextlib.suppress(Exception):
+            await self.store.detach(self.runtime_id)
 
     # -- the writer ----------------------------------------------------------
 
     async def run_writer(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Commit pending records in batches until :meth:`close` and the queue is empty."""
+        """Commit pending records in batches until :meth:`close` and the queue is empty.
+
+        Shielded: the runs it records end when their runtime's scope is
+        cancelled, and their records must still be written for their waiters
+        to wake (and for the runtime to close).
+        """
         task_status.started()
         receive = self._receive
-        async for first in receive:
-            batch = [first]
-            while True:
-                try:
-                    batch.append(receive.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            error: StoreError | None = None
+        try:
+            with trio.CancelScope(shield=True):
+                async for first in receive:
+                    batch = self._writing = [first]
+                    while True:
+                        try:
+                            batch.append(receive.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    failures = await self._write(batch)
+                    self._writing = []
+                    for item in batch:
+                        item.done(failures.get(item.record.run_id))
+        except BaseException as exc:
+            self._stop(exc)
+            raise
+
+    async def _write(self, batch: Sequence[_Pending]) -> dict[str, StoreError]:
+        """Write *batch*; the errors of the records that could not be written, by run id.
+
+        A batch that fails is split in two and each half written again, until
+        the records that fail on their own are found: one bad record never
+        fails the others.
+        """
+        try:
+            await self.store.write([item.record for item in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                run_id = batch[0].record.run_id
+                self.stats.failed_records += 1
+                return {run_id: store_error(exc, f"record run {run_id}", run_id)}
+        else:
+            stats = self.stats
+            stats.commits += 1
+            stats.records += len(batch)
+            stats.largest_batch = max(stats.largest_batch, len(batch))
+            return {}
+        middle = len(batch) // 2
+        failures = await self._write(batch[:middle])
+        failures.update(await self._write(batch[middle:]))
+        return failures
+
+    def _stop(self, exc: BaseException) -> None:
+        """The writer is stopped by *exc*: answer every waiter, now and later."""
+        dead = StoreError(
+            f"the store's writer was stopped ({type(exc).__name__}); nothing more can be "
+            "recorded in this runtime: close it and open a new one"
+        )
+        self._dead = dead
+        self._send.close()
+        pending = self._writing
+        self._writing = []
+        while True:
             try:
-                await self.store.write([item.record for item in batch])
-            except StoreError as exc:
-                error = exc
-            else:
-                stats = self.stats
-                stats.commits += 1
-                stats.records += len(batch)
-                stats.largest_batch = max(stats.largest_batch, len(batch))
-            for item in batch:
-                item.done(error)
+                pending.append(self._receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+        for item in pending:
+            item.done(dead)
 
     def close(self) -> None:
         """No more writes: the writer finishes what is queued, then returns."""
         self._send.close()
 
+    def _submit(self, record: RunRecord, done: _Done) -> None:
+        dead = self._dead
+        if dead is None:
+            try:
+                self._send.send_nowait(_Pending(record, done))
+            except trio.ClosedResourceError:
+                dead = StoreError(
+                    "the runtime's store is closed: nothing more can be recorded; open a "
+                    "new runtime"
+                )
+            else:
+                return
+        done(dead)
+
     # -- the durability points ------------------------------------------------------
 
-    async def admit(self, run: Run) -> None:
+    async def admit(self, run: Run, on_durable: Callable[[], None]) -> None:
         """Commit *run*'s admission record. Shielded: it is all or nothing.
+
+        *on_durable* is called from the writer the moment the record is
+        committed, before this call's caller wakes: the run can start then.
 
         Raises:
             StoreError: the record could not be committed.
@@ -128,38 +247,52 @@ class Persister:
         failure: list[StoreError] = []
 
         def done(error: StoreError | None) -> None:
-            if error is not None:
+            if error is None:
+                on_durable()
+            else:
                 failure.append(error)
             committed.set()
 
         run.admitted_at = wall_clock_now()
-        self._send.send_nowait(_Pending(self.record_of(run, RunStatus.PENDING), done))
+        self._submit(self.record_of(run, RunStatus.PENDING, None), done)
         with trio.CancelScope(shield=True):
             await committed.wait()
         if failure:
             raise failure[0]
 
-    def settle(self, run: Run, status: RunStatus, done: _Done) -> None:
+    def settle(self, run: Run, outcome: Outcome, done: _Done = _ignore) -> None:
         """Queue *run*'s terminal record; *done* is called once it is committed (or failed)."""
-        self._send.send_nowait(_Pending(self.record_of(run, status), done))
+        try:
+            record = self.record_of(run, outcome.status, outcome)
+        except Exception as exc:  # pragma: no cover - records are built from checked data
+            done(store_error(exc, f"record run {run.run_id}", run.run_id))
+            return
+        self._submit(record, done)
 
-    def record_of(self, run: Run, status: RunStatus) -> RunRecord:
-        result = run.result
-        error_type, error_message = run.error_details(status)
+    def record_of(self, run: Run, status: RunStatus, outcome: Outcome | None) -> RunRecord:
+        """The record of *run* with *status* (and, for an end, its *outcome*)."""
+        final_result = transcript = None
+        error_type = error_message = None
+        if outcome is not None:
+            error_type, error_message = outcome.error_details(run.timeout)
+            if outcome.result is not None:
+                final_result = outcome.result.copy()
+            if outcome.transcript is not None:
+                transcript = tuple(outcome.transcript.copy())
         return RunRecord(
             run_id=run.run_id,
             runtime_id=self.runtime_id,
-            owner=run.parent.owner,
+            owner=run.owner,
             subagent=run.subagent.name,
             task=run.task,
             task_summary=run.summary(),
             status=status,
-            history=run.history,
+            history=tuple(run.history.copy()) if run.history is not None else (),
             replaces=run.replaces,
-            final_result=to_json_ready(result.final_result) if result is not None else None,
+            final_result=final_result,
             error_type=error_type,
             error_message=error_message,
-            transcript=run.transcript,
+            transcript=transcript,
             admitted_at=run.admitted_at,
             ended_at=wall_clock_now() if status.is_terminal else None,
         )
@@ -168,7 +301,14 @@ class Persister:
 
     def remember(self, run: Run) -> None:
         """*run* left memory (retention): keep what lookups need to find it in the store."""
-        self._remember(run.run_id, StoredRun(run.parent.owner, run.subagent.name, run.status))
+        self._remember(run.run_id, StoredRun(run.owner, run.subagent.name, run.status))
+        schema = run.schema
+        if schema is not None and schema.target is not None and run.status is RunStatus.COMPLETED:
+            self._schemas[run.run_id] = schema
+
+    def schema_of(self, run_id: str) -> ResultSchema | None:
+        """The schema whose type the stored result of *run_id* is structured into, if any."""
+        return self._schemas.get(run_id)
 
     def find(self, run_id: str, owner: str) -> StoredRun | None:
         """The stored terminal run *run_id* if it belongs to *owner*."""
@@ -178,21 +318,31 @@ class Persister:
         return stored
 
     async def load(self, run_id: str) -> RunRecord | None:
-        return await self.store.get(run_id)
+        """The stored record of *run_id*.
+
+        Raises:
+            StoreError: the store could not be read.
+        """
+        try:
+            return await self.store.get(run_id)
+        except Exception as exc:
+            raise store_error(exc, f"read run {run_id}", run_id) from None
 
     def _remember(self, run_id: str, stored: StoredRun) -> None:
         index = self._index
         index[run_id] = stored
         index.move_to_end(run_id)
         if len(index) > _INDEX_LIMIT:
-            index.popitem(last=False)
+            forgotten, _ = index.popitem(last=False)
+            self._schemas.pop(forgotten, None)
 
 
-def history_of(record: RunRecord) -> tuple[Any, ...]:
+def history_of(record: RunRecord) -> list[Any]:
     """The whole conversation of a stored terminal run."""
+    if record.transcript is not None:
+        return list(record.transcript)
     return conversation(
-        record.transcript,
-        record.history,
+        list(record.history),
         record.task,
         record.status is RunStatus.COMPLETED,
         record.final_result,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ class Retention:
     """Terminal runs in the order they ended, and tombstones of evicted ones."""
 
     __slots__ = (
+        "_evicted",
         "_kept",
         "_max_runs",
         "_oldest_end",
@@ -34,7 +36,8 @@ class Retention:
         "_tombstones",
     )
 
-    def __init__(self, seconds: float, max_runs: int) -> None:
+    def __init__(self, seconds: float, max_runs: int, evicted: Callable[[Run], None]) -> None:
+        self._evicted = evicted
         self._seconds = seconds
         self._max_runs = max_runs
         self._tombstone_limit = TOMBSTONES_PER_RETAINED_RUN * max_runs
@@ -43,8 +46,8 @@ class Retention:
         # ended_at of the first kept run (inf when none): expire() runs before
         # every admission and lookup, and usually has nothing to do.
         self._oldest_end = math.inf
-        # run id -> serial of the parent that owned it
-        self._tombstones: OrderedDict[str, int] = OrderedDict()
+        # run id -> the owner it belonged to
+        self._tombstones: OrderedDict[str, str] = OrderedDict()
 
     def add(self, run: Run) -> None:
         """Keep a run that has just settled; evict what is too old or too many.
@@ -69,8 +72,8 @@ class Retention:
         while now - self._oldest_end > seconds:
             self._evict_oldest()
 
-    def evicted_from(self, run_id: str) -> int | None:
-        """The serial of the parent an evicted id belonged to, if remembered."""
+    def evicted_owner(self, run_id: str) -> str | None:
+        """The owner an evicted id belonged to, if remembered."""
         return self._tombstones.get(run_id)
 
     def _evict_oldest(self) -> None:
@@ -83,7 +86,7 @@ class Retention:
             self._oldest_end = ended_at
         else:
             self._oldest_end = math.inf
-        self._tombstones[run_id] = run.parent._serial
+        self._tombstones[run_id] = run.owner
         if len(self._tombstones) > self._tombstone_limit:
             self._tombstones.popitem(last=False)
-        run.parent._forget(run)
+        self._evicted(run)

@@ -1,29 +1,27 @@
-"""One run's record and every lifecycle transition it can make (contract §3).
+"""One run and every decision about its status (contract §3): the run state machine.
 
-This module is the only place a run's status changes:
+A run is *live* (``pending`` or ``running``), then *decided* (its outcome is
+chosen, once: the first decision wins), then *committed* (terminal: its status
+changes, its waiters wake, and it never changes again). Between deciding and
+committing, a runtime with a store makes the outcome durable; a result that
+could not be recorded is never handed out — the run commits ``failed`` with
+the ``StoreError`` instead (:meth:`Outcome.unrecorded`).
 
-* :meth:`Run.start` — ``pending → running`` (the child deadline starts);
-* :meth:`Run.request_cancel` — ``pending → cancelled`` at once, or a cancel
-  request delivered to a running run's cancel scope;
-* :meth:`Run.settle_completed`, :meth:`Run.settle_failed`,
-  :meth:`Run.settle_interrupted` — ``running → terminal``.
-
-A run settles exactly once: the first settlement wins and later ones are
-ignored (they return ``False``). With a durable store, a settled run stays
-``running`` (or ``pending``) until its terminal record is committed, and only
-then becomes terminal and wakes its waiters.
+Everything that maps an ending to a status lives here: a return
+(:func:`completed`), an error (:func:`failed`), a cancellation or deadline
+(:meth:`Run.interrupted`). A run tells its parent what happened through the
+small :class:`RunHost` interface, never through the parent's fields.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import attrs
 import trio
 
-from .._converter import to_json_ready
 from .._errors import (
     DelegationError,
     InvalidResultError,
@@ -32,6 +30,7 @@ from .._errors import (
     RunTimedOutError,
     StoreError,
 )
+from .._json import CanonicalJson, escape_text
 from .._results import RunHandle, RunResult
 from .._status import RunStatus
 from .._summary import summarize_task
@@ -39,9 +38,19 @@ from .._summary import summarize_task
 if TYPE_CHECKING:
     from .._schema import ResultSchema
     from .._subagent import Subagent
-    from ._parent import Parent
 
-__all__ = ["CancelReason", "Run", "conversation", "conversation_of", "terminal_error"]
+__all__ = [
+    "CancelReason",
+    "Outcome",
+    "Phase",
+    "Run",
+    "RunHost",
+    "completed",
+    "conversation",
+    "failed",
+    "safe_message",
+    "terminal_error",
+]
 
 
 class CancelReason(enum.Enum):
@@ -53,37 +62,178 @@ class CancelReason(enum.Enum):
     RUNTIME_CLOSED = "because the runtime closed"
 
 
-@attrs.define(eq=False)
+class Phase(enum.Enum):
+    """Where a run is in the state machine."""
+
+    LIVE = "live"  # pending or running: nothing is decided
+    DECIDED = "decided"  # the outcome is chosen and being recorded
+    COMMITTED = "committed"  # terminal: visible, waiters woken
+    WITHDRAWN = "withdrawn"  # its admission failed: it never existed
+
+
+def safe_message(error: BaseException) -> str:
+    """``str(error)``, whatever the error does, as text that can be recorded.
+
+    A runner's exception can have a ``__str__`` that raises, or a message
+    that is not valid Unicode (contract §15): the bad code points are escaped.
+    """
+    try:
+        text = str(error)
+    except Exception:
+        text = f"<{type(error).__name__} whose message could not be read>"
+    return escape_text(text)
+
+
+@final
+@attrs.frozen
+class Outcome:
+    """How a run ended, decided once.
+
+    Attributes:
+        status: the terminal status.
+        result: a completed run's result, in canonical JSON.
+        transcript: a completed run's transcript, if its runner gave one.
+        error: a failed run's cause.
+        failure_type: the error a failed run answers with.
+        reason: why a cancelled run was cancelled.
+    """
+
+    status: RunStatus
+    result: CanonicalJson | None = None
+    transcript: CanonicalJson | None = None
+    error: BaseException | None = None
+    failure_type: type[RunFailedError] = RunFailedError
+    reason: CancelReason | None = None
+
+    def unrecorded(self, error: StoreError) -> Outcome:
+        """This outcome, when its record could not be written.
+
+        A result nobody can be sure was recorded is never handed out: a
+        completed run fails with the ``StoreError``. Other endings stand (the
+        run did end that way); only their record is missing.
+        """
+        if self.status is RunStatus.COMPLETED:
+            return failed(error)
+        return self
+
+    def error_details(self, timeout: float | None) -> tuple[str | None, str | None]:
+        """``(error_type, error_message)`` as recorded and reported."""
+        status = self.status
+        if status is RunStatus.FAILED:
+            error = self.error
+            assert error is not None
+            return type(error).__name__, safe_message(error)
+        if status is RunStatus.CANCELLED:
+            return None, (self.reason or CancelReason.REQUEST).value
+        if status is RunStatus.TIMED_OUT:
+            return None, f"its deadline of {timeout:g} s passed"
+        return None, None
+
+
+def completed(result: CanonicalJson, transcript: CanonicalJson | None) -> Outcome:
+    return Outcome(RunStatus.COMPLETED, result=result, transcript=transcript)
+
+
+def failed(error: BaseException, failure_type: type[RunFailedError] = RunFailedError) -> Outcome:
+    return Outcome(RunStatus.FAILED, error=error, failure_type=failure_type)
+
+
+_TIMED_OUT: Final = Outcome(RunStatus.TIMED_OUT)
+
+
+class RunHost(Protocol):
+    """What a run needs from the parent that admitted it."""
+
+    def now(self) -> float:
+        """The Trio clock."""
+
+    def closing_time(self) -> tuple[float, CancelReason] | None:
+        """When and why the run's surroundings (runtime, parent) began to close, if they did."""
+
+    def run_decided(self, run: Run, outcome: Outcome, *, at_once: bool) -> None:
+        """*run* decided *outcome*: record it, then :meth:`Run.commit` (at once if *at_once*)."""
+
+    def run_committed(self, run: Run, was_running: bool) -> None:
+        """*run* is terminal now."""
+
+    def run_evicted(self, run: Run) -> None:
+        """Retention let *run* go from memory."""
+
+
+@final
 class Run:
     """The runtime's record of one run. Internal: parents hand out values only."""
 
-    run_id: str
-    parent: Parent
-    subagent: Subagent
-    task: str
-    schema: ResultSchema | None
-    history: tuple[Any, ...]
-    replaces: str | None
-    depth: int
-    timeout: float | None
-    status: RunStatus = RunStatus.PENDING
-    deadline: float = math.inf
-    scope: trio.CancelScope | None = None
-    # Made on first use (see `done`): a run nobody waits for while it is live,
-    # such as one started in the background and read once it ended, needs none.
-    _done: trio.Event | None = None
-    cancel_requested_at: float | None = None
-    cancel_reason: CancelReason | None = None
-    ended_at: float | None = None
-    result: RunResult | None = None
-    transcript: tuple[Any, ...] | None = None
-    error: BaseException | None = None
-    failure_type: type[RunFailedError] = RunFailedError
+    __slots__ = (
+        "_done",
+        "_result",
+        "admitted_at",
+        "cancel_reason",
+        "cancel_requested_at",
+        "deadline",
+        "depth",
+        "durable",
+        "ended_at",
+        "foreground",
+        "history",
+        "host",
+        "outcome",
+        "owner",
+        "phase",
+        "replaces",
+        "run_id",
+        "schema",
+        "scope",
+        "status",
+        "subagent",
+        "task",
+        "timeout",
+    )
 
-    admitted_at: str = ""
-    # Set when the run's outcome is decided; the run is terminal once that
-    # outcome is committed (at once, or when its store has made it durable).
-    settling: bool = False
+    def __init__(
+        self,
+        run_id: str,
+        host: RunHost,
+        owner: str,
+        subagent: Subagent,
+        task: str,
+        schema: ResultSchema | None,
+        history: CanonicalJson | None,
+        replaces: str | None,
+        depth: int,
+        timeout: float | None,
+    ) -> None:
+        self.run_id = run_id
+        self.host = host
+        self.owner = owner
+        self.subagent = subagent
+        self.task = task
+        self.schema = schema
+        # The conversation a continuation carries on; None for a fresh one.
+        self.history = history
+        self.replaces = replaces
+        self.depth = depth
+        self.timeout = timeout
+        self.foreground = False
+        self.status = RunStatus.PENDING
+        self.phase = Phase.LIVE
+        self.outcome: Outcome | None = None
+        self.deadline = math.inf
+        self.scope: trio.CancelScope | None = None
+        # Made on first use (see `done`): a run nobody waits for while it is
+        # live, such as one read once it ended, needs none.
+        self._done: trio.Event | None = None
+        self.cancel_requested_at: float | None = None
+        self.cancel_reason: CancelReason | None = None
+        self.ended_at: float | None = None
+        # Whether its admission record is committed (always, without a store).
+        self.durable = False
+        self.admitted_at = ""
+        # The envelope, when it can be shared: a scalar result nobody can change.
+        self._result: RunResult | None = None
+
+    def __repr__(self) -> str:
+        return f"<Run {self.run_id} {self.subagent.name} {self.status.value} {self.phase.value}>"
 
     # -- reading ---------------------------------------------------------
 
@@ -101,44 +251,61 @@ class Run:
     def is_terminal(self) -> bool:
         return self.ended_at is not None
 
+    @property
+    def is_live(self) -> bool:
+        """Pending or running with nothing decided: it may still start, be cancelled, end."""
+        return self.phase is Phase.LIVE
+
     def handle(self) -> RunHandle:
         return RunHandle(self.run_id, self.subagent.name, self.status)
 
     def summary(self) -> str:
         return summarize_task(self.task)
 
-    def error_details(self, status: RunStatus) -> tuple[str | None, str | None]:
-        """``(error_type, error_message)`` describing how a run ended *status*."""
-        if status is RunStatus.FAILED:
-            error = self.error
-            if error is None:  # pragma: no cover - a failed run always has a cause
-                return "Error", ""
-            return type(error).__name__, str(error)
-        if status is RunStatus.CANCELLED:
-            return None, (self.cancel_reason or CancelReason.REQUEST).value
-        if status is RunStatus.TIMED_OUT:
-            return None, f"its deadline of {self.timeout:g} s passed"
-        return None, None
+    def result(self) -> RunResult:
+        """The envelope of this completed run: a fresh copy of its result."""
+        outcome = self.outcome
+        assert outcome is not None
+        assert outcome.result is not None
+        value = outcome.result.copy()
+        schema = self.schema
+        if schema is not None and schema.target is not None:
+            value = schema.structure(value)
+        return RunResult(self.run_id, self.subagent.name, summarize_task(self.task), value)
 
     def outcome_error(self) -> DelegationError:
         """A fresh exception describing this terminal, non-completed run."""
-        error_type, error_message = self.error_details(self.status)
+        outcome = self.outcome
+        assert outcome is not None
+        error_type, error_message = outcome.error_details(self.timeout)
         exc = terminal_error(
             self.run_id,
             self.subagent.name,
-            self.status,
+            outcome.status,
             error_type,
             error_message,
-            self.failure_type,
+            outcome.failure_type,
         )
-        exc.__cause__ = self.error
+        exc.__cause__ = outcome.error
         return exc
+
+    def conversation(self) -> list[Any]:
+        """This terminal run's whole conversation, as history for a continuation."""
+        outcome = self.outcome
+        assert outcome is not None
+        if outcome.transcript is not None:
+            transcript: list[Any] = outcome.transcript.copy()
+            return transcript
+        history = self.history.copy() if self.history is not None else []
+        result = outcome.result.copy() if outcome.result is not None else None
+        return conversation(history, self.task, outcome.result is not None, result)
 
     # -- transitions ---------------------------------------------------------
 
     def start(self, now: float) -> trio.CancelScope:
         """``pending → running``: the child deadline starts now."""
-        assert self.status is RunStatus.PENDING, self.status
+        assert self.status is RunStatus.PENDING, self
+        assert self.phase is Phase.LIVE, self
         self.status = RunStatus.RUNNING
         if self.timeout is not None:
             self.deadline = now + self.timeout
@@ -148,89 +315,82 @@ class Run:
     def request_cancel(self, now: float, reason: CancelReason) -> bool:
         """Ask the run to stop. Returns whether it was live.
 
-        A pending run is cancelled at once; a running one has its cancel scope
-        cancelled and stays ``running`` until its task settles it. The first
-        request's time and reason are kept (repeats are idempotent). A run
-        whose outcome is already decided is not changed.
+        A pending run is cancelled at once (and never starts); a running one
+        has its cancel scope cancelled and stays ``running`` until its task
+        ends. The first request's time and reason are kept (repeats are
+        idempotent). A run whose outcome is decided is not changed.
         """
         if self.is_terminal:
             return False
         if self.cancel_requested_at is None:
             self.cancel_requested_at = now
             self.cancel_reason = reason
-        if self.settling:
+        if self.phase is not Phase.LIVE:
             return True
         if self.status is RunStatus.PENDING:
-            self._settle(RunStatus.CANCELLED, now)
+            self.decide(Outcome(RunStatus.CANCELLED, reason=reason), at_once=True)
         else:
             assert self.scope is not None
             self.scope.cancel()
         return True
 
-    def settle_completed(self, final_result: Any, transcript: tuple[Any, ...] | None) -> bool:
-        if self.settling:
-            return False
-        self.result = RunResult(
-            self.run_id, self.subagent.name, summarize_task(self.task), final_result
-        )
-        self.transcript = transcript
-        return self._settle(RunStatus.COMPLETED, self.parent._runtime._now())
+    def interrupted(self) -> Outcome:
+        """The outcome of a run whose runner ended by cancellation.
 
-    def settle_failed(
-        self, error: BaseException, failure_type: type[RunFailedError] = RunFailedError
-    ) -> bool:
-        if self.settling:
-            return False
-        self.error = error
-        self.failure_type = failure_type
-        return self._settle(RunStatus.FAILED, self.parent._runtime._now())
-
-    def settle_interrupted(self) -> bool:
-        """Settle a run whose runner ended by cancellation.
-
-        contract §3: ``cancelled`` when a cancel request came strictly before the
-        deadline, else ``timed_out``. A cancellation that came from outside the
-        run's own scope without a recorded request was made by the runtime
-        closing (at its closing time) or by the run's parent ending (now).
+        ``cancelled`` when a cancel request came strictly before the child
+        deadline, else ``timed_out`` (contract §3). A cancellation without a
+        request came from the run's surroundings closing (the runtime, or its
+        parent as the run that holds it ended), at the time they did.
         """
-        if self.settling:
-            return False
-        now = self.parent._runtime._now()
-        requested = self.cancel_requested_at
+        requested, reason = self.cancel_requested_at, self.cancel_reason
         if requested is None:
-            closed_at = self.parent._runtime._closed_at
-            if closed_at is not None:
-                requested, self.cancel_reason = closed_at, CancelReason.RUNTIME_CLOSED
+            closing = self.host.closing_time()
+            if closing is not None:
+                requested, reason = closing
             else:
-                requested, self.cancel_reason = now, CancelReason.PARENT_CLOSED
-        status = RunStatus.CANCELLED if requested < self.deadline else RunStatus.TIMED_OUT
-        return self._settle(status, now)
+                # Only the enclosing run's task can be ending: its nested
+                # parent is about to close, now.
+                requested, reason = self.host.now(), CancelReason.PARENT_CLOSED
+        if requested < self.deadline:
+            return Outcome(RunStatus.CANCELLED, reason=reason)
+        return _TIMED_OUT
 
-    def _settle(self, status: RunStatus, now: float) -> bool:
-        """Decide the outcome; commit it now, or once the store made it durable."""
-        self.settling = True
-        persister = self.parent._runtime._persister
-        if persister is None:
-            self._commit(status, now)
-        else:
-            persister.settle(self, status, lambda error: self._durable(status, now, error))
+    def decide(self, outcome: Outcome, *, at_once: bool = False) -> bool:
+        """Choose the run's outcome; the first decision wins.
+
+        The host records it and then commits it: *at_once* commits before the
+        record is durable (a pending run's cancellation, which no caller
+        waits for a result of).
+
+        Returns:
+            whether this decision was the first.
+        """
+        if self.phase is not Phase.LIVE:
+            return False
+        self.phase = Phase.DECIDED
+        self.outcome = outcome
+        self.host.run_decided(self, outcome, at_once=at_once)
         return True
 
-    def _durable(self, status: RunStatus, now: float, error: StoreError | None) -> None:
-        if error is not None:
-            # A result that could not be recorded is never handed out.
-            status, self.result, self.error = RunStatus.FAILED, None, error
-            self.failure_type = RunFailedError
-        self._commit(status, now)
+    def withdraw(self) -> None:
+        """Undo an admission that could not be recorded: the run never existed."""
+        assert self.phase is Phase.LIVE, self
+        assert self.status is RunStatus.PENDING, self
+        self.phase = Phase.WITHDRAWN
 
-    def _commit(self, status: RunStatus, now: float) -> None:
+    def commit(self, outcome: Outcome) -> None:
+        """Make *outcome* the run's terminal state and wake its waiters (once)."""
+        if self.phase is Phase.COMMITTED or self.phase is Phase.WITHDRAWN:
+            return
         was_running = self.status is RunStatus.RUNNING
-        self.status = status
-        self.ended_at = now
+        self.phase = Phase.COMMITTED
+        self.outcome = outcome
+        self.status = outcome.status
+        self.ended_at = self.host.now()
         self.scope = None
         if self._done is not None:
             self._done.set()
-        self.parent._run_settled(self, was_running)
+        self.host.run_committed(self, was_running)
 
 
 def terminal_error(
@@ -274,34 +434,13 @@ def terminal_error(
     raise AssertionError(f"terminal_error() for a {status} run")  # pragma: no cover
 
 
-def conversation(
-    transcript: tuple[Any, ...] | None,
-    history: tuple[Any, ...],
-    task: str,
-    completed: bool,
-    final_result: Any,
-) -> tuple[Any, ...]:
-    """The whole conversation of a terminal run, as history for a continuation.
+def conversation(history: list[Any], task: str, completed: bool, final_result: Any) -> list[Any]:
+    """The conversation of a run that gave no transcript (contract §12).
 
-    Its transcript when the runner gave one; otherwise its own history, then
-    its task as a user entry and, when it completed, its result (JSON-ready)
-    as an assistant entry.
+    Its own history, then its task as a user entry and, when it completed,
+    its result as an assistant entry.
     """
-    if transcript is not None:
-        return tuple(transcript)
-    entries: list[Any] = [*history, {"role": "user", "content": task}]
+    entries = [*history, {"role": "user", "content": task}]
     if completed:
-        entries.append({"role": "assistant", "content": to_json_ready(final_result)})
-    return tuple(entries)
-
-
-def conversation_of(run: Run) -> tuple[Any, ...]:
-    """The whole conversation of a terminal run in memory."""
-    result = run.result
-    return conversation(
-        run.transcript,
-        run.history,
-        run.task,
-        result is not None,
-        result.final_result if result is not None else None,
-    )
+        entries.append({"role": "assistant", "content": final_result})
+    return entries

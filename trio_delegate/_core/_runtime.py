@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import MappingProxyType
@@ -13,7 +12,13 @@ import trio
 from .._checks import describe
 from .._config import Config
 from .._construction import NoPublicConstructor
-from .._errors import InvalidArgumentsError, RuntimeClosedError, UnknownSubagentError
+from .._errors import (
+    InvalidArgumentsError,
+    RuntimeClosedError,
+    StoreError,
+    UnknownSubagentError,
+)
+from .._json import text_problem
 from .._schema import ResultSchema, SchemaSpec, compile_result_schema
 from .._stores._protocol import ResultStore
 from .._subagent import Subagent
@@ -22,7 +27,7 @@ from ._ids import RunIds, new_runtime_id
 from ._parent import Parent
 from ._persistence import Persister
 from ._retention import Retention
-from ._run import CancelReason
+from ._run import CancelReason, Run
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -50,8 +55,8 @@ class Runtime(metaclass=NoPublicConstructor):
         "_persister",
         "_retention",
         "_run_ids",
+        "_runs",
         "_schemas",
-        "_serials",
         "_subagents",
         "_timeouts",
         "config",
@@ -78,8 +83,12 @@ class Runtime(metaclass=NoPublicConstructor):
         # Open parents by owner, nested ones included (owners are unique among them).
         self._parents: dict[str, Parent] = {}
         self._live_count = 0
-        self._retention = Retention(config.retention_seconds, config.retention_max_runs)
-        self._serials = itertools.count()
+        # Every run in memory by id: live ones and terminal ones that
+        # retention has not evicted. A parent sees those of its owner.
+        self._runs: dict[str, Run] = {}
+        self._retention = Retention(
+            config.retention_seconds, config.retention_max_runs, self._evicted
+        )
         # Checked schemas of host types passed per call (types are few and
         # long-lived; mappings from a model are checked on every call).
         self._schemas: dict[type, ResultSchema] = {}
@@ -189,20 +198,30 @@ class Runtime(metaclass=NoPublicConstructor):
             )
 
     def _compile_schema(self, spec: SchemaSpec) -> ResultSchema:
+        nesting = self.config.max_nesting_depth
         if isinstance(spec, type):
             compiled = self._schemas.get(spec)
             if compiled is None:
-                compiled = self._schemas[spec] = compile_result_schema(spec)
+                compiled = self._schemas[spec] = compile_result_schema(spec, max_nesting=nesting)
             return compiled
-        return compile_result_schema(spec)
+        return compile_result_schema(spec, max_nesting=nesting)
 
-    def _next_serial(self) -> int:
-        return next(self._serials)
+    def _evicted(self, run: Run) -> None:
+        """Retention evicted *run*: it is answered from the store, if anywhere."""
+        del self._runs[run.run_id]
+        persister = self._persister
+        outcome = run.outcome
+        if persister is not None and not (
+            outcome is not None and isinstance(outcome.error, StoreError)
+        ):
+            persister.remember(run)
+        run.host.run_evicted(run)
 
     def _register(self, parent: Parent) -> None:
         self._parents[parent.owner] = parent
 
     def _unregister(self, parent: Parent) -> None:
+        """Free *parent*'s owner: called once every run of the parent has ended."""
         if self._parents.get(parent.owner) is parent:
             del self._parents[parent.owner]
 
@@ -228,10 +247,16 @@ def _check_owner(owner: Any) -> None:
         or not owner.strip()
         or len(owner) > _MAX_OWNER_CHARS
         or not owner.isprintable()
+        or text_problem(owner) is not None
     ):
         raise InvalidArgumentsError(
             f"owner must be a non-empty printable string of at most {_MAX_OWNER_CHARS} "
             f"characters, got {describe(owner)}"
+        )
+    if "/" in owner:
+        raise InvalidArgumentsError(
+            f"owner {describe(owner)} contains '/', which is reserved for the parents of "
+            "nested runs ('<owner>/<run_id>'); choose an owner without '/'"
         )
 
 

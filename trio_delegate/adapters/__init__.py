@@ -11,7 +11,10 @@ Each framework has a module of its own that needs its framework's extra:
 * :mod:`trio_delegate.adapters.dspy` — DSPy
   (``pip install 'trio-delegate[dspy]'``);
 * :mod:`trio_delegate.adapters.claude` — the Claude Agent SDK
-  (``pip install 'trio-delegate[claude]'``).
+  (``pip install 'trio-delegate[claude]'``);
+* :mod:`trio_delegate.adapters.codex` — Codex: its ``config.toml`` entry for
+  ``trio-delegate serve``, and Codex threads as subagents
+  (``pip install 'trio-delegate[codex]'``).
 
 The parent side hands a Trio-owned parent's delegation tools to the
 framework's agent; the child side runs the framework's agent as a

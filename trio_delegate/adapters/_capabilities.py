@@ -88,6 +88,12 @@ def _row(
 
 _YES = Capability(True)
 
+
+def _all(notes: Mapping[str, str]) -> Mapping[str, Capability]:
+    """A row of ✓ only, with these notes."""
+    return _row({name: Capability(True, notes.get(name, "")) for name in CAPABILITY_NAMES})
+
+
 _ALL_ASYNCIO: Final = {
     "foreground": _YES,
     "background": _YES,
@@ -130,6 +136,30 @@ CAPABILITIES: Mapping[str, Mapping[str, Capability]] = MappingProxyType(
                     True, "at the tool call in progress (the thread calls back into Trio)"
                 ),
                 "child_runner": Capability(True, "DSPy's async path on the asyncio bridge"),
+            }
+        ),
+        "claude": _all(
+            {
+                "foreground": "in-process SDK MCP server (claude.mcp_server)",
+                "cancellation_reaches_child": (
+                    "cancelling the scope around query() cancels the tool call and its run"
+                ),
+                "child_runner": "claude.runner(options): one query() per run; continuations fork",
+            }
+        ),
+        "codex": _all(
+            {
+                "foreground": (
+                    "over MCP (trio-delegate serve); past the foreground limit the call "
+                    "answers with the running handle"
+                ),
+                "cancellation_reaches_child": (
+                    "Codex ending its session ends the server's runs and their processes"
+                ),
+                "child_runner": (
+                    "codex.runner(): one turn of a Codex thread per run (openai-codex SDK); "
+                    "cancellation interrupts the turn"
+                ),
             }
         ),
     }

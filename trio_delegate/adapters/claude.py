@@ -1,6 +1,6 @@
-"""The delegation tools for the Claude Agent SDK, as an in-process MCP server.
+"""The Claude Agent SDK both ways: the delegation tools for its agent, and its agent as a subagent.
 
-The SDK serves an ``mcp.server.Server`` instance to Claude Code over an
+**Parent side.** The SDK serves an ``mcp.server.Server`` instance to Claude Code over an
 in-memory transport, and it is anyio-based, so it runs under Trio: a parent
 opened by the host delegates for the agent, and the host's ``async with``
 block stays where the fail-closed completion check happens::
@@ -20,25 +20,37 @@ block stays where the fail-closed completion check happens::
 Claude Code names the tools ``mcp__<server>__<tool>``; the server's key in
 ``mcp_servers`` must be the *name* given here.
 
+**Child side.** :func:`runner` makes a Claude Agent SDK ``query()`` a
+subagent: the task is the prompt, ``final_schema`` becomes the structured
+output format, a continuation resumes a fork of the earlier run's session
+(its id is kept in the run's transcript), and cancellation or the deadline
+closes the query, which ends the Claude Code process::
+
+    td.Subagent("claude", claude.runner(ClaudeAgentOptions(model="sonnet")))
+
 Needs the ``claude`` extra (``pip install 'trio-delegate[claude]'``).
 """
 
 from __future__ import annotations
 
-from typing import Final
+import contextlib
+import dataclasses
+from collections.abc import AsyncGenerator
+from typing import Any, Final, cast
 
 try:
-    from claude_agent_sdk import McpSdkServerConfig
+    from claude_agent_sdk import ClaudeAgentOptions, McpSdkServerConfig, ResultMessage, query
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "trio_delegate.adapters.claude needs the Claude Agent SDK: "
         "pip install 'trio-delegate[claude]'"
     ) from exc
 
-from .. import Parent
+from .. import ChildContext, DelegationError, Output, Parent
+from .._cli._agents import session_and_prompt, transcript
 from ..mcp import DEFAULT_INSTRUCTIONS, build_parent_server
 
-__all__ = ["DEFAULT_SERVER_NAME", "allowed_tools", "mcp_server"]
+__all__ = ["DEFAULT_SERVER_NAME", "ClaudeRunError", "allowed_tools", "mcp_server", "runner"]
 
 #: The server name (and ``mcp_servers`` key) used when none is given.
 DEFAULT_SERVER_NAME: Final = "delegate"
@@ -79,3 +91,84 @@ def allowed_tools(parent: Parent, *, name: str = DEFAULT_SERVER_NAME) -> list[st
         RuntimeClosedError: *parent* is closed.
     """
     return [f"mcp__{name}__{tool}" for tool in parent.tools().names]
+
+
+#: How a run's transcript marks the reply whose session a continuation forks.
+_AGENT: Final = "claude"
+
+
+class ClaudeRunError(DelegationError, RuntimeError):
+    """A Claude Agent SDK query ended with an error (its ``ResultMessage`` says which).
+
+    Raised inside the run, so it is the ``__cause__`` of the ``RunFailedError``
+    a parent sees.
+    """
+
+
+def runner(options: ClaudeAgentOptions | None = None) -> Any:
+    """A subagent runner that runs one Claude Agent SDK ``query()`` per run.
+
+    * The prompt is ``ctx.task``; the answer is the query's ``result`` text,
+      or its ``structured_output`` when the run has a ``final_schema``
+      (passed as ``output_format``).
+    * The run's transcript (``td.Output``) ends with the answer and the
+      session id; a continuation resumes a fork of that session
+      (``resume=`` and ``fork_session=True``), so the earlier run's session
+      never changes. A history without such a session is written out ahead
+      of the message.
+    * Cancellation and the child deadline close the query, which ends the
+      Claude Code process.
+    * A query that ends with an error fails the run with
+      :class:`ClaudeRunError` (the SDK's own errors propagate as they are).
+
+    Args:
+        options: the options of every query (model, tools, permissions,
+            ``cwd``, ``env``, ``cli_path`` ...); ``None`` for the defaults.
+            ``resume``, ``fork_session`` and ``output_format`` are set per run.
+
+    Returns:
+        an async runner for :class:`trio_delegate.Subagent`.
+    """
+    base = options if options is not None else ClaudeAgentOptions()
+
+    async def run_claude(ctx: ChildContext) -> Output:
+        session, prompt = session_and_prompt(_AGENT, ctx)
+        changes: dict[str, Any] = {}
+        if session is not None:
+            changes |= {"resume": session, "fork_session": True}
+        if ctx.final_schema is not None:
+            changes["output_format"] = {"type": "json_schema", "schema": ctx.final_schema}
+        run_options = dataclasses.replace(base, **changes)
+        result: ResultMessage | None = None
+        # Closed on every way out: cancellation ends the query's process.
+        messages = cast(AsyncGenerator[Any, None], query(prompt=prompt, options=run_options))
+        async with contextlib.aclosing(messages):
+            async for message in messages:
+                if isinstance(message, ResultMessage):
+                    result = message
+        if result is None:
+            raise ClaudeRunError(
+                "the query ended without a result message",
+                run_id=ctx.run_id,
+                subagent=ctx.subagent,
+            )
+        if result.is_error or result.subtype != "success":
+            detail = result.result or "; ".join(result.errors or ()) or result.subtype
+            raise ClaudeRunError(
+                f"the query ended with an error ({result.subtype}): {detail}",
+                run_id=ctx.run_id,
+                subagent=ctx.subagent,
+            )
+        answer: Any = result.result or ""
+        if ctx.final_schema is not None:
+            if result.structured_output is None:
+                raise ClaudeRunError(
+                    "the query returned no structured output although the run has a "
+                    f"final_schema; it answered {answer[:200]!r}",
+                    run_id=ctx.run_id,
+                    subagent=ctx.subagent,
+                )
+            answer = result.structured_output
+        return Output(answer, transcript=transcript(_AGENT, ctx, answer, result.session_id))
+
+    return run_claude

@@ -18,8 +18,10 @@ See ``docs/mcp.md`` for client configuration.
 from .._cli._server_config import ConfigError, ServerConfig, load_server_config
 from ._serve import serve_stdio
 from ._server import (
+    DEFAULT_FOREGROUND_LIMIT_SECONDS,
     DEFAULT_INSTRUCTIONS,
     DEFAULT_NAME,
+    DEFAULT_PROGRESS_INTERVAL_SECONDS,
     build_parent_server,
     build_server,
     error_result,
@@ -27,8 +29,10 @@ from ._server import (
 )
 
 __all__ = [
+    "DEFAULT_FOREGROUND_LIMIT_SECONDS",
     "DEFAULT_INSTRUCTIONS",
     "DEFAULT_NAME",
+    "DEFAULT_PROGRESS_INTERVAL_SECONDS",
     "ConfigError",
     "ServerConfig",
     "build_parent_server",

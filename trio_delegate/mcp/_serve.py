@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
-from collections.abc import AsyncIterator, Iterable
-from typing import Final
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, Final
 
 import trio
+from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
-from .. import Config, ResultStore, Subagent, open_runtime
-from ._server import DEFAULT_NAME, build_server, logger
+from .. import Config, ResultStore, Runtime, Subagent, open_runtime
+from ._server import (
+    DEFAULT_FOREGROUND_LIMIT_SECONDS,
+    DEFAULT_NAME,
+    DEFAULT_PROGRESS_INTERVAL_SECONDS,
+    build_server,
+    logger,
+)
 
 __all__ = ["serve_stdio"]
 
@@ -27,11 +35,16 @@ async def serve_stdio(
     config: Config | None = None,
     store: ResultStore | None = None,
     name: str = DEFAULT_NAME,
+    foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS,
+    progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
 ) -> None:
     """Serve the delegation tools over this process's stdin and stdout.
 
     Opens a runtime for the life of the server and serves one MCP
     connection (see :func:`build_server`) until the client closes stdin.
+    Once the runtime is open, it logs one ``ready`` line (INFO, on the
+    ``trio_delegate.mcp`` logger) naming the subagents, the store and the
+    limits; the runs left unresolved are logged on every way out.
     While serving, file descriptors 0 and 1 point at the null device and at
     stderr, so stray output of runners cannot corrupt the protocol stream.
 
@@ -46,22 +59,60 @@ async def serve_stdio(
         config: the runtime's limits and policy; ``Config()`` when omitted.
         store: a durable store for the runs, or ``None``.
         name: the server's name in the MCP handshake.
+        foreground_limit_seconds: how long a foreground call may run before it
+            answers with the running handle; ``None`` for no limit.
+        progress_interval_seconds: how often a running foreground call reports
+            progress to a client that asked for it.
 
     Raises:
-        InvalidArgumentsError: malformed subagents or config.
+        InvalidArgumentsError: malformed subagents, config or limits.
     """
+    subagents = tuple(subagents)
+    config = config if config is not None else Config()
+    serve = functools.partial(
+        _serve,
+        subagents,
+        config,
+        store,
+        functools.partial(
+            build_server,
+            name=name,
+            foreground_limit_seconds=foreground_limit_seconds,
+            progress_interval_seconds=progress_interval_seconds,
+        ),
+        _ready_line(subagents, config, store, foreground_limit_seconds),
+    )
     if threading.current_thread() is not threading.main_thread():
-        await _serve(subagents, config, store, name, None)
+        await serve(None)
         return
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
-        await _serve(subagents, config, store, name, signals)
+        await serve(signals)
+
+
+def _ready_line(
+    subagents: tuple[Subagent, ...],
+    config: Config,
+    store: ResultStore | None,
+    foreground_limit_seconds: float | None,
+) -> str:
+    names = ", ".join(subagent.name for subagent in subagents)
+    where = getattr(store, "path", None)
+    stored = "none (runs are kept in memory)" if store is None else str(where or store)
+    limit = "none" if foreground_limit_seconds is None else f"{foreground_limit_seconds:g} s"
+    deadline = config.subagent_timeout_seconds
+    return (
+        f"ready: subagents {names}; store {stored}; foreground limit {limit}; "
+        f"default deadline {'none' if deadline is None else f'{deadline:g} s'}; "
+        f"{config.max_concurrent_runs} concurrent runs per connection"
+    )
 
 
 async def _serve(
-    subagents: Iterable[Subagent],
-    config: Config | None,
+    subagents: tuple[Subagent, ...],
+    config: Config,
     store: ResultStore | None,
-    name: str,
+    make_server: Callable[[Runtime], Server[Any]],
+    ready: str,
     signals: AsyncIterator[int] | None,
 ) -> None:
     received: int | None = None
@@ -69,7 +120,8 @@ async def _serve(
         open_runtime(subagents, config=config, store=store) as runtime,
         stdio_server() as streams,
     ):
-        server = build_server(runtime, name=name)
+        server = make_server(runtime)
+        logger.info("%s", ready)
         async with trio.open_nursery() as nursery:
             if signals is not None:
 

@@ -11,23 +11,38 @@ The server's lifespan is entered once per connection (``Server.run``), so a
 connection is the unit of ownership: :func:`build_server` opens one parent per
 connection and closes it, cancelling and joining its live runs, when the
 connection ends; :func:`build_parent_server` serves one parent the host owns.
+
+A foreground call (``delegate_task`` or ``continue_subagent`` without
+``background``) is served on the public API as a background start followed
+by a wait bounded by the *foreground limit*. Clients give up on a tool call
+after a timeout of their own, some without telling the server (Codex), so a
+call still running at the limit answers with the running handle and the run
+goes on as background work the model must wait for; a client that cancels
+the call meanwhile cancels and joins the run, as a foreground
+:meth:`Parent.delegate` would. While it waits, the call reports progress to
+clients that asked for it (a progress token), which lets clients that reset
+their timeout on progress keep waiting.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Final
+from typing import Any, Final, final
 
+import attrs
 import mcp.types as mcp_types
+import trio
 from mcp.server import Server, ServerRequestContext
 
 from .. import (
     DelegationError,
     DelegationTools,
+    InvalidArgumentsError,
     Parent,
     Runtime,
     UnresolvedDelegationError,
@@ -35,8 +50,10 @@ from .. import (
 )
 
 __all__ = [
+    "DEFAULT_FOREGROUND_LIMIT_SECONDS",
     "DEFAULT_INSTRUCTIONS",
     "DEFAULT_NAME",
+    "DEFAULT_PROGRESS_INTERVAL_SECONDS",
     "build_parent_server",
     "build_server",
     "error_result",
@@ -56,9 +73,22 @@ DEFAULT_INSTRUCTIONS: Final = (
     "other work, and call wait_subagent on every background run before you finish (a "
     "timed wait that answers with a status means the run is still going: wait again "
     "later). Failed, cancelled and timed-out runs are errors, never results; recover "
-    "with delegate_task(replaces=<run_id>). Runs belong to this connection and are "
-    "cancelled when it ends."
+    "with delegate_task(replaces=<run_id>). A foreground call that runs too long comes "
+    "back as {run_id, subagent, status} instead of a result: it is then background work, "
+    "so call wait_subagent on it. Runs belong to this connection and are cancelled when "
+    "it ends."
 )
+
+#: How long a foreground call may run before it answers with the running
+#: handle: below the common client tool timeouts (Codex: 60 s by default).
+DEFAULT_FOREGROUND_LIMIT_SECONDS: Final = 45.0
+
+#: How often a running foreground call reports progress (when the client
+#: asked for it with a progress token).
+DEFAULT_PROGRESS_INTERVAL_SECONDS: Final = 5.0
+
+#: The tools that run in the foreground unless told ``background``.
+_FOREGROUND_TOOLS: Final = ("delegate_task", "continue_subagent")
 
 #: Hints for clients' approval policies. Delegating runs whatever the
 #: subagent does, so it claims nothing; status and waits change nothing
@@ -81,8 +111,25 @@ _ANNOTATIONS: Final = {
     "continue_subagent": mcp_types.ToolAnnotations(title="Continue a subagent's conversation"),
 }
 
-#: Opens what one connection works with: its tools, bound to a parent.
-_Session = Callable[[], AbstractAsyncContextManager[DelegationTools]]
+
+@final
+@attrs.frozen
+class _Connection:
+    """What one connection works with: a parent and its tools."""
+
+    parent: Parent
+    tools: DelegationTools
+
+
+@final
+@attrs.frozen
+class _Limits:
+    foreground_seconds: float | None
+    progress_seconds: float
+
+
+#: Opens what one connection works with.
+_Session = Callable[[], AbstractAsyncContextManager[_Connection]]
 
 
 def build_server(
@@ -90,7 +137,9 @@ def build_server(
     *,
     name: str = DEFAULT_NAME,
     instructions: str | None = DEFAULT_INSTRUCTIONS,
-) -> Server[DelegationTools]:
+    foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS,
+    progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
+) -> Server[Any]:
     """An MCP server giving each connection a parent of its own on *runtime*.
 
     Each connection (one ``Server.run``: a stdio process, an in-memory
@@ -105,25 +154,41 @@ def build_server(
     streamable HTTP session manager) would share one parent between them: use
     this server with connection-per-run transports (stdio, in-memory).
 
+    A connection cut short (its task cancelled, as on SIGINT) logs the runs
+    it leaves unresolved before they are cancelled.
+
     Args:
         runtime: the open runtime the runs live in; it must outlive the server.
         name: the server's name in the MCP handshake.
         instructions: what the server tells the client's model; ``None`` for nothing.
+        foreground_limit_seconds: how long a foreground call may run before it
+            answers with the running handle (the run goes on in the
+            background); ``None`` for no limit.
+        progress_interval_seconds: how often a running foreground call
+            reports progress to a client that asked for it.
+
+    Raises:
+        InvalidArgumentsError: a limit that is not a finite number > 0.
     """
+    limits = _limits(foreground_limit_seconds, progress_interval_seconds)
 
     @asynccontextmanager
-    async def session() -> AsyncIterator[DelegationTools]:
+    async def session() -> AsyncIterator[_Connection]:
         owner = f"mcp-{secrets.token_hex(8)}"
         try:
             async with runtime.open_parent(owner) as parent:
                 logger.info("connection %s opened", owner)
-                yield parent.tools()
+                try:
+                    yield _Connection(parent, parent.tools())
+                except BaseException:
+                    _log_cut_short(owner, parent)
+                    raise
         except UnresolvedDelegationError as exc:
             logger.warning("connection %s ended; its live runs were cancelled. %s", owner, exc)
         else:
             logger.info("connection %s ended", owner)
 
-    return _make_server(name, instructions, session)
+    return _make_server(name, instructions, session, limits)
 
 
 def build_parent_server(
@@ -131,7 +196,9 @@ def build_parent_server(
     *,
     name: str = DEFAULT_NAME,
     instructions: str | None = DEFAULT_INSTRUCTIONS,
-) -> Server[DelegationTools]:
+    foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS,
+    progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
+) -> Server[Any]:
     """An MCP server whose every connection works with *parent*'s tools.
 
     The host owns *parent*: its runs outlive any one connection, and leaving
@@ -141,37 +208,79 @@ def build_parent_server(
         parent: an open parent.
         name: the server's name in the MCP handshake.
         instructions: what the server tells the client's model; ``None`` for nothing.
+        foreground_limit_seconds: as for :func:`build_server`.
+        progress_interval_seconds: as for :func:`build_server`.
 
     Raises:
         RuntimeClosedError: *parent* is closed.
+        InvalidArgumentsError: a limit that is not a finite number > 0.
     """
-    tools = parent.tools()
+    limits = _limits(foreground_limit_seconds, progress_interval_seconds)
+    connection = _Connection(parent, parent.tools())
 
     @asynccontextmanager
-    async def session() -> AsyncIterator[DelegationTools]:
-        yield tools
+    async def session() -> AsyncIterator[_Connection]:
+        yield connection
 
-    return _make_server(name, instructions, session)
+    return _make_server(name, instructions, session, limits)
 
 
-def _make_server(name: str, instructions: str | None, session: _Session) -> Server[DelegationTools]:
+def _limits(foreground: Any, progress: Any) -> _Limits:
+    def check(field: str, value: Any, *, allow_none: bool) -> None:
+        if value is None and allow_none:
+            return
+        ok = (
+            not isinstance(value, bool)
+            and isinstance(value, int | float)
+            and math.isfinite(value)
+            and value > 0
+        )
+        if not ok:
+            allowed = "a finite number of seconds > 0" + (" or None" if allow_none else "")
+            raise InvalidArgumentsError(f"{field} must be {allowed}, got {value!r}")
+
+    check("foreground_limit_seconds", foreground, allow_none=True)
+    check("progress_interval_seconds", progress, allow_none=False)
+    return _Limits(None if foreground is None else float(foreground), float(progress))
+
+
+def _log_cut_short(owner: str, parent: Parent) -> None:
+    """Log what a connection cut short leaves unresolved, before its runs are cancelled."""
+    try:
+        parent.check_resolved()
+    except UnresolvedDelegationError as exc:
+        logger.warning(
+            "connection %s was cut short; its live runs are being cancelled. %s", owner, exc
+        )
+    except DelegationError:  # pragma: no cover - the parent is open here
+        pass
+
+
+def _make_server(
+    name: str, instructions: str | None, session: _Session, limits: _Limits
+) -> Server[Any]:
     @asynccontextmanager
-    async def lifespan(server: Server[DelegationTools]) -> AsyncIterator[DelegationTools]:
-        async with session() as tools:
-            yield tools
+    async def lifespan(server: Server[Any]) -> AsyncIterator[_Connection]:
+        async with session() as connection:
+            yield connection
 
     async def list_tools(
-        ctx: ServerRequestContext[DelegationTools],
+        ctx: ServerRequestContext[_Connection],
         params: mcp_types.PaginatedRequestParams | None,
     ) -> mcp_types.ListToolsResult:
-        return mcp_types.ListToolsResult(tools=_tool_list(ctx.lifespan_context))
+        return mcp_types.ListToolsResult(tools=_tool_list(ctx.lifespan_context.tools, limits))
 
     async def call_tool(
-        ctx: ServerRequestContext[DelegationTools],
+        ctx: ServerRequestContext[_Connection],
         params: mcp_types.CallToolRequestParams,
     ) -> mcp_types.CallToolResult:
+        connection = ctx.lifespan_context
+        arguments = params.arguments
         try:
-            payload = await ctx.lifespan_context.call(params.name, params.arguments)
+            if params.name in _FOREGROUND_TOOLS and _is_foreground(arguments):
+                assert arguments is not None
+                return await _foreground(ctx, connection, params.name, arguments, limits)
+            payload = await connection.tools.call(params.name, arguments)
         except DelegationError as exc:
             return error_result(exc)
         return success_result(payload)
@@ -186,16 +295,105 @@ def _make_server(name: str, instructions: str | None, session: _Session) -> Serv
     )
 
 
-def _tool_list(tools: DelegationTools) -> list[mcp_types.Tool]:
+def _tool_list(tools: DelegationTools, limits: _Limits) -> list[mcp_types.Tool]:
     return [
         mcp_types.Tool(
             name=definition.name,
-            description=definition.description,
+            description=_description(definition.name, definition.description, limits),
             input_schema=definition.parameters,
             annotations=_ANNOTATIONS.get(definition.name),
         )
         for definition in tools.definitions()
     ]
+
+
+def _description(name: str, text: str, limits: _Limits) -> str:
+    if name not in _FOREGROUND_TOOLS or limits.foreground_seconds is None:
+        return text
+    # Appended, not rewritten: the rest of the description is the parent's,
+    # as every other provider format shows it.
+    return (
+        f"{text}\n\nA foreground call still running after {limits.foreground_seconds:g} s "
+        "returns {run_id, subagent, status} instead of the result; the run goes on in the "
+        "background: call wait_subagent with that run_id (with a timeout, repeatedly) before "
+        "you finish. Progress is reported while a foreground call runs."
+    )
+
+
+def _is_foreground(arguments: Mapping[str, Any] | None) -> bool:
+    """Whether a call's arguments ask for the foreground (anything malformed: no)."""
+    # Malformed arguments go to the tools unchanged, which name the problem.
+    return isinstance(arguments, Mapping) and arguments.get("background", False) in (False, None)
+
+
+async def _foreground(
+    ctx: ServerRequestContext[_Connection],
+    connection: _Connection,
+    name: str,
+    arguments: Mapping[str, Any],
+    limits: _Limits,
+) -> mcp_types.CallToolResult:
+    """A foreground call: a background start, then a wait bounded by the foreground limit.
+
+    Raises:
+        DelegationError: what the start or the wait raise (the run's error).
+    """
+    handle = await connection.tools.call(name, {**arguments, "background": True})
+    run_id = handle["run_id"]
+    wait: dict[str, Any] = {"run_id": run_id}
+    if limits.foreground_seconds is not None:
+        wait["timeout"] = limits.foreground_seconds
+    answer: dict[str, Any] | DelegationError | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_report_progress, ctx, handle, limits)
+            try:
+                answer = await connection.tools.call("wait_subagent", wait)
+            except DelegationError as exc:
+                # Raised outside the nursery, which would wrap it in a group.
+                answer = exc
+            nursery.cancel_scope.cancel()
+    finally:
+        if answer is None:
+            # The client cancelled the call: the run ends with it, as a
+            # foreground delegation's does.
+            with trio.CancelScope(shield=True):
+                await _cancel_and_join(connection.parent, run_id)
+    if isinstance(answer, DelegationError):
+        raise answer
+    payload = answer
+    if "final_result" in payload:
+        return success_result(payload)
+    payload["message"] = (
+        f"still {payload['status']} after {limits.foreground_seconds:g} s, the most a "
+        f"foreground call waits here; it goes on in the background. Call wait_subagent "
+        f"with run_id {run_id!r} (with a timeout, repeatedly) until it answers, before you "
+        "finish."
+    )
+    return success_result(payload)
+
+
+async def _report_progress(
+    ctx: ServerRequestContext[_Connection], handle: Mapping[str, Any], limits: _Limits
+) -> None:
+    """Report progress every interval (a no-op for clients without a progress token)."""
+    started = trio.current_time()
+    while True:
+        await trio.sleep(limits.progress_seconds)
+        elapsed = trio.current_time() - started
+        await ctx.session.report_progress(
+            elapsed,
+            limits.foreground_seconds,
+            f"run {handle['run_id']} of {handle['subagent']} still running after {elapsed:.0f} s",
+        )
+
+
+async def _cancel_and_join(parent: Parent, run_id: str) -> None:
+    try:
+        parent.cancel(run_id)
+        await parent.wait(run_id)
+    except DelegationError:
+        pass  # cancelled, failed or the parent closed: the run is over either way
 
 
 def success_result(payload: dict[str, Any]) -> mcp_types.CallToolResult:

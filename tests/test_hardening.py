@@ -1,0 +1,726 @@
+"""Regression tests: what models, runners and stores really send (contract §15).
+
+Each test is named after the rule it protects and reproduces one way the
+runtime used to hang, reorder, leak or lose something.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+import trio_delegate as td
+from trio_delegate._core._groups import open_transparent_nursery
+from trio_delegate._stores._protocol import StoreSnapshot
+
+from .helpers import StepTimer, forever, returning, slow_cleanup, sub
+
+LENIENT = td.Config(fail_closed=False)
+
+
+def nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.fixture(params=["none", "memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> td.ResultStore | None:
+    if request.param == "memory":
+        return td.MemoryStore()
+    if request.param == "sqlite":
+        return td.SQLiteStore(tmp_path / "runs.db")
+    return None
+
+
+# -- text that is not valid Unicode -----------------------------------------------
+
+
+async def test_task_with_a_lone_surrogate_is_refused_at_admission(
+    store: td.ResultStore | None,
+) -> None:
+    async with (
+        td.open_runtime([sub("echo", returning("ok"))], store=store) as rt,
+        rt.open_parent() as parent,
+    ):
+        tools = parent.tools()
+        with trio.fail_after(10):
+            with pytest.raises(td.InvalidArgumentsError, match="lone surrogate"):
+                await tools.call("delegate_task", '{"subagent": "echo", "task": "a\\ud800b"}')
+            with pytest.raises(td.InvalidArgumentsError, match="lone surrogate"):
+                await parent.start("echo", "x\udfff")
+            # Nothing was admitted, and the runtime goes on.
+            assert rt.live_runs == 0
+            assert (await parent.delegate("echo", "fine")).final_result == "ok"
+
+
+async def test_error_text_with_a_lone_surrogate_is_recorded_escaped(
+    store: td.ResultStore | None,
+) -> None:
+    async def broken(ctx: td.ChildContext) -> Any:
+        await trio.lowlevel.checkpoint()
+        raise ValueError("bad \ud800 text")
+
+    async with (
+        td.open_runtime([sub("broken", broken)], store=store, config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(10):
+            with pytest.raises(td.RunFailedError) as info:
+                await parent.delegate("broken", "t")
+    assert info.value.error_message == "bad \\ud800 text"
+    json.dumps(info.value.to_payload()).encode("utf-8")  # valid Unicode throughout
+    if store is not None:
+        record = await store.get(info.value.run_id or "")
+        assert record is not None
+        assert record.error_message == "bad \\ud800 text"
+
+
+async def test_transcript_with_a_lone_surrogate_fails_the_run_without_hanging(
+    store: td.ResultStore | None,
+) -> None:
+    async def chatty(ctx: td.ChildContext) -> Any:
+        await trio.lowlevel.checkpoint()
+        return td.Output("done", transcript=[{"role": "user", "content": "\ud800"}])
+
+    async with (
+        td.open_runtime([sub("chatty", chatty)], store=store, config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(10):
+            with pytest.raises(td.RunFailedError, match="lone surrogate"):
+                await parent.delegate("chatty", "t")
+            assert (await parent.start("chatty", "again")).status is not None
+
+
+# -- values nested too deep ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [65, 400, 900, 100_000])
+async def test_deeply_nested_result_fails_the_run_without_hanging(
+    store: td.ResultStore | None, depth: int
+) -> None:
+    async with (
+        td.open_runtime([sub("deep", returning(nested(depth)))], store=store, config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(10):
+            with pytest.raises(td.RunFailedError, match="nests more than 64 levels"):
+                await parent.delegate("deep", "t")
+
+
+async def test_result_at_the_nesting_limit_completes() -> None:
+    value = nested(63)  # 63 lists around a string: 63 levels
+    async with td.open_runtime([sub("deep", returning(value))]) as rt, rt.open_parent() as p:
+        assert (await p.delegate("deep", "t")).final_result == value
+
+
+async def test_nesting_limit_is_configurable() -> None:
+    config = td.Config(max_nesting_depth=3, fail_closed=False)
+    async with (
+        td.open_runtime([sub("deep", returning(nested(4)))], config=config) as rt,
+        rt.open_parent() as parent,
+    ):
+        with pytest.raises(td.RunFailedError, match="more than 3 levels"):
+            await parent.delegate("deep", "t")
+        tools = parent.tools()
+        with pytest.raises(td.InvalidArgumentsError, match="more than 3 levels"):
+            await tools.call("subagent_status", {"run_id": "x", "extra": nested(5)})
+
+
+async def test_deeply_nested_tool_arguments_are_invalid_arguments() -> None:
+    async with td.open_runtime([sub("echo", returning(1))]) as rt, rt.open_parent() as parent:
+        tools = parent.tools()
+        deep_text = '{"run_id": ' + "[" * 100_000 + "]" * 100_000 + "}"
+        with pytest.raises(td.InvalidArgumentsError, match="nest"):
+            await tools.call("subagent_status", deep_text)
+        with pytest.raises(td.InvalidArgumentsError, match="nest"):
+            await tools.call("subagent_status", {"run_id": nested(100_000)})
+        schema: Any = {"type": "object"}
+        for _ in range(100_000):
+            schema = {"not": schema}
+        with pytest.raises(td.InvalidArgumentsError, match="nests more than"):
+            await tools.call(
+                "delegate_task", {"subagent": "echo", "task": "t", "final_schema": schema}
+            )
+        with pytest.raises(td.InvalidArgumentsError, match="nests more than"):
+            await parent.delegate("echo", "t", final_schema=schema)
+
+
+# -- numbers that do not fit ----------------------------------------------------------
+
+
+async def test_overflowing_numbers_are_invalid_arguments() -> None:
+    async with (
+        td.open_runtime([sub("idle", forever)], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        handle = await parent.start("idle", "t")
+        tools = parent.tools()
+        huge = "9" * 400
+        for arguments in (
+            f'{{"run_id": "{handle.run_id}", "timeout": {huge}}}',
+            {"run_id": handle.run_id, "timeout": 10**400},
+            f'{{"run_id": "{handle.run_id}", "timeout": 1e400}}',
+        ):
+            with pytest.raises(td.InvalidArgumentsError, match="timeout"):
+                await tools.call("wait_subagent", arguments)
+        with pytest.raises(td.InvalidArgumentsError, match="timeout"):
+            await parent.wait(handle.run_id, timeout=10**400)
+        five_thousand_digits = '{"run_id": "x", "timeout": ' + "9" * 5000 + "}"
+        with pytest.raises(td.InvalidArgumentsError):
+            await tools.call("wait_subagent", five_thousand_digits)
+        parent.cancel(handle.run_id)
+    with pytest.raises(td.InvalidArgumentsError, match="subagent_timeout_seconds"):
+        td.Config(subagent_timeout_seconds=10**400)
+
+
+async def test_result_with_an_integer_too_long_for_json_fails_the_run() -> None:
+    async with (
+        td.open_runtime([sub("big", returning([10**5000]))], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(10), pytest.raises(td.RunFailedError, match="number JSON"):
+            await parent.delegate("big", "t")
+
+
+# -- model-supplied schemas cannot stall the event loop -----------------------------------
+
+
+async def test_catastrophic_pattern_does_not_stall_the_event_loop() -> None:
+    schema = {"type": "string", "pattern": "^(a+)+$"}
+    timer = StepTimer()
+    trio.lowlevel.add_instrument(timer)
+    try:
+        async with (
+            td.open_runtime([sub("echo", returning("a" * 30 + "b"))], config=LENIENT) as rt,
+            rt.open_parent() as parent,
+        ):
+            with trio.fail_after(10), pytest.raises(td.InvalidResultError, match="does not match"):
+                await parent.delegate("echo", "t", final_schema=schema)
+            long_match = "a" * 100_000
+            async with (
+                td.open_runtime([sub("long", returning(long_match))]) as rt2,
+                rt2.open_parent() as p2,
+            ):
+                result = await p2.delegate("long", "t", final_schema=schema)
+                assert result.final_result == long_match
+    finally:
+        trio.lowlevel.remove_instrument(timer)
+    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+
+
+async def test_pattern_that_needs_backtracking_is_refused_at_admission() -> None:
+    async with td.open_runtime([sub("echo", returning("x"))]) as rt, rt.open_parent() as parent:
+        for pattern in ("(?=a)b", r"(a)\1", "(?<!x)y"):
+            with pytest.raises(td.InvalidArgumentsError, match="linear time"):
+                await parent.start("echo", "t", final_schema={"pattern": pattern})
+        with pytest.raises(td.InvalidArgumentsError, match="linear time"):
+            await parent.start("echo", "t", final_schema={"patternProperties": {"(?=k)": {}}})
+        assert rt.live_runs == 0
+
+
+async def test_unique_items_over_thousands_of_objects_does_not_stall_the_event_loop() -> None:
+    items = [{"id": index, "tags": ["a", "b"], "n": index * 1.5} for index in range(20_000)]
+    duplicated = [*items, {"tags": ["a", "b"], "id": 7, "n": 10.5}]
+    schema = {"type": "array", "uniqueItems": True}
+    timer = StepTimer()
+    trio.lowlevel.add_instrument(timer)
+    try:
+        async with (
+            td.open_runtime(
+                [sub("unique", returning(items)), sub("dupes", returning(duplicated))],
+                config=td.Config(fail_closed=False, max_result_bytes=10_000_000),
+            ) as rt,
+            rt.open_parent() as parent,
+        ):
+            with trio.fail_after(20):
+                ok = await parent.delegate("unique", "t", final_schema=schema)
+                assert len(ok.final_result) == 20_000
+                with pytest.raises(td.InvalidResultError, match="non-unique"):
+                    await parent.delegate("dupes", "t", final_schema=schema)
+    finally:
+        trio.lowlevel.remove_instrument(timer)
+    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+
+
+async def test_unique_items_follows_json_equality() -> None:
+    async with (
+        td.open_runtime(
+            [
+                sub("a", returning([1, 1.0])),
+                sub("b", returning([1, True])),
+                sub("c", returning([])),
+            ],
+            config=LENIENT,
+        ) as rt,
+        rt.open_parent() as parent,
+    ):
+        schema = {"uniqueItems": True}
+        with pytest.raises(td.InvalidResultError):
+            await parent.delegate("a", "t", final_schema=schema)
+        assert (await parent.delegate("b", "t", final_schema=schema)).final_result == [1, True]
+        assert (await parent.delegate("c", "t", final_schema=schema)).final_result == []
+
+
+async def test_exponential_schema_is_stopped_by_the_child_deadline() -> None:
+    # Each level doubles the work: 2**40 evaluations would take days.
+    defs: dict[str, Any] = {"l40": {"type": "integer"}}
+    for level in range(39, -1, -1):
+        ref = {"$ref": f"#/$defs/l{level + 1}"}
+        defs[f"l{level}"] = {"anyOf": [{"allOf": [ref, {"minimum": 1}]}, ref]}
+    schema = {"$defs": defs, "$ref": "#/$defs/l0"}
+    timer = StepTimer()
+    trio.lowlevel.add_instrument(timer)
+    try:
+        async with (
+            td.open_runtime([sub("zero", returning(0), timeout_seconds=0.5)], config=LENIENT) as rt,
+            rt.open_parent() as parent,
+        ):
+            with trio.fail_after(10), pytest.raises(td.RunTimedOutError):
+                await parent.delegate("zero", "t", final_schema=schema)
+    finally:
+        trio.lowlevel.remove_instrument(timer)
+    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+
+
+async def test_self_referencing_schema_fails_the_run_cleanly() -> None:
+    async with (
+        td.open_runtime([sub("one", returning(1))], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(10), pytest.raises(td.InvalidResultError):
+            await parent.delegate("one", "t", final_schema={"$ref": "#"})
+
+
+# -- store interleavings ----------------------------------------------------------------
+
+
+async def test_pending_runs_start_in_admission_order_with_a_store(
+    store: td.ResultStore | None,
+) -> None:
+    started: list[str] = []
+
+    async def record(ctx: td.ChildContext) -> str:
+        started.append(ctx.task)
+        await trio.sleep(0.01)
+        return ctx.task
+
+    config = td.Config(max_concurrent_runs=1)
+    async with (
+        td.open_runtime([sub("r", record)], store=store, config=config) as rt,
+        rt.open_parent() as parent,
+    ):
+        handles: list[td.RunHandle] = []
+
+        async def admit(task: str) -> None:
+            handles.append(await parent.start("r", task))
+
+        # Admitted one after another, in one scheduler tick each, by separate
+        # tasks: their callers wake from the store's commit in any order.
+        async with trio.open_nursery() as nursery:
+            for index in range(40):
+                nursery.start_soon(admit, f"t{index:02}")
+                await trio.testing.wait_all_tasks_blocked()
+        for handle in handles:
+            await parent.wait(handle.run_id)
+    assert started == sorted(started), started
+    assert len(started) == 40
+
+
+async def test_pending_cancel_is_immediate_with_a_store(store: td.ResultStore | None) -> None:
+    config = td.Config(max_concurrent_runs=1, fail_closed=False)
+    async with (
+        td.open_runtime([sub("idle", forever)], store=store, config=config) as rt,
+        rt.open_parent() as parent,
+    ):
+        first = await parent.start("idle", "first")
+        second = await parent.start("idle", "second")
+        assert second.status is td.RunStatus.PENDING
+        ack = parent.cancel(second.run_id)
+        assert ack == td.CancelAck(second.run_id, True, td.RunStatus.CANCELLED)
+        assert parent.status(second.run_id).status is td.RunStatus.CANCELLED
+        with pytest.raises(td.RunCancelledError):
+            await parent.wait(second.run_id, timeout=0)
+        parent.cancel(first.run_id)
+    if store is not None:
+        record = await store.get(second.run_id)
+        assert record is not None
+        assert record.status is td.RunStatus.CANCELLED
+
+
+@attrs.frozen
+class Finding:
+    title: str
+    tags: tuple[str, ...]
+
+
+async def test_repeated_waits_return_equal_values_also_after_eviction(
+    store: td.ResultStore | None,
+) -> None:
+    config = td.Config(retention_max_runs=1)
+    subagents = [
+        sub("tuple", returning((1, (2, 3)))),
+        sub("typed", returning(Finding("x", ("a", "b"))), final_schema=Finding),
+        sub("filler", returning(None)),
+    ]
+    async with (
+        td.open_runtime(subagents, store=store, config=config) as rt,
+        rt.open_parent() as parent,
+    ):
+        plain = await parent.start("tuple", "t")
+        first_plain = await parent.wait(plain.run_id)
+        assert first_plain == await parent.wait(plain.run_id)
+        typed = await parent.start("typed", "t")
+        first_typed = await parent.wait(typed.run_id)
+        assert isinstance(first_typed, td.RunResult)
+        assert first_typed.final_result == Finding("x", ("a", "b"))
+        await parent.delegate("filler", "evicts the others")
+        if store is None:
+            with pytest.raises(td.ExpiredRunError):
+                await parent.wait(plain.run_id)
+            return
+        assert await parent.wait(plain.run_id) == first_plain
+        assert await parent.wait(typed.run_id) == first_typed
+    assert isinstance(first_plain, td.RunResult)
+    assert first_plain.final_result == [1, [2, 3]]  # held as JSON from settlement on
+
+
+class GateStore:
+    """A memory store whose reads wait at a gate the test opens."""
+
+    def __init__(self) -> None:
+        self.inner = td.MemoryStore()
+        self.gate: trio.Event | None = None
+        self.reading = trio.Event()
+
+    async def attach(self, runtime_id: str) -> StoreSnapshot:
+        return await self.inner.attach(runtime_id)
+
+    async def detach(self, runtime_id: str) -> None:
+        await self.inner.detach(runtime_id)
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        await self.inner.write(records)
+
+    async def get(self, run_id: str) -> td.RunRecord | None:
+        if self.gate is not None:
+            self.reading.set()
+            with trio.CancelScope(shield=True):
+                await self.gate.wait()
+        return await self.inner.get(run_id)
+
+    async def list_runs(
+        self, *, status: td.RunStatus | None = None, owner: str | None = None, limit: int = 100
+    ) -> list[td.RunRecord]:
+        return await self.inner.list_runs(status=status, owner=owner, limit=limit)
+
+
+@pytest.mark.parametrize("closing", ["parent", "runtime"])
+async def test_continue_run_in_flight_when_closing_leaves_no_run(closing: str) -> None:
+    store = GateStore()
+    config = td.Config(retention_max_runs=1, fail_closed=False)
+    subagents = [sub("echo", returning("ok")), sub("idle", forever)]
+    outcome: list[BaseException] = []
+    async with trio.open_nursery() as outer:
+        async with td.open_runtime(subagents, store=store, config=config) as rt:
+            async with rt.open_parent("a") as parent:
+                done = await parent.delegate("echo", "first")
+                await parent.delegate("echo", "evicts the first")  # now only in the store
+            leave = trio.Event()
+
+            async def host(*, task_status: trio.TaskStatus[td.Parent]) -> None:
+                async with rt.open_parent("a") as second:
+                    task_status.started(second)
+                    await leave.wait()
+
+            second: td.Parent = await outer.start(host)
+
+            async def carry_on() -> None:
+                try:
+                    await second.continue_run(done.run_id, "next")
+                except td.DelegationError as exc:
+                    outcome.append(exc)
+
+            gate = store.gate = trio.Event()
+            outer.start_soon(carry_on)
+            await store.reading.wait()  # continue_run is reading the earlier run
+            if closing == "parent":
+                leave.set()
+                await trio.testing.wait_all_tasks_blocked()  # the parent has closed
+                gate.set()
+                await trio.testing.wait_all_tasks_blocked()
+        # Leaving the runtime's block closed it (for "runtime", while the read waited).
+        gate.set()
+        leave.set()
+    [error] = outcome
+    assert isinstance(error, td.RuntimeClosedError)
+    assert "closed" in str(error)
+    assert rt.live_runs == 0
+    records = await store.inner.list_runs()
+    assert [record.task for record in records] == ["evicts the first", "first"]
+
+
+async def test_visibility_depends_only_on_the_owner(store: td.ResultStore | None) -> None:
+    config = td.Config(retention_max_runs=2)
+    subagents = [sub("echo", returning("ok"))]
+    async with td.open_runtime(subagents, store=store, config=config) as rt:
+        async with rt.open_parent("a") as first:
+            kept = await first.delegate("echo", "kept")
+        async with rt.open_parent("a") as again, rt.open_parent("b") as other:
+            # Retained in memory: the owner sees it, another owner does not.
+            assert again.status(kept.run_id).status is td.RunStatus.COMPLETED
+            with pytest.raises(td.UnknownRunError) as info:
+                other.status(kept.run_id)
+            assert not isinstance(info.value, td.ExpiredRunError)
+            for index in range(3):
+                await other.delegate("echo", f"evict {index}")
+            # Evicted: the same answers (from the store), or expired for the owner only.
+            if store is None:
+                with pytest.raises(td.ExpiredRunError):
+                    again.status(kept.run_id)
+            else:
+                assert again.status(kept.run_id).status is td.RunStatus.COMPLETED
+            with pytest.raises(td.UnknownRunError) as info:
+                other.status(kept.run_id)
+            assert not isinstance(info.value, td.ExpiredRunError)
+
+
+# -- owners -----------------------------------------------------------------------
+
+
+async def test_owners_with_a_slash_are_reserved_for_nested_parents() -> None:
+    async with td.open_runtime([sub("idle", forever)]) as rt:
+        with pytest.raises(td.InvalidArgumentsError, match="reserved"):
+            async with rt.open_parent("p/run_0123"):
+                pass
+
+
+async def test_owner_stays_taken_until_its_runs_are_joined(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    opened_while_closing: list[BaseException | str] = []
+    config = td.Config(fail_closed=False)
+    async with td.open_runtime([sub("slow", slow_cleanup(5))], config=config) as rt:
+        async with trio.open_nursery() as nursery:
+
+            async def second_parent() -> None:
+                await trio.sleep(1)  # the first is closing, its run cleaning up
+                try:
+                    async with rt.open_parent("a"):
+                        opened_while_closing.append("opened")
+                except td.InvalidArgumentsError as exc:
+                    opened_while_closing.append(exc)
+
+            async with rt.open_parent("a") as parent:
+                await parent.start("slow", "t")
+                nursery.start_soon(second_parent)
+        async with rt.open_parent("a"):
+            pass  # free again once the first has joined its runs
+    [outcome] = opened_while_closing
+    assert isinstance(outcome, td.InvalidArgumentsError)
+
+
+# -- isolation --------------------------------------------------------------------
+
+
+async def test_a_runner_changing_its_history_changes_nothing_else() -> None:
+    seen: list[Any] = []
+
+    async def meddler(ctx: td.ChildContext) -> Any:
+        await trio.lowlevel.checkpoint()
+        seen.append(json.loads(json.dumps(ctx.history)))
+        for entry in ctx.history:
+            entry["content"] = "tampered"
+        if ctx.final_schema is not None:
+            ctx.final_schema["type"] = "string"  # type: ignore[index]
+        return {"answer": ctx.task}
+
+    schema = {"type": "object", "required": ["answer"]}
+    async with (
+        td.open_runtime([sub("m", meddler, final_schema=schema)]) as rt,
+        rt.open_parent() as parent,
+    ):
+        first = await parent.delegate("m", "q1")
+        first.final_result["answer"] = "changed by the caller"
+        again = await parent.wait(first.run_id)
+        assert again.final_result == {"answer": "q1"}  # type: ignore[union-attr]
+        await parent.continue_run(first.run_id, "q2")
+        await parent.continue_run(first.run_id, "q3")
+    assert (
+        seen[1]
+        == seen[2]
+        == [
+            {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": {"answer": "q1"}},
+        ]
+    )
+
+
+# -- how runs end -------------------------------------------------------------------
+
+
+async def test_timed_out_run_is_recorded_with_its_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+
+    async def boss(ctx: td.ChildContext) -> Any:
+        assert ctx.parent is not None
+        await ctx.parent.start("idle", "inner")
+        await trio.sleep_forever()
+
+    subagents = [
+        sub("boss", boss, children=("idle",), timeout_seconds=5),
+        sub("idle", forever, timeout_seconds=5),
+    ]
+    async with (
+        td.open_runtime(subagents, store=store, config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        handle = await parent.start("boss", "t")
+        with pytest.raises(td.RunTimedOutError):
+            await parent.wait(handle.run_id)
+    for record in await store.list_runs():
+        assert record.status is td.RunStatus.TIMED_OUT, record
+        assert record.error_message == "its deadline of 5 s passed", record
+
+
+async def test_child_error_is_kept_when_the_body_raises_too() -> None:
+    async def child() -> None:
+        raise RuntimeError("child failed")
+
+    async def body() -> None:
+        async with open_transparent_nursery() as nursery:
+            nursery.start_soon(child)
+            await trio.testing.wait_all_tasks_blocked()
+            raise ValueError("body failed")
+
+    with pytest.raises(ValueError, match="body failed") as info:
+        await body()
+    chain = []
+    exc: BaseException | None = info.value
+    while exc is not None:
+        chain.append(exc)
+        exc = exc.__context__
+    assert any(isinstance(e, RuntimeError) and str(e) == "child failed" for e in chain)
+    assert any("child failed" in note for note in getattr(info.value, "__notes__", []))
+
+
+# -- a store that fails in every way ----------------------------------------------------
+
+
+class FaultyStore:
+    """A memory store whose writes fail as told, per run task or for everything."""
+
+    def __init__(self) -> None:
+        self.inner = td.MemoryStore()
+        self.bad_tasks: set[str] = set()
+        self.raise_for_bad: BaseException = UnicodeEncodeError("utf-8", "\ud800", 0, 1, "bad")
+        self.writes = 0
+
+    async def attach(self, runtime_id: str) -> StoreSnapshot:
+        return await self.inner.attach(runtime_id)
+
+    async def detach(self, runtime_id: str) -> None:
+        await self.inner.detach(runtime_id)
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        await trio.lowlevel.checkpoint()
+        self.writes += 1
+        if any(record.task in self.bad_tasks for record in records):
+            raise self.raise_for_bad
+        await self.inner.write(records)
+
+    async def get(self, run_id: str) -> td.RunRecord | None:
+        return await self.inner.get(run_id)
+
+    async def list_runs(
+        self, *, status: td.RunStatus | None = None, owner: str | None = None, limit: int = 100
+    ) -> list[td.RunRecord]:
+        return await self.inner.list_runs(status=status, owner=owner, limit=limit)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"),
+        RuntimeError("driver bug"),
+        td.StoreError("disk full"),
+    ],
+    ids=["encoding", "runtime-error", "store-error"],
+)
+async def test_one_bad_record_fails_only_its_own_run(error: BaseException) -> None:
+    store = FaultyStore()
+    store.raise_for_bad = error
+    go = trio.Event()
+
+    async def echo(ctx: td.ChildContext) -> str:
+        await go.wait()
+        return "ok"
+
+    config = td.Config(max_concurrent_runs=64, fail_closed=False)
+    async with (
+        td.open_runtime([sub("echo", echo)], store=store, config=config) as rt,
+        rt.open_parent() as parent,
+    ):
+        handles = [await parent.start("echo", f"t{index}") for index in range(20)]
+        store.bad_tasks.add("t7")  # its end record will not encode
+        go.set()  # the twenty end records are written in one batch
+        with trio.fail_after(10):
+            outcomes: dict[str, Any] = {}
+            for handle in handles:
+                try:
+                    outcomes[handle.run_id] = await parent.wait(handle.run_id)
+                except td.RunFailedError as exc:
+                    outcomes[handle.run_id] = exc
+        failures = [value for value in outcomes.values() if isinstance(value, Exception)]
+        assert len(failures) == 1
+        assert isinstance(failures[0].__cause__, td.StoreError)
+        # The writer lives on.
+        assert (await parent.delegate("echo", "after")).final_result == "ok"
+    stored = {record.task: record.status for record in await store.inner.list_runs(limit=100)}
+    assert stored["t7"] is td.RunStatus.PENDING  # its end could not be recorded
+    assert all(status is td.RunStatus.COMPLETED for task, status in stored.items() if task != "t7")
+
+
+async def test_a_writer_stopped_mid_batch_answers_every_waiter() -> None:
+    store = FaultyStore()
+    store.raise_for_bad = KeyboardInterrupt()
+    config = td.Config(max_concurrent_runs=64, fail_closed=False)
+    results: list[Any] = []
+
+    async def session() -> None:
+        async with (
+            td.open_runtime([sub("idle", slow_cleanup(0))], store=store, config=config) as rt,
+            rt.open_parent() as parent,
+        ):
+            handles = [await parent.start("idle", f"t{index}") for index in range(5)]
+            store.bad_tasks.add("t2")
+
+            async def waiter(run_id: str) -> None:
+                try:
+                    results.append(await parent.wait(run_id))
+                except td.DelegationError as exc:
+                    results.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                for handle in handles:
+                    nursery.start_soon(waiter, handle.run_id)
+                await trio.testing.wait_all_tasks_blocked()
+                for handle in handles:
+                    parent.cancel(handle.run_id)
+
+    with pytest.raises(KeyboardInterrupt):
+        await session()
+    # Every waiter was answered before the interrupt came out.
+    assert len(results) == 5
+    assert all(isinstance(result, td.DelegationError) for result in results)

@@ -1,0 +1,244 @@
+"""Agent CLIs as subagents: Claude Code (``claude -p``) and Codex (``codex exec``).
+
+Each run starts the CLI headless, in a process group of its own (through
+:func:`run_process`, as command subagents do), with the task on stdin, and
+reads its JSON output:
+
+* Claude Code: ``claude -p --output-format json``; the result is the
+  ``result`` text, or ``structured_output`` when the run has a
+  ``final_schema`` (passed with ``--json-schema``).
+* Codex: ``codex exec --json --skip-git-repo-check -``; the result is the
+  last ``agent_message``, parsed as JSON when the run has a ``final_schema``
+  (passed with ``--output-schema FILE``).
+
+The CLI's session id goes into the run's transcript (``td.Output``), so a
+``continue_run`` finds it in ``ctx.history`` and forks that session (``claude
+--resume <id> --fork-session``, ``codex exec fork <id>``): the earlier run's
+session is never changed. Cancellation and the deadline end the whole
+process group. A CLI that reports an error (a bad API key, a usage limit, a
+refused request) fails the run with the CLI's own message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Final, Literal, final
+
+import attrs
+
+from .._core._context import ChildContext
+from .._results import Output
+from ._command import CommandFailedError, Finished, json_file, quote, run_process
+
+__all__ = ["AGENT_KINDS", "AgentCLIRunner", "AgentKind", "session_and_prompt", "transcript"]
+
+AgentKind = Literal["claude", "codex"]
+
+#: The agent CLIs a subagent can be.
+AGENT_KINDS: Final[tuple[AgentKind, ...]] = ("claude", "codex")
+
+#: The most stdout read from a CLI: its JSON events carry the whole session
+#: (tool outputs included), far more than the result; the result itself is
+#: bounded by ``max_result_bytes`` like every other.
+DEFAULT_OUTPUT_BYTES: Final = 64 * 1024 * 1024
+
+
+@final
+@attrs.frozen(eq=False)
+class AgentCLIRunner:
+    """A runner that runs an agent CLI headless for each run.
+
+    Args:
+        kind: ``"claude"`` (Claude Code) or ``"codex"`` (Codex).
+        program: the CLI's executable.
+        args: more arguments for every run (permissions, sandbox, tools);
+            for Codex they must suit both ``codex exec`` and ``codex exec
+            fork``: prefer ``-c key=value``.
+        model: the model, passed as ``--model``; ``None`` for the CLI's default.
+        cwd: the working directory (default: the current one).
+        env: variables added to the inherited environment.
+        max_output_bytes: the most the CLI may write to stdout.
+        kill_grace_seconds: how long the process group has to exit after
+            SIGTERM before it gets SIGKILL.
+    """
+
+    kind: AgentKind
+    program: str
+    args: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    model: str | None = None
+    cwd: str | None = None
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    max_output_bytes: int = DEFAULT_OUTPUT_BYTES
+    kill_grace_seconds: float = 2.0
+
+    async def __call__(self, ctx: ChildContext) -> Output:
+        """Run the CLI for one run: its result, with the session id in the transcript.
+
+        Raises:
+            CommandFailedError: the CLI failed or reported an error; its message says why.
+            LimitExceededError: the CLI wrote more than ``max_output_bytes``.
+        """
+        session, task = session_and_prompt(self.kind, ctx)
+        async with _schema_file(self.kind, ctx.final_schema) as schema_path:
+            argv = self._argv(ctx, session, schema_path)
+            finished = await run_process(
+                ctx,
+                argv,
+                task.encode(errors="replace"),
+                cwd=self.cwd,
+                env={**os.environ, **self.env},
+                max_output_bytes=self.max_output_bytes,
+                kill_grace_seconds=self.kill_grace_seconds,
+            )
+        if self.kind == "claude":
+            result, session_id = _claude_result(ctx, finished)
+        else:
+            result, session_id = _codex_result(ctx, finished)
+        return Output(result, transcript=transcript(self.kind, ctx, result, session_id))
+
+    def _argv(self, ctx: ChildContext, session: str | None, schema_path: str | None) -> list[str]:
+        model = ["--model", self.model] if self.model is not None else []
+        if self.kind == "claude":
+            argv = [self.program, "-p", "--output-format", "json", *model, *self.args]
+            if ctx.final_schema is not None:
+                argv += ["--json-schema", json.dumps(ctx.final_schema)]
+            if session is not None:
+                argv += ["--resume", session, "--fork-session"]
+            return argv
+        argv = [self.program, "exec"]
+        if session is not None:
+            argv.append("fork")
+        argv += ["--json", "--skip-git-repo-check", *model, *self.args]
+        if schema_path is not None:
+            argv += ["--output-schema", schema_path]
+        if session is not None:
+            argv.append(session)
+        argv.append("-")  # the prompt is on stdin
+        return argv
+
+
+def session_and_prompt(agent: str, ctx: ChildContext) -> tuple[str | None, str]:
+    """The session a continuation forks (from *ctx*'s history), and the prompt to send.
+
+    An ordinary run starts a new session. A continuation forks the session
+    of the last reply of *agent* in its history (see :func:`transcript`); a
+    history without one (a transcript from elsewhere) is written out ahead
+    of the message instead.
+    """
+    for entry in reversed(ctx.history):
+        if isinstance(entry, dict) and entry.get("agent") == agent:
+            session = entry.get("session_id")
+            if isinstance(session, str) and session:
+                return session, ctx.task
+    if not ctx.history:
+        return None, ctx.task
+    earlier = json.dumps(list(ctx.history), ensure_ascii=False, indent=1)
+    return None, f"The conversation so far (JSON):\n{earlier}\n\nThe next message:\n{ctx.task}"
+
+
+def transcript(agent: str, ctx: ChildContext, answer: Any, session: str | None) -> list[Any]:
+    """A run's whole conversation: its history, the task, and the answer with its session.
+
+    The answer's entry names the *agent* and its ``session_id``, which is how
+    :func:`session_and_prompt` finds the session to fork.
+    """
+    reply: dict[str, Any] = {"role": "assistant", "content": answer}
+    if session:
+        reply |= {"agent": agent, "session_id": session}
+    return [*ctx.history, {"role": "user", "content": ctx.task}, reply]
+
+
+def _schema_file(
+    kind: AgentKind, schema: Any
+) -> contextlib.AbstractAsyncContextManager[str | None]:
+    """Codex reads ``--output-schema`` from a file: one, removed afterwards."""
+    return json_file("schema", schema if kind == "codex" else None)
+
+
+# -- reading the output ----------------------------------------------------------------
+
+
+def _json_lines(finished: Finished) -> list[dict[str, Any]]:
+    """The JSON objects of stdout, one a line; other lines are skipped."""
+    try:
+        text = finished.text()
+    except CommandFailedError:
+        return []
+    events = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            events.append(value)
+    return events
+
+
+def _claude_result(ctx: ChildContext, finished: Finished) -> tuple[Any, str | None]:
+    results = [event for event in _json_lines(finished) if event.get("type") == "result"]
+    if not results:
+        raise finished.failure(
+            ctx,
+            "wrote no JSON result (is it Claude Code, run with -p --output-format json?)"
+            if finished.returncode == 0
+            else None,
+        )
+    result = results[-1]
+    session = result.get("session_id") if isinstance(result.get("session_id"), str) else None
+    if result.get("is_error") or result.get("subtype") != "success" or finished.returncode:
+        message = result.get("result") or result.get("subtype") or "an unnamed error"
+        raise finished.failure(
+            ctx, f"reported an error (exit code {finished.returncode}): {quote(str(message))}"
+        )
+    if ctx.final_schema is not None:
+        if "structured_output" not in result:
+            raise finished.failure(
+                ctx,
+                "returned no structured_output although the run has a final_schema; "
+                f"its answer began {quote(str(result.get('result')))!r}",
+            )
+        return result["structured_output"], session
+    return result.get("result", ""), session
+
+
+def _codex_result(ctx: ChildContext, finished: Finished) -> tuple[Any, str | None]:
+    session: str | None = None
+    answer: str | None = None
+    errors: list[str] = []
+    for event in _json_lines(finished):
+        kind = event.get("type")
+        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
+            session = event["thread_id"]
+        elif kind == "item.completed":
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == "agent_message":
+                answer = str(item.get("text", ""))
+        elif kind == "turn.failed":
+            error = event.get("error")
+            errors.append(str(error.get("message") if isinstance(error, dict) else error))
+        elif kind == "error":
+            errors.append(str(event.get("message")))
+    if errors or finished.returncode:
+        if errors:
+            # The same error is often sent as an event and again as the turn's failure.
+            message = "; ".join(dict.fromkeys(errors))
+            raise finished.failure(
+                ctx, f"reported an error (exit code {finished.returncode}): {quote(message)}"
+            )
+        raise finished.failure(ctx)
+    if answer is None:
+        raise finished.failure(ctx, "ended its turn without an answer (no agent_message)")
+    if ctx.final_schema is None:
+        return answer, session
+    try:
+        return json.loads(answer), session
+    except ValueError as exc:
+        raise finished.failure(
+            ctx,
+            f"answered with text that is not JSON ({exc}), but the run has a final_schema; "
+            f"its answer began {quote(answer)!r}",
+        ) from None

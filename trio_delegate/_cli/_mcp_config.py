@@ -1,0 +1,176 @@
+"""``trio-delegate mcp-config claude|codex``: the client configuration for ``serve``.
+
+Prints the snippet a client needs to start ``trio-delegate serve`` (Claude
+Code's ``.mcp.json``, Codex's ``config.toml``) with absolute paths to this
+installation's executable and to the configuration file, so it works from
+any working directory and without ``PATH``, and with the settings that let
+headless runs (``claude -p``, ``codex exec``) call the tools. It refuses
+when a path does not resolve or the configuration does not load, or when
+the MCP SDK is not installed, since the client would fail silently then.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from ._server_config import DEFAULT_FOREGROUND_LIMIT_SECONDS, ConfigError, load_server_config
+
+__all__ = [
+    "CLIENTS",
+    "DEFAULT_SERVER_NAME",
+    "McpConfigError",
+    "claude_mcp_json",
+    "codex_config_toml",
+    "run_mcp_config",
+    "serve_command",
+]
+
+#: The clients a snippet can be printed for.
+CLIENTS: Final = ("claude", "codex")
+
+#: The server's name in the client's configuration; the tools are
+#: ``mcp__delegate__<tool>`` (Claude Code) and ``mcp__delegate`` (Codex).
+DEFAULT_SERVER_NAME: Final = "delegate"
+
+#: The configuration file looked for when ``--config`` is not given.
+DEFAULT_CONFIG: Final = "subagents.toml"
+
+#: Exit code when the snippet cannot be made (argparse's usage code).
+EXIT_REFUSED: Final = 2
+
+#: How long Codex gives the server to start and list its tools.
+_STARTUP_SECONDS: Final = 30
+#: Codex's per-call timeout: beyond the foreground limit, so a call always
+#: answers (with the running handle at worst) before Codex gives up.
+_TOOL_TIMEOUT_MARGIN_SECONDS: Final = 60
+#: Codex's per-call timeout when the server sets no foreground limit.
+_NO_LIMIT_TOOL_TIMEOUT_SECONDS: Final = 3600
+
+
+class McpConfigError(Exception):
+    """The snippet cannot be made: what is wrong, and what to do."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}\n  fix: {fix}")
+
+
+def serve_command(config: str | os.PathLike[str]) -> list[str]:
+    """The absolute command line that starts ``serve`` on *config* with this installation.
+
+    The ``trio-delegate`` script next to this Python, when there is one;
+    else this Python with ``-m trio_delegate``.
+
+    Raises:
+        McpConfigError: *config* does not exist, or does not load.
+    """
+    path = Path(config).expanduser()
+    if not path.is_file():
+        raise McpConfigError(
+            f"the configuration file {str(path)!r} does not exist (resolved to {path.absolute()})",
+            f"pass the path of your serve configuration with --config FILE (or create "
+            f"{DEFAULT_CONFIG} here; see docs/mcp.md)",
+        )
+    try:
+        load_server_config(path)
+    except ConfigError as exc:
+        raise McpConfigError(
+            f"the configuration does not load: {exc.message}",
+            "fix it first: the client would start a server that exits at once",
+        ) from None
+    if importlib.util.find_spec("mcp") is None:
+        raise McpConfigError(
+            "the MCP SDK is not installed in this Python, so serve would exit at once",
+            f"install the mcp extra into it: {sys.executable} -m pip install "
+            "'trio-delegate[mcp]' (from a checkout: -e '.[mcp]')",
+        )
+    config_path = str(path.resolve())
+    python = Path(sys.executable).absolute()
+    script = python.parent / "trio-delegate"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script), "serve", "--config", config_path]
+    return [str(python), "-m", "trio_delegate", "serve", "--config", config_path]
+
+
+def claude_mcp_json(command: Sequence[str], *, name: str = DEFAULT_SERVER_NAME) -> str:
+    """Claude Code's ``.mcp.json`` starting *command* as the server *name*."""
+    entry = {"command": command[0], "args": list(command[1:])}
+    return json.dumps({"mcpServers": {name: entry}}, indent=2) + "\n"
+
+
+def codex_config_toml(
+    command: Sequence[str],
+    *,
+    name: str = DEFAULT_SERVER_NAME,
+    foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS,
+) -> str:
+    """Codex's ``config.toml`` entry starting *command* as the server *name*.
+
+    Every tool is approved (``default_tools_approval_mode = "approve"``):
+    ``codex exec`` runs with the approval policy ``never`` and refuses a tool
+    that needs approval. The tool timeout leaves room for the foreground
+    limit.
+    """
+    if foreground_limit_seconds is None:
+        # No limit: a foreground call takes as long as its run.
+        timeout = _NO_LIMIT_TOOL_TIMEOUT_SECONDS
+    else:
+        timeout = math.ceil(foreground_limit_seconds) + _TOOL_TIMEOUT_MARGIN_SECONDS
+    return (
+        f"# Codex config.toml (~/.codex/config.toml, or .codex/config.toml of a trusted\n"
+        f"# project). The model sees the tools as one namespace, mcp__{name}.\n"
+        f"[mcp_servers.{name}]\n"
+        f"command = {_toml_string(command[0])}\n"
+        f"args = [{', '.join(_toml_string(arg) for arg in command[1:])}]\n"
+        f"startup_timeout_sec = {_STARTUP_SECONDS}\n"
+        f"# Above [server] foreground_limit_seconds, so a call answers before Codex gives up.\n"
+        f"tool_timeout_sec = {timeout}\n"
+        f"# codex exec never asks: without this it refuses every tool call.\n"
+        f'default_tools_approval_mode = "approve"\n'
+        f"# Codex passes the server a few variables only: forward what subagents need.\n"
+        f'# env_vars = ["OPENAI_API_KEY"]\n'
+    )
+
+
+def _toml_string(text: str) -> str:
+    # A JSON string is a valid TOML basic string for every character.
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _claude_help(name: str) -> str:
+    return (
+        "# Save the JSON above as .mcp.json at your project's root, or pass it with\n"
+        "# --mcp-config FILE. Headless runs must allow the tools, since claude -p cannot\n"
+        "# ask (and ignores .claude/settings.json in an untrusted folder):\n"
+        f'#   claude -p --mcp-config .mcp.json --allowedTools "mcp__{name}" "your task"\n'
+        "# Interactive sessions ask once per tool, or allow them in .claude/settings.json:\n"
+        f'#   {{"permissions": {{"allow": ["mcp__{name}"]}}}}\n'
+    )
+
+
+def run_mcp_config(client: str, config: str | None, name: str = DEFAULT_SERVER_NAME) -> int:
+    """Print *client*'s snippet for ``serve --config CONFIG``; return the exit code.
+
+    Returns:
+        0 with the snippet on stdout (how to use it on stderr, for Claude
+        Code, whose JSON cannot carry comments); 2 with the problem and the
+        fix on stderr.
+    """
+    try:
+        command = serve_command(config if config is not None else DEFAULT_CONFIG)
+        if client == "claude":
+            sys.stdout.write(claude_mcp_json(command, name=name))
+            sys.stderr.write(_claude_help(name))
+        else:
+            limit = load_server_config(command[-1]).foreground_limit_seconds
+            sys.stdout.write(codex_config_toml(command, name=name, foreground_limit_seconds=limit))
+    except McpConfigError as exc:
+        print(f"trio-delegate mcp-config: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    return 0

@@ -1,0 +1,211 @@
+"""JSON values from models and runners: bounded checks and one canonical form.
+
+Everything that crosses the runtime as data (tool arguments, schemas,
+results, transcripts) can come from a model or a runner and can be anything
+(contract §15). This module is where such a value is checked — nesting
+depth, valid Unicode, numbers that fit, size — without recursion, so a
+hostile value can neither exhaust the interpreter's stack nor hold the event
+loop for long, and where a value is turned into its one canonical JSON text.
+
+A run's result and transcript are held in that text from settlement on:
+memory and store hold the same thing, and every answer decodes a fresh copy,
+so no caller can change what another one sees (contract §5, §15).
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring
+from typing import Any, Final, final
+
+__all__ = [
+    "DEFAULT_MAX_NESTING",
+    "IMMUTABLE_SCALARS",
+    "CanonicalJson",
+    "JsonProblem",
+    "SMALL_NODES",
+    "check_nesting",
+    "decode",
+    "encode",
+    "escape_text",
+    "is_small",
+    "text_problem",
+]
+
+#: contract §15: ``Config.max_nesting_depth`` by default.
+DEFAULT_MAX_NESTING: Final = 64
+
+#: Items in a value's containers up to which it is handled on the event loop
+#: (see :func:`is_small`): well under a millisecond of work.
+SMALL_NODES: Final = 2_000
+
+#: Types whose values are never copied: nobody can change them.
+IMMUTABLE_SCALARS: Final = (str, int, float, bool, type(None))
+
+# Built once: json.dumps with options builds a new encoder on every call.
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+class JsonProblem(ValueError):
+    """A value is not a JSON value this runtime accepts; the message says why."""
+
+
+def text_problem(text: str) -> str | None:
+    """Why *text* is not valid Unicode (a lone surrogate), or ``None``.
+
+    ASCII, the common case, is decided without encoding anything.
+    """
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"it holds a lone surrogate (U+{ord(text[exc.start]):04X}) at index {exc.start}, "
+            "which is not valid Unicode"
+        )
+    return None
+
+
+def escape_text(text: str) -> str:
+    """*text* with every code point that is not valid Unicode written as an escape.
+
+    For text that must be recorded whatever it holds (an exception's message,
+    a process's stderr): ``"\\ud800"`` becomes the six characters ``\\ud800``.
+    """
+    if text_problem(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def check_nesting(value: Any, max_depth: int) -> None:
+    """Raise :class:`JsonProblem` if containers in *value* nest deeper than *max_depth*.
+
+    Iterative: a value a million levels deep costs a loop, not the stack.
+    Lists, tuples and mappings are containers; a scalar is depth 0.
+
+    Raises:
+        JsonProblem: naming the depth and the limit.
+    """
+    if not isinstance(value, dict | list | tuple):
+        return
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        if depth > max_depth:
+            raise JsonProblem(
+                f"it nests more than {max_depth} levels deep (Config.max_nesting_depth)"
+            )
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, dict | list | tuple):
+                push((child, depth + 1))
+
+
+def is_small(value: Any, nodes: int = SMALL_NODES) -> bool:
+    """Whether *value* has at most *nodes* items in its containers, all told.
+
+    Cheap whatever *value* is (the walk stops at the limit): a small value is
+    checked and encoded on the event loop at once; a larger one on a worker
+    thread, so that no step of the loop takes long.
+    """
+    if not isinstance(value, dict | list | tuple):
+        return True
+    stack = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item = pop()
+        nodes -= len(item)
+        if nodes < 0:
+            return False
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, dict | list | tuple):
+                push(child)
+    return True
+
+
+def encode(value: Any, *, max_depth: int) -> tuple[str, int]:
+    """The canonical JSON text of *value* (compact, UTF-8 safe, no NaN) and its UTF-8 size.
+
+    Raises:
+        TypeError: *value* holds something that is not JSON at all.
+        JsonProblem: *value* nests too deep, holds text that is not valid
+            Unicode, or a number JSON cannot hold (NaN, infinity, an integer
+            too long to write).
+    """
+    if type(value) is str:
+        # Most results of language-model subagents are one string: the C
+        # escaper alone, without the encoder's machinery.
+        text = encode_basestring(value)
+    else:
+        check_nesting(value, max_depth)
+        try:
+            text = _ENCODER.encode(value)
+        except ValueError as exc:
+            raise JsonProblem(f"it holds a number JSON cannot hold: {exc}") from None
+    if text.isascii():
+        return text, len(text)
+    problem = text_problem(text)
+    if problem is not None:
+        raise JsonProblem(problem)
+    return text, len(text.encode("utf-8"))
+
+
+def decode(text: str) -> Any:
+    """A fresh value decoded from canonical JSON *text* made by :func:`encode`."""
+    return json.loads(text)
+
+
+@final
+class CanonicalJson:
+    """A JSON value held once, as canonical text, and handed out as fresh copies.
+
+    Immutable scalars (the common result: one string) are kept as they are:
+    a copy of them is themselves.
+
+    Attributes:
+        text: the canonical JSON text.
+        size: its length in bytes of UTF-8.
+    """
+
+    __slots__ = ("_value", "size", "text")
+
+    def __init__(self, text: str, size: int, value: Any = None) -> None:
+        self.text = text
+        self.size = size
+        # Set only for an immutable scalar, which needs no decoding.
+        self._value = value
+
+    @classmethod
+    def of(cls, value: Any, *, max_depth: int) -> CanonicalJson:
+        """Check and encode *value*.
+
+        Raises:
+            TypeError, JsonProblem: see :func:`encode`.
+        """
+        if value is None:  # the result of many a runner that only acts
+            return _NULL
+        text, size = encode(value, max_depth=max_depth)
+        if type(value) in IMMUTABLE_SCALARS:
+            # Only a scalar round-trips unchanged (a tuple comes back a list).
+            return cls(text, size, value)
+        return cls(text, size)
+
+    @property
+    def is_scalar(self) -> bool:
+        """Whether the value is an immutable scalar (copies of it are itself)."""
+        return self._value is not None or self.text == "null"
+
+    def copy(self) -> Any:
+        """A fresh copy of the value, as JSON would decode it."""
+        value = self._value
+        if value is not None or self.text == "null":
+            return value
+        return json.loads(self.text)
+
+    def __repr__(self) -> str:
+        return f"CanonicalJson({self.text[:60]!r})"
+
+
+_NULL: Final = CanonicalJson("null", 4)
