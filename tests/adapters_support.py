@@ -472,9 +472,10 @@ def _deep(levels: int) -> dict[str, Any]:
     return schema
 
 
-async def check_hostile_arguments(drive: Driver) -> None:
+async def check_hostile_arguments(drive: Driver, *, surrogates: bool = True) -> None:
     """Arguments no model should send are failed tool calls naming the problem, and
-    start nothing."""
+    start nothing. (*surrogates*: whether the framework carries a lone surrogate in
+    a model's arguments to the tool at all.)"""
     subagents = Subagents()
     calls = [
         ToolCall("delegate_task", {"subagent": "worker", "task": "x" * 200_000}),
@@ -482,11 +483,14 @@ async def check_hostile_arguments(drive: Driver) -> None:
             "delegate_task", {"subagent": "worker", "task": "deep", "final_schema": _deep(80)}
         ),
     ]
+    if surrogates:
+        calls.append(ToolCall("delegate_task", {"subagent": "worker", "task": "lone \ud800"}))
     async with td.open_runtime(subagents.definitions()) as rt, rt.open_parent("lead") as parent:
         seen = await drive(parent, calls)
         assert [_error_type(s) for s in seen] == ["invalid_arguments"] * len(calls)
         assert "200000 characters" in seen[0].payload["error"]["message"]
         assert "levels deep" in seen[1].payload["error"]["message"]
+        assert all("surrogate" in s.payload["error"]["message"] for s in seen[2:])
         parent.check_resolved()  # nothing was started
 
 

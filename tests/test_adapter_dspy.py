@@ -181,7 +181,8 @@ async def test_cap_dspy_cancellation_reaches_child() -> None:
 
 
 async def test_hostile_arguments_are_failed_tool_calls() -> None:
-    await support.check_hostile_arguments(drive)
+    # DSPy refuses to put a lone surrogate in a prompt at all.
+    await support.check_hostile_arguments(drive, surrogates=False)
 
 
 async def test_delegation_is_blocking_only() -> None:

@@ -61,7 +61,8 @@ async def drive(parent: td.Parent, steps: Sequence[ToolCall]) -> Sequence[Seen]:
         # A strict-mode model sends every parameter, null for those it leaves out.
         (tool,) = [t for t in call.tools if isinstance(t, FunctionTool) and t.name == name]
         full = {key: arguments.get(key) for key in tool.params_json_schema["properties"]}
-        return [function_call(name, full, call_id=f"call{len(seen)}")]
+        # As JSON text, the way it comes over the wire (ASCII, escapes and all).
+        return [function_call(name, json.dumps(full), call_id=f"call{len(seen)}")]
 
     model = ScriptedModel([ModelStep.respond(respond)] * (len(steps) + 1))
     agent = Agent(name="lead", model=model, tools=td_openai_agents.tools(parent))
@@ -115,7 +116,10 @@ async def test_cap_openai_agents_cancellation_reaches_child() -> None:
 
 
 async def test_hostile_arguments_are_failed_tool_calls() -> None:
-    await support.check_hostile_arguments(drive)
+    # The SDK itself fails the agent run on a lone surrogate escape in a call's
+    # arguments (UnicodeEncodeError while fingerprinting the call): it never
+    # reaches a tool.
+    await support.check_hostile_arguments(drive, surrogates=False)
 
 
 async def test_the_tools_are_strict_function_tools() -> None:

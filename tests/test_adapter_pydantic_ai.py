@@ -95,7 +95,8 @@ async def test_cap_pydantic_ai_cancellation_reaches_child() -> None:
 
 
 async def test_hostile_arguments_are_failed_tool_calls() -> None:
-    await support.check_hostile_arguments(drive)
+    # Pydantic AI refuses a lone surrogate in a model's JSON itself (a retry prompt).
+    await support.check_hostile_arguments(drive, surrogates=False)
 
 
 async def test_the_toolset_holds_the_five_tools_as_defined() -> None:
