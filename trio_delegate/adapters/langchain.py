@@ -172,6 +172,12 @@ def history_messages(history: Sequence[Any]) -> list[BaseMessage]:
     writes for a runner that gave no transcript); content that is not text
     becomes its JSON text.
 
+    Args:
+        history: ``ctx.history`` of a run.
+
+    Returns:
+        the messages, in order.
+
     Raises:
         InvalidArgumentsError: an entry is neither (the run fails with it).
     """

@@ -219,6 +219,12 @@ def history_items(history: Sequence[Any]) -> list[TResponseInputItem]:
     entries (what the runtime writes for a runner that gave no transcript);
     content that is not text becomes its JSON text.
 
+    Args:
+        history: ``ctx.history`` of a run.
+
+    Returns:
+        the input items, in order, for ``Runner.run``.
+
     Raises:
         InvalidArgumentsError: an entry is not a mapping with a ``type`` or a
             ``role`` (the run fails with it).

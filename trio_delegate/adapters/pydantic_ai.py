@@ -170,6 +170,12 @@ def history_messages(history: Sequence[Any]) -> list[ModelMessage]:
     the runtime writes for a runner that gave no transcript, and what other
     frameworks' histories reduce to).
 
+    Args:
+        history: ``ctx.history`` of a run.
+
+    Returns:
+        the messages, in order, for ``agent.run(message_history=...)``.
+
     Raises:
         InvalidArgumentsError: an entry is neither (the run fails with it).
     """
