@@ -206,6 +206,45 @@ async def test_delegation_is_blocking_only() -> None:
     assert subagents.log == []
 
 
+async def test_the_tools_work_from_threads_dspy_starts_itself(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``module.batch`` runs the module in DSPy's own threads, which Trio did not
+    start: the tools reach the Trio run by its token."""
+    subagents = support.Subagents()
+
+    def script(messages: Messages) -> dict[str, Any]:
+        prompt = messages[-1]["content"]
+        if "`[[ ## next_thought ## ]]`" not in prompt:
+            return {"reasoning": "delegated", "answer": "done"}
+        if "[[ ## observation_0 ## ]]" in prompt:
+            return {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}}
+        task = support.user_texts([prompt], r"\[\[ ## question ## \]\]\n(.*?)\n")[0]
+        arguments = {"subagent": "echo", "task": task}
+        return {
+            "next_thought": "go",
+            "next_tool_name": "delegate_task",
+            "next_tool_args": arguments,
+        }
+
+    async with (
+        td.open_runtime(subagents.definitions()) as rt,
+        rt.open_parent("lead") as parent,
+    ):
+        react = dspy.ReAct("question -> answer", tools=td_dspy.tools(parent))
+        react.set_lm(scripted_lm(script))
+        examples = [dspy.Example(question=q).with_inputs("question") for q in ("one", "two")]
+        predictions = await trio.to_thread.run_sync(
+            lambda: react.batch(examples, num_threads=2, disable_progress_bar=True)
+        )
+        assert [p.answer for p in predictions] == ["done", "done"]
+        observations = sorted(
+            p.trajectory["observation_0"]["final_result"]["task"] for p in predictions
+        )
+        assert observations == ["one", "two"]
+        parent.check_resolved()
+
+
 # -- the child side -----------------------------------------------------------------
 
 

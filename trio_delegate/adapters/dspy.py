@@ -164,6 +164,8 @@ def _subagents_text(delegation: DelegationTools) -> str:
 def _tool_function(
     delegation: DelegationTools, name: str, allowed: Sequence[str]
 ) -> Callable[..., Any]:
+    token = trio.lowlevel.current_trio_token()
+
     def call(**arguments: Any) -> Any:
         extra = sorted(set(arguments) - set(allowed))
         if extra:
@@ -179,12 +181,28 @@ def _tool_function(
             # a tool returns when that is a coroutine.
             return _call_async(delegation, name, arguments)
         try:
-            return trio.from_thread.run(delegation.call, name, arguments)
+            return _from_thread(token, delegation.call, name, arguments)
         except DelegationError as exc:
             raise DelegationToolError(exc) from exc
 
     call.__name__ = name
     return call
+
+
+def _from_thread(token: trio.lowlevel.TrioToken, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a Trio function from a worker thread, blocking.
+
+    In a thread Trio started (``run_module``), the call runs in the task that
+    started it, with its cancellation: a cancel there cancels this call. A
+    thread DSPy started itself (``module.batch``, ``dspy.Parallel``) has no
+    such task; the call then runs in the Trio run by its token, cancelled
+    only when the runtime closes.
+    """
+    try:
+        trio.from_thread.check_cancelled()  # raises trio.Cancelled when it is
+    except RuntimeError:
+        return trio.from_thread.run(fn, *args, trio_token=token)
+    return trio.from_thread.run(fn, *args)
 
 
 async def _call_async(
