@@ -151,6 +151,15 @@ async def test_a_custom_failure_function_words_the_error(
     assert json.loads(text) == {"error": {"type": "custom", "message": "unknown_run"}}
 
 
+def test_the_default_failure_text_is_the_payload() -> None:
+    context: Any = None
+    error = td.UnknownRunError("no run 'x' here", run_id="x")
+    assert json.loads(td_openai_agents.delegation_error_text(context, error)) == error.to_payload()
+    # Given another exception (a custom tool reusing it), it still says what went wrong.
+    other = json.loads(td_openai_agents.delegation_error_text(context, ValueError("bad")))
+    assert other == {"error": {"type": "ValueError", "message": "bad"}}
+
+
 # -- the child side -----------------------------------------------------------------
 
 
