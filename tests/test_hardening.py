@@ -18,9 +18,9 @@ import trio.testing
 
 import trio_delegate as td
 from trio_delegate._core._groups import open_transparent_nursery
-from trio_delegate._stores._protocol import StoreSnapshot
 
 from .helpers import StepTimer, forever, returning, slow_cleanup, sub
+from .stores import WrappedStore
 
 LENIENT = td.Config(fail_closed=False)
 
@@ -394,22 +394,13 @@ async def test_repeated_waits_return_equal_values_also_after_eviction(
     assert first_plain.final_result == [1, [2, 3]]  # held as JSON from settlement on
 
 
-class GateStore:
+class GateStore(WrappedStore):
     """A memory store whose reads wait at a gate the test opens."""
 
     def __init__(self) -> None:
-        self.inner = td.MemoryStore()
+        super().__init__()
         self.gate: trio.Event | None = None
         self.reading = trio.Event()
-
-    async def attach(self, runtime_id: str) -> StoreSnapshot:
-        return await self.inner.attach(runtime_id)
-
-    async def detach(self, runtime_id: str) -> None:
-        await self.inner.detach(runtime_id)
-
-    async def write(self, records: Sequence[td.RunRecord]) -> None:
-        await self.inner.write(records)
 
     async def get(self, run_id: str) -> td.RunRecord | None:
         if self.gate is not None:
@@ -417,11 +408,6 @@ class GateStore:
             with trio.CancelScope(shield=True):
                 await self.gate.wait()
         return await self.inner.get(run_id)
-
-    async def list_runs(
-        self, *, status: td.RunStatus | None = None, owner: str | None = None, limit: int = 100
-    ) -> list[td.RunRecord]:
-        return await self.inner.list_runs(status=status, owner=owner, limit=limit)
 
 
 @pytest.mark.parametrize("closing", ["parent", "runtime"])
@@ -618,20 +604,14 @@ async def test_child_error_is_kept_when_the_body_raises_too() -> None:
 # -- a store that fails in every way ----------------------------------------------------
 
 
-class FaultyStore:
+class FaultyStore(WrappedStore):
     """A memory store whose writes fail as told, per run task or for everything."""
 
     def __init__(self) -> None:
-        self.inner = td.MemoryStore()
+        super().__init__()
         self.bad_tasks: set[str] = set()
         self.raise_for_bad: BaseException = UnicodeEncodeError("utf-8", "\ud800", 0, 1, "bad")
         self.writes = 0
-
-    async def attach(self, runtime_id: str) -> StoreSnapshot:
-        return await self.inner.attach(runtime_id)
-
-    async def detach(self, runtime_id: str) -> None:
-        await self.inner.detach(runtime_id)
 
     async def write(self, records: Sequence[td.RunRecord]) -> None:
         await trio.lowlevel.checkpoint()
@@ -639,14 +619,6 @@ class FaultyStore:
         if any(record.task in self.bad_tasks for record in records):
             raise self.raise_for_bad
         await self.inner.write(records)
-
-    async def get(self, run_id: str) -> td.RunRecord | None:
-        return await self.inner.get(run_id)
-
-    async def list_runs(
-        self, *, status: td.RunStatus | None = None, owner: str | None = None, limit: int = 100
-    ) -> list[td.RunRecord]:
-        return await self.inner.list_runs(status=status, owner=owner, limit=limit)
 
 
 @pytest.mark.parametrize(
