@@ -646,7 +646,12 @@ class PostgresStore(ThreadedStore):
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         statements = self._sql
-        version = _schema_version(conn, statements, self._where)
+        try:
+            version = _schema_version(conn, statements, self._where)
+        except StoreError:
+            # Its two catalog reads may straddle another process's creation of
+            # the schema and see half of it: decide under the lock below.
+            version = -1
         if version == SCHEMA_VERSION:
             return
         with conn.transaction():
