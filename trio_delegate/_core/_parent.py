@@ -403,6 +403,9 @@ class Parent(metaclass=NoPublicConstructor):
         # being recorded is left out of the checks until its caller has its id.
         self._ledger.add(run)
         runtime._live_count += 1
+        events = runtime._events
+        if events is not None:
+            events.admitted(run)
         if runtime._persister is None:
             run.durable = True
         self._scheduler.admit(run)
@@ -446,10 +449,15 @@ class Parent(metaclass=NoPublicConstructor):
         runtime = self._runtime
         del runtime._runs[run.run_id]
         runtime._live_count -= 1
+        if runtime._events is not None:
+            runtime._events.withdrawn(run)
 
     def _launch(self, run: Run) -> None:
         """Start *run* now (the scheduler decided it may)."""
-        run.start(self._runtime._now())
+        runtime = self._runtime
+        run.start(runtime._now())
+        if runtime._events is not None:
+            runtime._events.started(run)
         self._nursery.start_soon(execute, run, self, name=run.subagent._task_name)
 
     async def _foreground(self, run: Run) -> RunResult:
@@ -540,6 +548,8 @@ class Parent(metaclass=NoPublicConstructor):
         del self._live[run.run_id]
         runtime = self._runtime
         runtime._live_count -= 1
+        if runtime._events is not None:
+            runtime._events.ended(run)
         runtime._retention.add(run)
         if was_running:
             self._scheduler.released()
@@ -547,6 +557,11 @@ class Parent(metaclass=NoPublicConstructor):
     def run_evicted(self, run: Run) -> None:
         """Retention evicted *run*: keep only a small record if it is unresolved."""
         self._ledger.evicted(run)
+
+    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
+        events = self._runtime._events
+        if events is not None:
+            events.cancel_requested(run, reason)
 
     # -- lookup and answers ---------------------------------------------------
 
@@ -632,6 +647,9 @@ class Parent(metaclass=NoPublicConstructor):
         if run.status is RunStatus.COMPLETED:
             result = run.result()
             self._ledger.resolve(run.run_id)
+            events = self._runtime._events
+            if events is not None:
+                events.observed(run)
             return result
         raise run.outcome_error()
 

@@ -159,6 +159,9 @@ class RunHost(Protocol):
     def run_evicted(self, run: Run) -> None:
         """Retention let *run* go from memory."""
 
+    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
+        """A first cancel request reached live *run*."""
+
 
 @final
 class Run:
@@ -188,6 +191,7 @@ class Run:
         "status",
         "subagent",
         "task",
+        "telemetry",
         "timeout",
     )
 
@@ -235,6 +239,8 @@ class Run:
         self.admitted_at = ""
         # The envelope, when it can be shared: a scalar result nobody can change.
         self._result: RunResult | None = None
+        # What an observer keeps about the run (its span, say).
+        self.telemetry: Any = None
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.subagent.name} {self.status.value} {self.phase.value}>"
@@ -329,6 +335,7 @@ class Run:
         if self.cancel_requested_at is None:
             self.cancel_requested_at = now
             self.cancel_reason = reason
+            self.host.run_cancel_requested(self, reason)
         if self.phase is not Phase.LIVE:
             return True
         if self.status is RunStatus.PENDING:
