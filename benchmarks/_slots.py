@@ -51,6 +51,12 @@ SLOTS = (
         "bench_sqlite",
         "no durable-store benchmark yet (benchmarks/bench_sqlite.py)",
     ),
+    Slot(
+        "10",
+        "PostgresStore vs SQLiteStore vs no store (throughput, change latency)",
+        "bench_postgres",
+        "no PostgreSQL benchmark yet (benchmarks/bench_postgres.py)",
+    ),
 )
 
 

@@ -10,6 +10,11 @@ run per parent, pending runs start in admission order, a timed wait leaves
 its child as it was, and every runner's ``finally`` ran once its parent or
 runtime closed.
 
+Each example draws a store (none, ``MemoryStore``, or an SQLite file) and
+retention limits (often small, so runs are evicted and answered as expired
+or from the store), and mixes continuations and several starts issued in
+the same scheduler tick by separate tasks into the operations.
+
 The operations reach the runtime through :class:`PythonSurface`, the public
 Python API. The model-facing tools (``parent.tools()``) answer the same
 questions in another form; a surface that goes through them can be added
@@ -18,11 +23,16 @@ beside it to fuzz that layer with the same rules and model.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Awaitable, Callable
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeVar, TypeVarTuple
 
 import attrs
+import pytest
 import trio
 from hypothesis import note, reject, settings
 from hypothesis import strategies as st
@@ -41,6 +51,8 @@ from hypothesis.stateful import (
 import trio_delegate as td
 import trio_delegate.testing as tdt
 from trio_delegate.testing import Answer, IndeterminateError, LifecycleModel
+
+from .stores import WrappedStore
 
 S = td.RunStatus
 T = TypeVar("T")
@@ -74,6 +86,9 @@ class Setup:
     timeouts: tuple[Any, ...]  # Subagent.timeout_seconds, per NAMES
     fail_closed: bool
     max_result_bytes: int
+    store: Literal["none", "memory", "sqlite"]
+    retention_seconds: float
+    retention_max_runs: int
 
     def config(self) -> td.Config:
         return td.Config(
@@ -83,8 +98,8 @@ class Setup:
             max_depth=self.max_depth,
             fail_closed=self.fail_closed,
             max_result_bytes=self.max_result_bytes,
-            retention_seconds=1e9,
-            retention_max_runs=100_000,
+            retention_seconds=self.retention_seconds,
+            retention_max_runs=self.retention_max_runs,
         )
 
 
@@ -132,10 +147,16 @@ def setups(draw: st.DrawFn) -> Setup:
         timeouts=tuple(draw(timeout) for _ in NAMES),
         fail_closed=draw(st.booleans()),
         max_result_bytes=draw(st.sampled_from([20, 1_000_000])),
+        store=draw(st.sampled_from(["none", "none", "memory", "sqlite"])),
+        # Small limits evict runs while the example still asks about them.
+        retention_seconds=draw(st.sampled_from([1e9, 1e9, 4.0, 12.0])),
+        retention_max_runs=draw(st.sampled_from([100_000, 100_000, 2, 4])),
     )
 
 
-RESULTS = st.sampled_from([None, 0, 7, "ok", {"k": [1, 2]}, "x" * 40, b"raw", math.nan])
+RESULTS = st.sampled_from(
+    [None, 0, 7, "ok", {"k": [1, 2]}, ("tu", ("ple",)), "x" * 40, b"raw", math.nan, "\ud800"]
+)
 FINALS = st.one_of(
     st.none(),
     st.builds(tdt.Return, RESULTS),
@@ -198,9 +219,87 @@ class PythonSurface:
     async def cancel(self, parent: td.Parent, run_id: str) -> Any:
         return parent.cancel(run_id)
 
+    async def continue_run(
+        self, parent: td.Parent, run_id: str, message: str, background: bool
+    ) -> Any:
+        return await parent.continue_run(run_id, message, background=background)
+
     async def check_resolved(self, parent: td.Parent) -> Any:
         parent.check_resolved()
         return None
+
+
+class _SecondSteps(trio.abc.Instrument):
+    """The order in which watched tasks take their second step.
+
+    ``start`` checkpoints first, then admits in its next step: the order of
+    second steps is the order the runtime admitted the runs in.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[trio.lowlevel.Task, tuple[str, int]] = {}
+        self.order: list[str] = []
+
+    def watch(self, task: trio.lowlevel.Task, label: str) -> None:
+        self._tasks[task] = (label, 1)  # this is its first step
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        entry = self._tasks.get(task)
+        if entry is None:
+            return
+        label, steps = entry
+        self._tasks[task] = (label, steps + 1)
+        if steps + 1 == 2:
+            self.order.append(label)
+
+
+class StillClockStore(WrappedStore):
+    """A store whose calls keep one task runnable until they return.
+
+    ``SQLiteStore`` works on a worker thread; a task waiting for a thread
+    counts as blocked, so a ``MockClock`` would jump ahead while the disk
+    works. Spinning on checkpoints meanwhile keeps virtual time still, as it
+    is for every other operation of the machine.
+    """
+
+    async def _still(self, call: Awaitable[T]) -> T:
+        done = False
+
+        async def spin() -> None:
+            # A busy wait on purpose: a task waiting on an Event would be blocked.
+            while not done:
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(spin)
+            try:
+                return await call
+            finally:
+                done = True
+
+    async def attach(self, runtime_id: str) -> td.StoreSnapshot:
+        return await self._still(super().attach(runtime_id))
+
+    async def detach(self, runtime_id: str) -> None:
+        await self._still(super().detach(runtime_id))
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        await self._still(super().write(records))
+
+    async def get(self, run_id: str) -> td.RunRecord | None:
+        return await self._still(super().get(run_id))
+
+    async def sweep(self, runtime_id: str) -> tuple[str, ...]:
+        return await self._still(super().sweep(runtime_id))
+
+    async def changes(self, cursor: int | None) -> td.ChangeBatch:
+        return await self._still(super().changes(cursor))
+
+    async def request_cancel(self, run_id: str) -> td.RunRecord | None:
+        return await self._still(super().request_cancel(run_id))
+
+    async def mark_observed(self, run_id: str) -> None:
+        await self._still(super().mark_observed(run_id))
 
 
 #: Virtual seconds after which an operation is taken as blocked forever: far
@@ -230,9 +329,10 @@ async def _leave(block: tdt.Entered[Any]) -> Any:
 class Snapshot:
     now: float
     live_runs: int
-    statuses: dict[int, td.RunHandle]
+    statuses: dict[int, td.RunHandle | td.DelegationError]
     verdicts: dict[int, td.DelegationError | None]
     trace: list[str]
+    looked_up: bool
 
 
 class RuntimeMachine(RuleBasedStateMachine):
@@ -261,6 +361,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         # For the checks that need no model.
         self.seen: dict[int, S] = {}
         self.admitted_pending: dict[int, list[int]] = {}
+        self.folder: Path | None = None
 
     # -- plumbing ------------------------------------------------------------
 
@@ -325,7 +426,13 @@ class RuntimeMachine(RuleBasedStateMachine):
     def materialize(self, plan: Plan, task: str) -> tdt.Script:
         steps: list[tdt.ScriptStep] = []
         children = 0
+        # With a store, a nested admission takes a round trip to the store,
+        # during which the run that admits it may end: the model reasons about
+        # instants without that round trip, so nested runs play without a store.
+        nesting = self.setup is None or self.setup.store == "none"
         for step in plan.steps:
+            if isinstance(step, Nested) and not nesting:
+                continue
             if isinstance(step, Nested):
                 child = f"{task}/{children}"
                 children += 1
@@ -353,8 +460,16 @@ class RuntimeMachine(RuleBasedStateMachine):
             )
             for name, timeout in zip(NAMES, setup.timeouts, strict=True)
         ]
-        self.runtime = self.host.enter(td.open_runtime(subagents, config=setup.config()))
-        self.model = LifecycleModel(subagents, setup.config(), now=0.0)
+        store: td.ResultStore | None = None
+        if setup.store == "memory":
+            store = td.MemoryStore()
+        elif setup.store == "sqlite":
+            self.folder = Path(tempfile.mkdtemp(prefix="trio-delegate-machine-"))
+            store = StillClockStore(td.SQLiteStore(self.folder / "runs.db"))
+        self.runtime = self.host.enter(
+            td.open_runtime(subagents, config=setup.config(), store=store)
+        )
+        self.model = LifecycleModel(subagents, setup.config(), now=0.0, store=setup.store != "none")
         return self.open_parent(OWNERS[0], None)
 
     @precondition(lambda self: sum(block.is_open for block in self.blocks.values()) < 3)
@@ -421,6 +536,105 @@ class RuntimeMachine(RuleBasedStateMachine):
         """Several background starts in a row: queues of pending runs form."""
         refs = [self.start_one(parent, name, plan, None) for name, plan in batch]
         return multiple(*(ref for ref in refs if ref is not None))
+
+    @precondition(
+        lambda self: (
+            self.model is not None
+            and not self.m.closed
+            and self.setup is not None
+            and self.m.live_runs + 4 <= self.setup.max_live_runs
+        )
+    )
+    @rule(
+        target=runs,
+        parent=parents,
+        batch=st.lists(st.tuples(st.sampled_from(NAMES), PLANS), min_size=2, max_size=4),
+    )
+    def start_concurrently(self, parent: ParentRef, batch: list[tuple[str, Plan]]) -> Any:
+        """Starts issued in one scheduler tick by separate tasks.
+
+        Their admission order is Trio's choice: the model is told the order
+        the runtime admitted them in, and the checks that need no model
+        (pending runs start in admission order, above all) hold either way.
+        """
+        if not self.m.is_open(parent.number):
+            return multiple()
+        p = self.parent(parent)
+        tasks = [(name, self.new_task(name, plan)) for name, plan in batch]
+        runtime = self.runtime
+        assert runtime is not None
+
+        async def all_at_once() -> tuple[dict[str, Any], list[str]]:
+            answers: dict[str, Any] = {}
+            steps = _SecondSteps()
+
+            async def one(name: str, task: str) -> None:
+                steps.watch(trio.lowlevel.current_task(), task)
+                try:
+                    answers[task] = await self.surface.start(p, name, task, None)
+                except td.DelegationError as exc:
+                    answers[task] = exc
+
+            # One drive for all of them: drives nested in separate tasks would
+            # each restore the clock's autojump setting as they end.
+            async def each() -> None:
+                async with trio.open_nursery() as nursery:
+                    for name, task in tasks:
+                        nursery.start_soon(one, name, task)
+
+            trio.lowlevel.add_instrument(steps)
+            try:
+                await tdt.drive(each, limit=BLOCKED)
+            finally:
+                trio.lowlevel.remove_instrument(steps)
+            await tdt.settle()
+            return answers, steps.order
+
+        answers, admitted = self.call(all_at_once)
+        order = {task: index for index, task in enumerate(admitted)}
+        refs: list[RunRef] = []
+        for name, task in sorted(tasks, key=lambda item: order.get(item[1], math.inf)):
+            expected = self.predict(functools.partial(_start_in, parent.number, name, task))
+            outcome = answers[task]
+            if expected.kind == "handle" and isinstance(outcome, td.RunHandle):
+                # Which of them found a free slot is Trio's order: compare the rest.
+                expected = attrs.evolve(expected, status=outcome.status)
+            self.check("concurrent start", expected, outcome)
+            if expected.run is not None:
+                if outcome.status is S.PENDING:
+                    self.admitted_pending.setdefault(parent.number, []).append(expected.run)
+                refs.append(RunRef(expected.run, parent))
+        return multiple(*refs)
+
+    @rule(
+        target=runs,
+        run=runs,
+        plan=PLANS,
+        background=st.booleans(),
+        via=mostly_none(parents),
+    )
+    def continue_run(self, run: RunRef, plan: Plan, background: bool, via: ParentRef | None) -> Any:
+        """``continue_run``: a new run of the earlier one's subagent (contract §12)."""
+        parent = self.asked(run, via)
+        if not self.m.is_open(parent.number):
+            return multiple()
+        name = self.m.run_subagent(run.number)
+        message = self.new_task(name, plan)
+        p, run_id = self.parent(parent), self.run_id(run)
+        trial = self.m if background or not self.may_block(parent, name) else self.m.fork()
+        expected = self.predict(
+            lambda _: trial.continue_run(parent.number, run.number, message, background=background)
+        )
+        if expected.kind == "blocked":
+            return multiple()
+        self.model = trial
+        outcome = self.call(
+            _outcome, lambda: self.surface.continue_run(p, run_id, message, background)
+        )
+        self.check("continue_run", expected, outcome)
+        if expected.kind == "handle" and expected.status is S.PENDING and expected.run is not None:
+            self.admitted_pending.setdefault(parent.number, []).append(expected.run)
+        return multiple() if expected.run is None else RunRef(expected.run, parent)
 
     @rule(
         target=runs,
@@ -542,15 +756,20 @@ class RuntimeMachine(RuleBasedStateMachine):
     def look(self) -> Snapshot:
         """What the runtime says now (called inside the Trio thread)."""
         # Raw outcomes: run ids are bound to numbers after the operation returns.
-        statuses: dict[int, td.RunHandle] = {}
+        statuses: dict[int, td.RunHandle | td.DelegationError] = {}
         verdicts: dict[int, td.DelegationError | None] = {}
+        looked_up = False
         for number, block in self.blocks.items():
             if not block.is_open or self.m.closed:
                 continue
             parent = block.value
             for run, run_id in self.run_ids.items():
                 if self.m.run_parent(run) == number:
-                    statuses[run] = parent.status(run_id)
+                    looked_up = True
+                    try:
+                        statuses[run] = parent.status(run_id)
+                    except td.DelegationError as exc:  # evicted: expired or unknown
+                        statuses[run] = exc
             try:
                 parent.check_resolved()
             except td.DelegationError as exc:
@@ -564,6 +783,7 @@ class RuntimeMachine(RuleBasedStateMachine):
             statuses,
             verdicts,
             self.trace.lines(),
+            looked_up,
         )
 
     @invariant()
@@ -573,9 +793,13 @@ class RuntimeMachine(RuleBasedStateMachine):
         snap = self.snapshot()
         m = self.m
         assert snap.now == m.now, f"clock: runtime {snap.now}, model {m.now}"
+        if snap.looked_up:
+            m.expire()  # the runtime's lookups applied retention
         for run, handle in snap.statuses.items():
             parent = m.run_parent(run)
             assert parent is not None
+            if m.is_ambiguous(run):
+                continue  # which of two runs that ended together was evicted is open
             actual, expected = self.answer(handle), m.status(parent, run)
             assert actual == expected, f"status of run {run}: runtime {actual}, model {expected}"
         for parent, verdict in snap.verdicts.items():
@@ -588,7 +812,11 @@ class RuntimeMachine(RuleBasedStateMachine):
 
     def check_without_model(self, snap: Snapshot) -> None:
         assert self.setup is not None
-        statuses = {run: handle.status for run, handle in snap.statuses.items()}
+        statuses = {
+            run: handle.status
+            for run, handle in snap.statuses.items()
+            if isinstance(handle, td.RunHandle)
+        }
         # Terminal states never change.
         for run, status in statuses.items():
             previous = self.seen.get(run)
@@ -654,6 +882,12 @@ class RuntimeMachine(RuleBasedStateMachine):
                 self.host.call(_leave, self.runtime)
         finally:
             self.host.close()
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _start_in(parent: int, name: str, task: str, model: LifecycleModel) -> Answer:
+    return model.start(parent, name, task)
 
 
 def _trace_diff(actual: list[str], expected: list[str]) -> str:
@@ -663,6 +897,8 @@ def _trace_diff(actual: list[str], expected: list[str]) -> str:
     return f"traces differ in length: runtime {len(actual)} lines, model {len(expected)}"
 
 
+# Shrinking a failure takes minutes: far more than the suite's per-test limit.
+@pytest.mark.timeout(1800)
 def test_runtime_matches_its_model() -> None:
     current = settings()
     run_state_machine_as_test(

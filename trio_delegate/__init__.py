@@ -31,7 +31,8 @@ from ._errors import (
 from ._results import CancelAck, Output, RunHandle, RunResult
 from ._status import RunStatus
 from ._stores._memory import MemoryStore
-from ._stores._protocol import ResultStore, RunRecord
+from ._stores._postgres import PostgresStore
+from ._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun, StoreSnapshot
 from ._stores._sqlite import SQLiteStore
 from ._subagent import Subagent
 from ._tools import DelegationTools, ToolDefinition
@@ -41,6 +42,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "INHERIT",
     "CancelAck",
+    "ChangeBatch",
     "ChildContext",
     "CommandFailedError",
     "CommandRunner",
@@ -54,6 +56,7 @@ __all__ = [
     "MemoryStore",
     "Output",
     "Parent",
+    "PostgresStore",
     "RunCancelledError",
     "RunFailedError",
     "ResultStore",
@@ -66,6 +69,8 @@ __all__ = [
     "RuntimeClosedError",
     "SQLiteStore",
     "StoreError",
+    "StoreSnapshot",
+    "StoredRun",
     "Subagent",
     "ToolDefinition",
     "UnknownRunError",

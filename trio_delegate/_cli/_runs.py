@@ -1,24 +1,38 @@
-"""``trio-delegate runs list|show``: read the runs recorded in an SQLite store."""
+"""``trio-delegate runs list|show``: read the runs recorded in a store, never writing to it.
+
+The store is an SQLite file (``--db PATH``), opened read-only: no migration,
+no lock, no journal switch, so it works on a file and a folder this user
+cannot write and while another process holds the write lock. Or it is a
+PostgreSQL database (``--db postgresql://…``) read in a read-only session;
+the password comes from the environment (``PGPASSWORD``, a password file or
+a service file) and is never printed.
+
+Every stored string comes from models and runners and is shown literally:
+rich markup is never interpreted, and control characters, escape sequences,
+direction overrides and lone surrogates are shown as escapes.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, Protocol, TextIO
 
-import trio
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .._converter import converter
-from .._errors import StoreError
+from .._errors import DelegationError, StoreError
 from .._status import RunStatus
+from .._stores._postgres import PostgresReader, is_postgres_dsn, mask_dsn
 from .._stores._protocol import RunRecord
-from .._stores._sqlite import SQLiteStore
+from .._stores._sqlite import SQLiteReader
 
-__all__ = ["DEFAULT_DB", "add_runs_parser"]
+__all__ = ["DEFAULT_DB", "add_runs_parser", "literal"]
 
 #: Where ``trio-delegate demo`` records its runs, and where ``runs`` looks by default.
 DEFAULT_DB = Path(".trio-delegate") / "runs.db"
@@ -32,13 +46,47 @@ _STATUS_STYLE = {
     RunStatus.TIMED_OUT: "red",
 }
 
+# What a terminal would act on rather than show: C0 controls (but the line
+# break), DEL and C1 controls (ESC and CSI among them), the marks and
+# overrides that reorder text, and lone surrogates (not text at all).
+_UNSAFE: Final = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+# The same, for JSON output: json.dumps already escapes C0 controls.
+_UNSAFE_JSON: Final = re.compile(
+    "[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _escape_json(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def literal(text: str) -> Text:
+    """*text* as it is: never read as markup, with what a terminal would act on escaped."""
+    return Text(_UNSAFE.sub(_escape, text))
+
+
+def _json_text(value: Any, *, indent: int | None = 2) -> str:
+    """JSON for people and programs: non-ASCII kept, what a terminal would act on escaped."""
+    return _UNSAFE_JSON.sub(_escape_json, json.dumps(value, indent=indent, ensure_ascii=False))
+
 
 def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``runs list`` and ``runs show``."""
     runs = commands.add_parser(
         "runs",
         help="list or show the runs recorded in a store",
-        description="Read the runs recorded in an SQLite store (read only).",
+        description=(
+            "Read the runs recorded in a store (read only): an SQLite file, or a PostgreSQL "
+            "database given as a postgresql:// URI (password from PGPASSWORD, a password file "
+            "or a service file)."
+        ),
     )
     actions = runs.add_subparsers(title="actions", dest="action", metavar="ACTION")
     actions.required = True
@@ -63,10 +111,14 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
-        type=Path,
-        default=DEFAULT_DB,
-        metavar="PATH",
-        help=f"the SQLite store (default: {DEFAULT_DB})",
+        default=str(DEFAULT_DB),
+        metavar="PATH|URI",
+        help=f"the SQLite file, or a postgresql:// URI (default: {DEFAULT_DB})",
+    )
+    parser.add_argument(
+        "--schema",
+        default="trio_delegate",
+        help="with a postgresql:// URI: the store's schema (default: trio_delegate)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -81,44 +133,72 @@ def _positive(text: str) -> int:
     return value
 
 
-def _open(db: Path, err: TextIO) -> SQLiteStore | None:
+class _Reader(Protocol):
+    def get(self, run_id: str) -> RunRecord | None: ...
+
+    def list_runs(
+        self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
+    ) -> list[RunRecord]: ...
+
+    def close(self) -> None: ...
+
+
+def _open(db: str, schema: str, err: TextIO) -> tuple[_Reader, str] | None:
+    """The reader for *db* and how to name it, or ``None`` (reported on *err*)."""
+    if is_postgres_dsn(db):
+        try:
+            return PostgresReader(db, schema=schema), mask_dsn(db)
+        except DelegationError as exc:
+            _fail(exc, err)
+            return None
+    path = Path(db)
     # Reading must not create an empty store where the user mistyped a path.
-    if not db.is_file():
+    if not path.is_file():
         print(
-            f"trio-delegate: no store at {db}; run 'trio-delegate demo' or a runtime "
+            f"trio-delegate: no store at {_shown(db)}; run 'trio-delegate demo' or a runtime "
             "with SQLiteStore first, or pass --db PATH",
             file=err,
         )
         return None
-    return SQLiteStore(db)
+    return SQLiteReader(path), db
+
+
+def _shown(text: str) -> str:
+    return _UNSAFE.sub(_escape, text)
+
+
+def _fail(exc: DelegationError, err: TextIO) -> None:
+    print(f"trio-delegate: {_shown(str(exc))}", file=err)
 
 
 def _list(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    store = _open(args.db, err)
-    if store is None:
+    opened = _open(args.db, args.schema, err)
+    if opened is None:
         return 1
+    reader, name = opened
     status = RunStatus(args.status) if args.status else None
     try:
-        records = trio.run(_read_list, store, status, args.owner, args.limit)
+        records = reader.list_runs(status=status, owner=args.owner, limit=args.limit)
     except StoreError as exc:
-        print(f"trio-delegate: {exc}", file=err)
+        _fail(exc, err)
         return 1
+    finally:
+        reader.close()
     if args.json:
-        json.dump([_plain(record) for record in records], out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        out.write(_json_text([_plain(record) for record in records]) + "\n")
         return 0
-    table = Table(title=f"runs in {args.db}", show_lines=False)
+    table = Table(title=literal(f"runs in {name}"), show_lines=False)
     for column in ("run", "owner", "subagent", "status", "task", "admitted (UTC)"):
         table.add_column(column, overflow="fold")
     for record in records:
         table.add_row(
-            record.run_id,
-            record.owner,
-            record.subagent,
-            f"[{_STATUS_STYLE[record.status]}]{record.status.value}[/]",
-            record.task_summary,
-            record.admitted_at[:19].replace("T", " "),
+            literal(record.run_id),
+            literal(record.owner),
+            literal(record.subagent),
+            Text(record.status.value, style=_STATUS_STYLE[record.status]),
+            literal(record.task_summary),
+            literal(record.admitted_at[:19].replace("T", " ")),
         )
     console = Console(file=out, width=160)
     console.print(table if records else "no runs match")
@@ -127,38 +207,34 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    store = _open(args.db, err)
-    if store is None:
+    opened = _open(args.db, args.schema, err)
+    if opened is None:
         return 1
+    reader, name = opened
     try:
-        record = trio.run(store.get, args.run_id)
+        record = reader.get(args.run_id)
     except StoreError as exc:
-        print(f"trio-delegate: {exc}", file=err)
+        _fail(exc, err)
         return 1
+    finally:
+        reader.close()
     if record is None:
-        print(f"trio-delegate: no run {args.run_id!r} in {args.db}", file=err)
+        print(f"trio-delegate: no run {_shown(repr(args.run_id))} in {_shown(name)}", file=err)
         return 1
     plain = _plain(record)
     if args.json:
-        json.dump(plain, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        out.write(_json_text(plain) + "\n")
         return 0
-    table = Table(title=f"run {record.run_id}", show_header=False)
+    table = Table(title=literal(f"run {record.run_id}"), show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for key, value in plain.items():
         if value is None or value == [] or key == "run_id":
             continue
-        text = value if isinstance(value, str) else json.dumps(value, indent=2)
-        table.add_row(key, text)
+        text = value if isinstance(value, str) else _json_text(value)
+        table.add_row(key, literal(text))
     Console(file=out, width=160).print(table)
     return 0
-
-
-async def _read_list(
-    store: SQLiteStore, status: RunStatus | None, owner: str | None, limit: int
-) -> list[RunRecord]:
-    return await store.list_runs(status=status, owner=owner, limit=limit)
 
 
 def _plain(record: RunRecord) -> dict[str, Any]:

@@ -44,6 +44,9 @@ async def execute(run: Run, parent: Parent) -> None:
     """Run *run*'s runner to its end and decide the run exactly once."""
     scope = run.scope
     assert scope is not None
+    events = parent._runtime._events
+    if events is not None:
+        events.entered(run)
     outcome: Outcome | None = None
     try:
         with scope:

@@ -136,8 +136,6 @@ class Parent(metaclass=NoPublicConstructor):
         run.foreground = True
         if not run.durable:
             await self._record_admission(run)
-        else:
-            self._ledger.add(run)
         return await self._foreground(run)
 
     async def start(
@@ -165,8 +163,6 @@ class Parent(metaclass=NoPublicConstructor):
         run = self._admit(name, task, final_schema, replaces)
         if not run.durable:
             await self._record_admission(run)
-        else:
-            self._ledger.add(run)
         return run.handle()
 
     async def continue_run(
@@ -227,11 +223,10 @@ class Parent(metaclass=NoPublicConstructor):
         run.foreground = not background
         if not run.durable:
             await self._record_admission(run)
-        else:
-            self._ledger.add(run)
         if background:
+            handle = run.handle()  # the admission ack, as start gives it
             await trio.lowlevel.cancel_shielded_checkpoint()
-            return run.handle()
+            return handle
         return await self._foreground(run)
 
     def status(self, run_id: str) -> RunHandle:
@@ -404,7 +399,13 @@ class Parent(metaclass=NoPublicConstructor):
         )
         runtime._runs[run.run_id] = run
         self._live[run.run_id] = run
+        # In admission order ("oldest first"); a run whose admission is still
+        # being recorded is left out of the checks until its caller has its id.
+        self._ledger.add(run)
         runtime._live_count += 1
+        events = runtime._events
+        if events is not None:
+            events.admitted(run)
         if runtime._persister is None:
             run.durable = True
         self._scheduler.admit(run)
@@ -425,6 +426,7 @@ class Parent(metaclass=NoPublicConstructor):
             run.durable = True
             self._scheduler.ready()
 
+        run.announced = False
         try:
             await persister.admit(run, durable)
         except StoreError:
@@ -435,7 +437,7 @@ class Parent(metaclass=NoPublicConstructor):
             # its id, so it is no unresolved work of this parent.
             self._withdraw(run)
             self._check_usable()
-        self._ledger.add(run)
+        run.announced = True
 
     def _withdraw(self, run: Run) -> None:
         """Undo *run*'s admission (its caller gets an error and no run id)."""
@@ -447,10 +449,15 @@ class Parent(metaclass=NoPublicConstructor):
         runtime = self._runtime
         del runtime._runs[run.run_id]
         runtime._live_count -= 1
+        if runtime._events is not None:
+            runtime._events.withdrawn(run)
 
     def _launch(self, run: Run) -> None:
         """Start *run* now (the scheduler decided it may)."""
-        run.start(self._runtime._now())
+        runtime = self._runtime
+        run.start(runtime._now())
+        if runtime._events is not None:
+            runtime._events.started(run)
         self._nursery.start_soon(execute, run, self, name=run.subagent._task_name)
 
     async def _foreground(self, run: Run) -> RunResult:
@@ -545,6 +552,8 @@ class Parent(metaclass=NoPublicConstructor):
         del self._live[run.run_id]
         runtime = self._runtime
         runtime._live_count -= 1
+        if runtime._events is not None:
+            runtime._events.ended(run)
         runtime._retention.add(run)
         if was_running:
             self._scheduler.released()
@@ -552,6 +561,11 @@ class Parent(metaclass=NoPublicConstructor):
     def run_evicted(self, run: Run) -> None:
         """Retention evicted *run*: keep only a small record if it is unresolved."""
         self._ledger.evicted(run)
+
+    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
+        events = self._runtime._events
+        if events is not None:
+            events.cancel_requested(run, reason)
 
     # -- lookup and answers ---------------------------------------------------
 
@@ -637,6 +651,9 @@ class Parent(metaclass=NoPublicConstructor):
         if run.status is RunStatus.COMPLETED:
             result = run.result()
             self._ledger.resolve(run.run_id)
+            events = self._runtime._events
+            if events is not None:
+                events.observed(run)
             return result
         raise run.outcome_error()
 

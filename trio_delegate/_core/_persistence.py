@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
@@ -37,6 +38,7 @@ from ._run import Outcome, conversation, safe_message
 
 if TYPE_CHECKING:
     from .._schema import ResultSchema
+    from ._events import RunEvents
     from ._run import Run
 
 __all__ = ["Persister", "WriteStats", "history_of"]
@@ -97,6 +99,7 @@ class Persister:
         "_schemas",
         "_send",
         "_writing",
+        "events",
         "runtime_id",
         "stats",
         "store",
@@ -106,6 +109,7 @@ class Persister:
         self.store = store
         self.runtime_id = runtime_id
         self.stats = WriteStats()
+        self.events: RunEvents | None = None
         self._send, self._receive = trio.open_memory_channel[_Pending](math.inf)
         # The batch being written, answered if the writer is stopped mid-way.
         self._writing: list[_Pending] = []
@@ -178,6 +182,7 @@ class Persister:
         the records that fail on their own are found: one bad record never
         fails the others.
         """
+        started = time.perf_counter()
         try:
             await self.store.write([item.record for item in batch])
         except Exception as exc:
@@ -190,6 +195,9 @@ class Persister:
             stats.commits += 1
             stats.records += len(batch)
             stats.largest_batch = max(stats.largest_batch, len(batch))
+            events = self.events
+            if events is not None:
+                events.committed(len(batch), time.perf_counter() - started)
             return {}
         middle = len(batch) // 2
         failures = await self._write(batch[:middle])

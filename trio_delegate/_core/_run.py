@@ -168,6 +168,9 @@ class RunHost(Protocol):
     def run_evicted(self, run: Run) -> None:
         """Retention let *run* go from memory."""
 
+    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
+        """A first cancel request reached live *run*."""
+
 
 @final
 class Run:
@@ -177,6 +180,7 @@ class Run:
         "_done",
         "_result",
         "admitted_at",
+        "announced",
         "cancel_reason",
         "cancel_requested_at",
         "deadline",
@@ -196,6 +200,7 @@ class Run:
         "status",
         "subagent",
         "task",
+        "telemetry",
         "timeout",
     )
 
@@ -237,9 +242,14 @@ class Run:
         self.ended_at: float | None = None
         # Whether its admission record is committed (always, without a store).
         self.durable = False
+        # Whether the caller that admitted it has its id (False only while a
+        # store records its admission): until then no check lists it.
+        self.announced = True
         self.admitted_at = ""
         # The envelope, when it can be shared: a scalar result nobody can change.
         self._result: RunResult | None = None
+        # What an observer keeps about the run (its span, say).
+        self.telemetry: Any = None
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.subagent.name} {self.status.value} {self.phase.value}>"
@@ -334,6 +344,7 @@ class Run:
         if self.cancel_requested_at is None:
             self.cancel_requested_at = now
             self.cancel_reason = reason
+            self.host.run_cancel_requested(self, reason)
         if self.phase is not Phase.LIVE:
             return True
         if self.status is RunStatus.PENDING:

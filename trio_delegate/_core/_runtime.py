@@ -22,6 +22,7 @@ from .._json import text_problem
 from .._schema import ResultSchema, SchemaSpec, compile_result_schema
 from .._stores._protocol import ResultStore
 from .._subagent import Subagent
+from ._events import runtime_events
 from ._groups import open_transparent_nursery
 from ._ids import RunIds, new_runtime_id
 from ._parent import Parent
@@ -48,6 +49,7 @@ class Runtime(metaclass=NoPublicConstructor):
         "__weakref__",
         "_closed",
         "_closed_at",
+        "_events",
         "_live_count",
         "_now",
         "_nursery",
@@ -67,6 +69,10 @@ class Runtime(metaclass=NoPublicConstructor):
     ) -> None:
         self.config = config
         self._persister = persister
+        # Traces and metrics, when something observes runs (else None).
+        self._events = runtime_events()
+        if persister is not None:
+            persister.events = self._events
         # The Trio run's clock, read directly: trio.current_time() finds the
         # same clock through the run context on every call, several per run.
         self._now = trio.lowlevel.current_clock().current_time
