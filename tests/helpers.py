@@ -130,6 +130,19 @@ class StepTimer(trio.abc.Instrument):
             self.longest = max(self.longest, time.thread_time() - started)
 
 
+@asynccontextmanager
+async def timed_steps() -> AsyncIterator[StepTimer]:
+    """A :class:`StepTimer` over every task step from the next one until the block ends."""
+    timer = StepTimer()
+    trio.lowlevel.add_instrument(timer)
+    try:
+        # The step running now began before the instrument was added.
+        await trio.lowlevel.checkpoint()
+        yield timer
+    finally:
+        trio.lowlevel.remove_instrument(timer)
+
+
 # -- objects a host might pass whose own methods raise ---------------------------
 
 

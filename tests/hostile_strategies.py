@@ -616,8 +616,7 @@ TOOL_NAMES: Final = (
 )
 
 
-@st.composite
-def tool_calls(draw: st.DrawFn, subagents: tuple[str, ...]) -> tuple[Any, Any]:
+def tool_calls(subagents: tuple[str, ...]) -> st.SearchStrategy[tuple[Any, Any]]:
     """A tool call ``(name, arguments)``: mostly a known tool with arguments that
     are mostly acceptable (hostile inside), else anything at all; the
     arguments as a mapping or as JSON text, or hostile JSON text."""
@@ -628,33 +627,40 @@ def tool_calls(draw: st.DrawFn, subagents: tuple[str, ...]) -> tuple[Any, Any]:
     background = mostly(st.booleans(), value)
     timeout = mostly(st.sampled_from([0, 0.5, 5, 1e300, -0.0]), hostile_numbers | value)
     parameters = {
-        "delegate_task": (
+        "delegate_task": st.fixed_dictionaries(
             {"subagent": mostly(st.sampled_from(subagents), value), "task": text},
-            {"final_schema": schema, "background": background, "replaces": run_id},
+            optional={"final_schema": schema, "background": background, "replaces": run_id},
         ),
-        "subagent_status": ({"run_id": run_id}, {}),
-        "wait_subagent": ({"run_id": run_id}, {"timeout": timeout}),
-        "cancel_subagent": ({"run_id": run_id}, {}),
-        "continue_subagent": (
+        "subagent_status": st.fixed_dictionaries({"run_id": run_id}),
+        "wait_subagent": st.fixed_dictionaries({"run_id": run_id}, optional={"timeout": timeout}),
+        "cancel_subagent": st.fixed_dictionaries({"run_id": run_id}),
+        "continue_subagent": st.fixed_dictionaries(
             {"run_id": run_id, "message": text},
-            {"final_schema": schema, "background": background},
+            optional={"final_schema": schema, "background": background},
         ),
     }
-    tool = draw(st.sampled_from(TOOL_NAMES))
-    required, optional = parameters[tool]
-    arguments = draw(st.fixed_dictionaries(required, optional=optional))
-    if draw(st.integers(0, 7)) == 0:
-        arguments.update(draw(st.dictionaries(hostile_text(2), value, min_size=1, max_size=2)))
-    name = draw(mostly(st.just(tool), hostile_text(2) | odd_objects | st.none()))
-    form = draw(st.sampled_from(["mapping", "mapping", "json", "json", "hostile"]))
-    if form == "json":
-        ascii_only = draw(st.booleans())
-        return name, Built(
-            f"json.dumps({arguments!r})", lambda: _dumps(arguments, ascii_only=ascii_only)
-        )
-    if form == "hostile":
-        return name, draw(hostile_json_texts | value | st.none())
-    return name, arguments
+    extra = st.dictionaries(hostile_text(2), value, min_size=1, max_size=2)
+    names = hostile_text(2) | odd_objects | st.none()
+    others = hostile_json_texts | value | st.none()
+
+    @st.composite
+    def call(draw: st.DrawFn) -> tuple[Any, Any]:
+        tool = draw(st.sampled_from(TOOL_NAMES))
+        arguments = draw(parameters[tool])
+        if draw(st.integers(0, 7)) == 0:
+            arguments.update(draw(extra))
+        name = draw(mostly(st.just(tool), names))
+        form = draw(st.sampled_from(["mapping", "mapping", "json", "json", "hostile"]))
+        if form == "json":
+            ascii_only = draw(st.booleans())
+            return name, Built(
+                f"json.dumps({arguments!r})", lambda: _dumps(arguments, ascii_only=ascii_only)
+            )
+        if form == "hostile":
+            return name, draw(others)
+        return name, arguments
+
+    return call()
 
 
 def _dumps(arguments: Mapping[str, Any], *, ascii_only: bool) -> str:

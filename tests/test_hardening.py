@@ -32,6 +32,7 @@ from .helpers import (
     returning,
     slow_cleanup,
     sub,
+    timed_steps,
 )
 from .stores import WrappedStore
 
@@ -209,40 +210,30 @@ async def test_tool_arguments_are_bounded_in_values_before_they_are_decoded() ->
     mapping = {"subagent": "echo", "task": "t", "x": list(range(1_000_000))}
     # Commas, brackets and escaped quotes inside a string are one value.
     long_task = json.dumps({"subagent": "echo", "task": 'a,[{"' * 20_000})
-    timer = StepTimer()
-    trio.lowlevel.add_instrument(timer)
-    try:
-        async with (
-            td.open_runtime([sub("echo", returning("ok"))]) as rt,
-            rt.open_parent() as parent,
-        ):
-            tools = parent.tools()
-            await trio.lowlevel.checkpoint()
-            for arguments in (numbers, objects, mapping):
-                with pytest.raises(td.InvalidArgumentsError, match="more than 40000"):
-                    await tools.call("delegate_task", arguments)
-            assert rt.live_runs == 0
-            answer = await tools.call("delegate_task", long_task)
-            assert answer["final_result"] == "ok"
-    finally:
-        trio.lowlevel.remove_instrument(timer)
+    async with (
+        timed_steps() as timer,
+        td.open_runtime([sub("echo", returning("ok"))]) as rt,
+        rt.open_parent() as parent,
+    ):
+        tools = parent.tools()
+        for arguments in (numbers, objects, mapping):
+            with pytest.raises(td.InvalidArgumentsError, match="more than 40000"):
+                await tools.call("delegate_task", arguments)
+        assert rt.live_runs == 0
+        answer = await tools.call("delegate_task", long_task)
+        assert answer["final_result"] == "ok"
     assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
 
 
 async def test_a_huge_final_schema_is_refused_before_it_is_encoded() -> None:
     schema = {"enum": list(range(4_000_000))}
-    timer = StepTimer()
-    trio.lowlevel.add_instrument(timer)
-    try:
-        async with (
-            td.open_runtime([sub("echo", returning("ok"))]) as rt,
-            rt.open_parent() as parent,
-        ):
-            await trio.lowlevel.checkpoint()
-            with pytest.raises(td.InvalidArgumentsError, match="more than 32768 values"):
-                await parent.start("echo", "t", final_schema=schema)
-    finally:
-        trio.lowlevel.remove_instrument(timer)
+    async with (
+        timed_steps() as timer,
+        td.open_runtime([sub("echo", returning("ok"))]) as rt,
+        rt.open_parent() as parent,
+    ):
+        with pytest.raises(td.InvalidArgumentsError, match="more than 32768 values"):
+            await parent.start("echo", "t", final_schema=schema)
     assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
 
 
@@ -398,19 +389,15 @@ async def test_schema_errors_about_a_large_result_stay_brief_and_within_the_dead
     big = list(range(100_000))
     schema = {"anyOf": [{"type": "string"}] * 1000}
     subagents = [sub("big", returning(big), timeout_seconds=0.5)]
-    timer = StepTimer()
-    trio.lowlevel.add_instrument(timer)
-    try:
-        async with (
-            td.open_runtime(subagents, config=LENIENT) as rt,
-            rt.open_parent() as parent,
-        ):
-            started = time.monotonic()
-            with pytest.raises((td.RunFailedError, td.RunTimedOutError)) as info:
-                await parent.delegate("big", "t", final_schema=schema)
-            took = time.monotonic() - started
-    finally:
-        trio.lowlevel.remove_instrument(timer)
+    async with (
+        timed_steps() as timer,
+        td.open_runtime(subagents, config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        started = time.monotonic()
+        with pytest.raises((td.RunFailedError, td.RunTimedOutError)) as info:
+            await parent.delegate("big", "t", final_schema=schema)
+        took = time.monotonic() - started
     assert took < 2.5, f"the check took {took:.1f} s against a deadline of 0.5 s"
     assert len(str(info.value)) < 2000
     assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
@@ -446,21 +433,16 @@ async def test_schema_check_at_admission_is_bounded() -> None:
     # 4 KB schema (dynamic references resolved per subschema), on the loop.
     accepted: dict[str, Any] = {"allOf": [{}] * 1000}
     too_costly = {"allOf": [{"minimum": 1}] * 4000}  # 60 KB
-    timer = StepTimer()
-    trio.lowlevel.add_instrument(timer)
-    try:
-        async with (
-            td.open_runtime([sub("one", returning(1))], config=LENIENT) as rt,
-            rt.open_parent() as parent,
-        ):
-            await trio.lowlevel.checkpoint()
-            result = await parent.delegate("one", "t", final_schema=accepted)
-            assert result.final_result == 1
-            with pytest.raises(td.InvalidArgumentsError, match="too large to check"):
-                await parent.start("one", "t", final_schema=too_costly)
-            assert rt.live_runs == 0
-    finally:
-        trio.lowlevel.remove_instrument(timer)
+    async with (
+        timed_steps() as timer,
+        td.open_runtime([sub("one", returning(1))], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        result = await parent.delegate("one", "t", final_schema=accepted)
+        assert result.final_result == 1
+        with pytest.raises(td.InvalidArgumentsError, match="too large to check"):
+            await parent.start("one", "t", final_schema=too_costly)
+        assert rt.live_runs == 0
     assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
 
 

@@ -443,6 +443,33 @@ async def prelude(session: Session) -> None:
         await session.attempt("delegate", other.delegate, "echo", "of another owner")
 
 
+def calls_test(
+    calls: st.SearchStrategy[Call | ToolCall], base: int, doc: str
+) -> Callable[[str], None]:
+    """A test, run with each store, of sessions that make a few drawn *calls*
+    after the prelude; *base* examples under the dev profile."""
+
+    @pytest.mark.parametrize("kind", STORE_KINDS)
+    def test(kind: str) -> None:
+        @settings(max_examples=examples(base, kind), deadline=None)
+        @given(config=configs, drawn=st.lists(calls, min_size=1, max_size=6))
+        def check(config: td.Config, drawn: list[Call | ToolCall]) -> None:
+            made = [call.made() for call in drawn]
+
+            async def main(folder: Path) -> None:
+                async with open_session(kind, folder, config) as session:
+                    await prelude(session)
+                    for call in made:
+                        await call.perform(session)
+
+            run_session(kind, main)
+
+        check()
+
+    test.__doc__ = doc
+    return test
+
+
 # -- 1. admission: delegate, start, continue_run ---------------------------------------
 
 names = hs.mostly(st.sampled_from(SUBAGENT_NAMES[:3]), hs.hostile_text(2) | hs.odd_objects)
@@ -463,6 +490,8 @@ class Call:
         return Call(self.method, hs.build(self.args), hs.build(self.kwargs))
 
     async def perform(self, session: Session) -> Any:
+        if self.method == "sleep":
+            return await trio.sleep(self.args[0])
         args = [resolve(arg, session) for arg in self.args]
         kwargs = {key: resolve(value, session) for key, value in self.kwargs.items()}
         method = getattr(session.parent, self.method)
@@ -498,27 +527,11 @@ good_calls = st.builds(
 )
 
 
-@pytest.mark.parametrize("kind", STORE_KINDS)
-def test_admission_arguments(kind: str) -> None:
-    """Hostile names, tasks, messages, schemas, replaces and background flags."""
-
-    @settings(max_examples=examples(40, kind), deadline=None)
-    @given(
-        config=configs,
-        calls=st.lists(good_calls | admissions | continuations, min_size=1, max_size=6),
-    )
-    def check(config: td.Config, calls: list[Call]) -> None:
-        made = [call.made() for call in calls]
-
-        async def main(folder: Path) -> None:
-            async with open_session(kind, folder, config) as session:
-                await prelude(session)
-                for call in made:
-                    await call.perform(session)
-
-        run_session(kind, main)
-
-    check()
+test_admission_arguments = calls_test(
+    good_calls | admissions | continuations,
+    30,
+    "Hostile names, tasks, messages, schemas, replaces and background flags.",
+)
 
 
 # -- 2. lookups: status, wait, cancel --------------------------------------------------
@@ -541,31 +554,9 @@ lookups = (
 )
 
 
-async def perform(call: Call, session: Session) -> None:
-    if call.method == "sleep":
-        await trio.sleep(call.args[0])
-    else:
-        await call.perform(session)
-
-
-@pytest.mark.parametrize("kind", STORE_KINDS)
-def test_status_wait_and_cancel_arguments(kind: str) -> None:
-    """Hostile run ids and timeouts, against runs in every state."""
-
-    @settings(max_examples=examples(40, kind), deadline=None)
-    @given(config=configs, calls=st.lists(lookups, min_size=1, max_size=8))
-    def check(config: td.Config, calls: list[Call]) -> None:
-        made = [call.made() for call in calls]
-
-        async def main(folder: Path) -> None:
-            async with open_session(kind, folder, config) as session:
-                await prelude(session)
-                for call in made:
-                    await perform(call, session)
-
-        run_session(kind, main)
-
-    check()
+test_status_wait_and_cancel_arguments = calls_test(
+    lookups, 30, "Hostile run ids and timeouts, against runs in every state."
+)
 
 
 # -- 3. the model-facing tools ---------------------------------------------------------
@@ -582,10 +573,14 @@ class ToolCall:
     def made(self) -> ToolCall:
         return ToolCall(hs.build(self.name), hs.build(self.arguments), self.ref)
 
-    async def perform(self, session: Session, tools: td.DelegationTools) -> Any:
+    async def perform(self, session: Session) -> Any:
         arguments = hs.fill_run_refs(self.arguments, session.pick(self.ref))
         label = self.name if type(self.name) is str else type(self.name).__name__
-        return await session.attempt(f"tools.call({label!r})", tools.call, self.name, arguments)
+        tools = session.parent.tools()
+        answer = await session.attempt(f"tools.call({label!r})", tools.call, self.name, arguments)
+        if isinstance(answer, dict):
+            assert isinstance(answer.get("run_id"), str), answer
+        return answer
 
 
 tool_calls = st.builds(
@@ -595,27 +590,9 @@ tool_calls = st.builds(
 )
 
 
-@pytest.mark.parametrize("kind", STORE_KINDS)
-def test_tool_calls(kind: str) -> None:
-    """Hostile tool names and arguments, as mappings and as JSON text."""
-
-    @settings(max_examples=examples(50, kind), deadline=None)
-    @given(config=configs, calls=st.lists(tool_calls, min_size=1, max_size=6))
-    def check(config: td.Config, calls: list[ToolCall]) -> None:
-        made = [call.made() for call in calls]
-
-        async def main(folder: Path) -> None:
-            async with open_session(kind, folder, config) as session:
-                tools = session.parent.tools()
-                await prelude(session)
-                for call in made:
-                    answer = await call.perform(session, tools)
-                    if isinstance(answer, dict):
-                        assert isinstance(answer.get("run_id"), str), answer
-
-        run_session(kind, main)
-
-    check()
+test_tool_calls = calls_test(
+    tool_calls, 40, "Hostile tool names and arguments, as mappings and as JSON text."
+)
 
 
 # -- 4. what runners return and raise --------------------------------------------------
@@ -691,13 +668,27 @@ class Behaviour:
         raise ExceptionGroup("runner failed", [*self.value])
 
 
-def _group_member(error_type: type[Exception], message: Any) -> Exception:
-    try:
-        return error_type(message)
-    except Exception as exc:  # an exception type that refuses the message
-        return exc
+def _exception(error_type: Any, message: Any) -> hs.Built:
+    """A recipe for ``error_type(message)`` (or the error that call raises)."""
+
+    def make() -> Exception:
+        try:
+            made: Exception = hs.build(error_type)(hs.build(message))
+        except Exception as exc:  # an exception type that refuses the message
+            return exc
+        return made
+
+    return hs.Built(f"{error_type!r}({message!r})", make)
 
 
+def _group(members: list[hs.Built]) -> hs.Built:
+    """A recipe for an exception group of *members* (recipes too)."""
+    return hs.Built(
+        f"ExceptionGroup({members!r})", lambda: ExceptionGroup("inner", hs.build(members))
+    )
+
+
+exceptions = st.builds(_exception, error_types, messages)
 behaviours = (
     st.builds(Behaviour, st.just("return"), hs.hostile_values())
     | st.builds(Behaviour, st.just("return"), hs.schema_results)
@@ -712,11 +703,7 @@ behaviours = (
         Behaviour,
         st.just("group"),
         st.lists(
-            st.builds(_group_member, error_types, messages)
-            | st.builds(
-                lambda inner: ExceptionGroup("inner", inner),
-                st.lists(st.builds(_group_member, error_types, messages), min_size=1, max_size=2),
-            ),
+            exceptions | st.lists(exceptions, min_size=1, max_size=2).map(_group),
             min_size=1,
             max_size=3,
         ),
@@ -836,7 +823,7 @@ def checked_subagent(session_box: list[Session]) -> td.Subagent:
 def test_runner_results_and_errors(kind: str) -> None:
     """Hostile results, transcripts and exceptions, with and without a final_schema."""
 
-    @settings(max_examples=examples(50, kind), deadline=None)
+    @settings(max_examples=examples(40, kind), deadline=None)
     @given(drawn=st.lists(outcomes, min_size=1, max_size=4))
     def check(drawn: list[DrawnRun]) -> None:
         made = [outcome.made() for outcome in drawn]
@@ -879,7 +866,7 @@ def test_final_schemas(kind: str) -> None:
     """Costly and malformed schemas from the Python API, the tools (as objects and
     as JSON text) and ``Subagent(final_schema=...)``: checking stays bounded."""
 
-    @settings(max_examples=examples(40, kind), deadline=None)
+    @settings(max_examples=examples(30, kind), deadline=None)
     @given(
         schema=hs.costly_schemas | hs.malformed_schemas,
         result=hs.schema_results | hs.hostile_values(odd=False),
@@ -1028,19 +1015,19 @@ config_fields = (
 def test_config_arguments(options: dict[str, Any]) -> None:
     config = constructed("Config(...)", lambda: td.Config(**hs.build(options)))
     if isinstance(config, td.Config):
-        # What was accepted works: a runtime opens with it and runs a delegation.
+        # What was accepted works: a runtime opens with it and runs a delegation,
+        # which may fail by the config's own limits (a one-byte result, say).
         async def main() -> None:
-            async with (
-                td.open_runtime([td.Subagent("echo", echo)], config=config) as runtime,
-                runtime.open_parent() as parent,
-            ):
-                with real_time_limit(CALL_SECONDS, "a delegation"):
-                    try:
+            with real_time_limit(CALL_SECONDS, "a delegation"):
+                try:
+                    async with (
+                        td.open_runtime([td.Subagent("echo", echo)], config=config) as runtime,
+                        runtime.open_parent() as parent,
+                    ):
                         result = await parent.delegate("echo", "t")
-                    except td.DelegationError as exc:
-                        check_error(exc)
-                    else:
                         assert result.final_result == "t"
+                except td.DelegationError as exc:
+                    check_error(exc)
 
         trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
@@ -1099,7 +1086,7 @@ parent_children = (
 def test_runtime_and_parent_arguments(kind: str) -> None:
     """Hostile subagent lists, configs, stores, owners and children lists."""
 
-    @settings(max_examples=examples(50, kind), deadline=None)
+    @settings(max_examples=examples(40, kind), deadline=None)
     @given(
         registry=registries,
         config=st.none() | configs | hs.odd_objects,
