@@ -76,6 +76,12 @@ async def test_task_with_a_lone_surrogate_is_refused_at_admission(
             assert (await parent.delegate("echo", "fine")).final_result == "ok"
 
 
+def test_subagent_description_with_a_lone_surrogate_is_refused() -> None:
+    # It goes into every tool definition: no model could be sent the tools.
+    with pytest.raises(td.InvalidArgumentsError, match=r"description .*valid Unicode"):
+        td.Subagent("echo", returning("ok"), description="finds \ud800 facts")
+
+
 async def test_error_text_with_a_lone_surrogate_is_recorded_escaped(
     store: td.ResultStore | None,
 ) -> None:

@@ -12,6 +12,7 @@ import attrs
 from ._checks import builtin, check_seconds, describe
 from ._config import INHERIT, TimeoutSetting
 from ._errors import InvalidArgumentsError
+from ._json import text_problem
 from ._schema import ResultSchema, SchemaSpec, compile_result_schema
 
 if TYPE_CHECKING:
@@ -64,6 +65,12 @@ def _check_description(instance: Subagent, attribute: attrs.Attribute[Any], valu
     if not isinstance(value, str):
         raise InvalidArgumentsError(
             f"Subagent.description of {instance.name!r} must be a string, got {describe(value)}"
+        )
+    # The description goes into every tool definition a model is sent.
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidArgumentsError(
+            f"Subagent.description of {instance.name!r} must be valid Unicode text: {problem}"
         )
 
 
