@@ -493,6 +493,9 @@ async def test_runtime_and_tool_arguments_whose_methods_raise() -> None:
         with pytest.raises(td.InvalidArgumentsError, match="subagents"):
             async with rt.open_parent("root", subagents=LoudList(["echo"])):
                 pass
+        with pytest.raises(td.InvalidArgumentsError, match=r"subagents .*the string"):
+            async with rt.open_parent("root", subagents=LoudStr("echo")):
+                pass
         async with rt.open_parent(LoudStr("root")) as parent:
             assert type(parent.owner) is str
             tools = parent.tools()

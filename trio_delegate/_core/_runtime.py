@@ -168,9 +168,9 @@ class Runtime(metaclass=NoPublicConstructor):
         if names is None:
             return dict(self._subagents)
         if isinstance(names, str):
+            text = describe(builtin(names))
             raise InvalidArgumentsError(
-                f"subagents must be a sequence of names, got the string {names!r}; "
-                f"write [{names!r}]"
+                f"subagents must be a sequence of names, got the string {text}; write [{text}]"
             )
         children: dict[str, Subagent] = {}
         for index, name in enumerate(_items("subagents", names, "a sequence of names or None")):
