@@ -321,11 +321,15 @@ def standard_subagents(session_box: list[Session]) -> list[td.Subagent]:
             return ctx.task
         return behaviour(ctx)
 
+    # Every one has a deadline: a model's schema can make checking a result
+    # take until the child deadline, and without one until the check gives up
+    # (MAX_STEPS, minutes). On the autojump clock the deadline comes as soon as
+    # the loop waits for the check's thread.
     return [
         td.Subagent("echo", echo, timeout_seconds=100.0),
-        td.Subagent("gated", gated, timeout_seconds=None),
-        td.Subagent("boss", boss, children=("echo",), timeout_seconds=None),
-        td.Subagent("scripted", scripted, timeout_seconds=None),
+        td.Subagent("gated", gated, timeout_seconds=10 * GATE_SECONDS),
+        td.Subagent("boss", boss, children=("echo",), timeout_seconds=10 * GATE_SECONDS),
+        td.Subagent("scripted", scripted, timeout_seconds=100.0),
     ]
 
 
@@ -1156,7 +1160,8 @@ async def open_and_use(
 async def open_parent_and_use(runtime: td.Runtime, owner: Any, children: Any) -> None:
     try:
         async with runtime.open_parent(owner, subagents=children) as parent:
-            assert parent.owner == owner
+            assert type(parent.owner) is str
+            assert parent.owner == str.__str__(owner)
             if "echo" in parent.subagents:
                 with real_time_limit(CALL_SECONDS, "a delegation"):
                     result = await parent.delegate("echo", "t")
