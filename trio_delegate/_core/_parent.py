@@ -203,22 +203,23 @@ class Parent(metaclass=NoPublicConstructor):
         if isinstance(earlier, StoredRun):
             record = await self._load(run_id)
             self._check_usable()  # it may have closed while the store answered
-            name, history = record.subagent, history_of(record)
+            name = record.subagent
+            try:
+                carried = CanonicalJson.of(
+                    history_of(record), max_depth=self._runtime.config.max_nesting_depth + 2
+                )
+            except (JsonProblem, TypeError) as exc:  # pragma: no cover - checked when recorded
+                raise InvalidArgumentsError(
+                    f"the conversation of run {run_id} cannot be carried on: {exc}"
+                ) from None
         elif earlier.is_terminal:
-            name, history = earlier.subagent.name, earlier.conversation()
+            # From the canonical JSON the run holds, never decoded here.
+            name, carried = earlier.subagent.name, earlier.carried()
         else:
             raise InvalidArgumentsError(
                 f"run {run_id} is still {earlier.status.value}; only a finished run can be "
                 "continued: wait for it first"
             )
-        try:
-            carried = CanonicalJson.of(
-                history, max_depth=self._runtime.config.max_nesting_depth + 2
-            )
-        except (JsonProblem, TypeError) as exc:  # pragma: no cover - checked when recorded
-            raise InvalidArgumentsError(
-                f"the conversation of run {run_id} cannot be carried on: {exc}"
-            ) from None
         run = self._admit(name, message, final_schema, None, carried, "message")
         run.foreground = not background
         if not run.durable:

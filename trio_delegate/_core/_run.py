@@ -31,7 +31,7 @@ from .._errors import (
     RunTimedOutError,
     StoreError,
 )
-from .._json import CanonicalJson, escape_text
+from .._json import CanonicalJson, encode, escape_text
 from .._results import RunHandle, RunResult
 from .._status import RunStatus
 from .._summary import summarize_task
@@ -307,6 +307,34 @@ class Run:
         )
         exc.__cause__ = outcome.error
         return exc
+
+    def carried(self) -> CanonicalJson:
+        """This terminal run's whole conversation, as the history of a continuation.
+
+        The same value as :meth:`conversation`, made from the canonical JSON
+        texts the run holds without decoding them: a conversation is as large
+        as the run's history, result and transcript, and decoding and encoding
+        it again would hold the event loop that long.
+        """
+        outcome = self.outcome
+        assert outcome is not None
+        if outcome.transcript is not None:
+            return outcome.transcript
+        parts: list[str] = []
+        size = 2  # the brackets
+        history = self.history
+        if history is not None and history.text != "[]":
+            parts.append(history.text[1:-1])
+            size += history.size - 2
+        text, length = encode({"role": "user", "content": self.task}, max_depth=2)
+        parts.append(text)
+        size += length
+        result = outcome.result
+        if result is not None:
+            parts.append(f'{{"role":"assistant","content":{result.text}}}')
+            size += len('{"role":"assistant","content":}') + result.size
+        size += len(parts) - 1  # the commas
+        return CanonicalJson("[" + ",".join(parts) + "]", size)
 
     def conversation(self) -> list[Any]:
         """This terminal run's whole conversation, as history for a continuation."""
