@@ -385,6 +385,8 @@ async def open_session(
             assert runtime.live_runs == 0
             if store is not None:
                 await check_recorded(session)
+        # The step running now would end after the instrument is gone.
+        await trio.lowlevel.checkpoint()
     finally:
         trio.lowlevel.remove_instrument(timer)
     if timer.longest > STEP_LIMIT:
