@@ -11,6 +11,7 @@ that the parent and runtime are open before it acts and again after every
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NoReturn, final
 
@@ -206,6 +207,11 @@ class Parent(metaclass=NoPublicConstructor):
         if isinstance(earlier, StoredRun):
             record = await self._load(run_id)
             self._check_usable()  # it may have closed while the store answered
+            if not record.status.is_terminal:
+                raise InvalidArgumentsError(
+                    f"run {run_id} is still {record.status.value} (in another runtime); only "
+                    "a finished run can be continued: wait for it first"
+                )
             name, history = record.subagent, history_of(record)
         elif earlier.is_terminal:
             name, history = earlier.subagent.name, earlier.conversation()
@@ -280,9 +286,7 @@ class Parent(metaclass=NoPublicConstructor):
         )
         run = self._find(run_id)
         if type(run) is StoredRun:
-            record = await self._load(run_id)
-            self._check_usable()
-            return self._answer_record(record)
+            return await self._wait_in_store(run_id, limit)
         if run.ended_at is not None:  # terminal
             await trio.lowlevel.checkpoint()
         elif limit is None:
@@ -318,7 +322,14 @@ class Parent(metaclass=NoPublicConstructor):
         self._check_usable()
         run = self._find(run_id)
         if isinstance(run, StoredRun):
-            return CancelAck(run_id, False, run.status)
+            if run.status.is_terminal:
+                return CancelAck(run_id, False, run.status)
+            # Live in another runtime sharing the store: the request goes
+            # through the store, and its owner applies it (contract §16).
+            persister = self._runtime._persister
+            assert persister is not None
+            persister.request_cancel(run_id)
+            return CancelAck(run_id, True, run.status)
         requested = run.request_cancel(self._runtime._now(), CancelReason.REQUEST)
         return CancelAck(run.run_id, requested, run.status)
 
@@ -490,7 +501,10 @@ class Parent(metaclass=NoPublicConstructor):
     def _launch(self, run: Run) -> None:
         """Start *run* now (the scheduler decided it may)."""
         runtime = self._runtime
-        run.start(runtime._now())
+        now = runtime._now()
+        run.start(now)
+        if runtime._persister is not None:
+            runtime._persister.started(run, now)
         if runtime._events is not None:
             runtime._events.started(run)
         self._nursery.start_soon(execute, run, self, name=run.subagent._task_name)
@@ -655,6 +669,41 @@ class Parent(metaclass=NoPublicConstructor):
         if record is None:  # pruned by the store's own retention meanwhile
             raise self._expired(run_id)
         return record
+
+    async def _wait_in_store(self, run_id: str, limit: float | None) -> RunResult | RunHandle:
+        """``wait`` for a run known from the store: ended, or live in another runtime.
+
+        Each look reads the store itself (so ``timeout=0`` is the fresh
+        answer); between looks the wait sleeps until the store watcher sees
+        the run change, or a poll interval passes. A run past its recorded
+        deadline is waited for until its end is recorded (contract §16).
+        """
+        runtime = self._runtime
+        persister = runtime._persister
+        assert persister is not None
+        ends = None if limit is None else runtime._now() + limit
+        while True:
+            record = await self._load(run_id)
+            self._check_usable()
+            if record.status.is_terminal:
+                if (
+                    record.status is RunStatus.COMPLETED
+                    and record.runtime_id != persister.runtime_id
+                ):
+                    persister.mark_observed(run_id)  # its owner's parent counts it
+                return self._answer_record(record)
+            now = runtime._now()
+            overdue = record.deadline_at is not None and time.time() >= record.deadline_at
+            if ends is not None and now >= ends and not overdue:
+                return RunHandle(run_id, record.subagent, record.status)
+            pause = persister.store.poll_interval
+            if ends is not None and not overdue:
+                pause = min(pause, ends - now)
+            await persister.changed(run_id, pause)
+
+    def run_observed_elsewhere(self, run: Run) -> None:
+        self._ledger.resolve(run.run_id)
+        self._settlements.told(run.run_id)
 
     def _answer_record(self, record: RunRecord) -> RunResult:
         """Like :meth:`_answer`, for a run known only from the store."""

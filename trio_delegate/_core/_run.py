@@ -60,6 +60,11 @@ class CancelReason(enum.Enum):
     CALLER_CANCELLED = "because the caller waiting for it in the foreground was cancelled"
     PARENT_CLOSED = "because its parent closed"
     RUNTIME_CLOSED = "because the runtime closed"
+    LEASE_LOST = (
+        "because its runtime could not renew its lease on the shared store, and the other "
+        "runtimes have written it off"
+    )
+    TAKEN_OVER = "because another runtime sharing the store recorded it as ended"
 
 
 class Phase(enum.Enum):
@@ -162,6 +167,9 @@ class RunHost(Protocol):
     def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
         """A first cancel request reached live *run*."""
 
+    def run_observed_elsewhere(self, run: Run) -> None:
+        """Another runtime sharing the store handed *run*'s result to its owner."""
+
 
 @final
 class Run:
@@ -175,6 +183,7 @@ class Run:
         "cancel_reason",
         "cancel_requested_at",
         "deadline",
+        "deadline_at",
         "depth",
         "durable",
         "ended_at",
@@ -188,6 +197,7 @@ class Run:
         "run_id",
         "schema",
         "scope",
+        "started_at",
         "status",
         "subagent",
         "task",
@@ -232,6 +242,9 @@ class Run:
         self.cancel_reason: CancelReason | None = None
         self.ended_at: float | None = None
         # Whether its admission record is committed (always, without a store).
+        # Wall clock, for stores shared with other runtimes (contract §16).
+        self.started_at: str | None = None
+        self.deadline_at: float | None = None
         self.durable = False
         # Whether the caller that admitted it has its id (False only while a
         # store records its admission): until then no check lists it.
