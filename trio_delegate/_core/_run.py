@@ -174,6 +174,7 @@ class Run:
         "announced",
         "cancel_reason",
         "cancel_requested_at",
+        "continues",
         "deadline",
         "depth",
         "durable",
@@ -217,6 +218,8 @@ class Run:
         # The conversation a continuation carries on; None for a fresh one.
         self.history = history
         self.replaces = replaces
+        # The run whose conversation this continuation carries on, if it is one.
+        self.continues: str | None = None
         self.depth = depth
         self.timeout = timeout
         self.foreground = False
