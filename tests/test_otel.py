@@ -1,9 +1,15 @@
-"""Traces and metrics of runs, read from OpenTelemetry's SDK (in-memory exporter and reader)."""
+"""Traces and metrics of runs, read from OpenTelemetry's SDK (in-memory exporter and reader).
+
+The trace shown in docs/observability.md is the one :func:`scenario` produces.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -493,3 +499,136 @@ async def test_a_failing_span_processor_never_fails_a_run(
             result = await parent.delegate("worker", "still fine")
     assert result.final_result == "STILL FINE"
     assert any("telemetry failed" in record.getMessage() for record in caplog.records)
+
+
+# -- the trace in the docs ---------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "observability.md"
+BLOCK = re.compile(r"<!-- trace: tests/test_otel\.py -->\n```text\n(.*?)```", re.S)
+
+
+async def fact_checker(ctx: td.ChildContext) -> str:
+    await trio.sleep(1)
+    return "2 sources agree"
+
+
+async def researcher(ctx: td.ChildContext) -> str:
+    assert ctx.parent is not None
+    await trio.sleep(1)
+    checked = await ctx.parent.delegate("fact_checker", "check the release date")
+    return f"found it; {checked.final_result}"
+
+
+async def writer(ctx: td.ChildContext) -> str:
+    await trio.sleep(2.5)
+    return "a draft"
+
+
+async def searcher(ctx: td.ChildContext) -> str:
+    await trio.sleep_forever()
+
+
+async def scenario(otel: Otel) -> None:
+    subagents = [
+        td.Subagent("researcher", researcher, children=("fact_checker",)),
+        td.Subagent("fact_checker", fact_checker),
+        td.Subagent("writer", writer),
+        td.Subagent("searcher", searcher, timeout_seconds=2),
+    ]
+    config = td.Config(fail_closed=False)
+    async with td.open_runtime(subagents, config=config) as rt, rt.open_parent("chat-42") as parent:
+        with otel.tracer.start_as_current_span("agent turn"):
+            await parent.delegate("researcher", "when was 2.0 released?")  # foreground, nested
+            draft = await parent.start("writer", "draft the announcement")  # background
+            await trio.sleep(0.5)
+            search = await parent.start("searcher", "search the forum")
+            await trio.sleep(1)
+            parent.cancel(search.run_id)  # a cancel
+            with contextlib.suppress(td.RunTimedOutError):
+                await parent.delegate("searcher", "search the archive")  # a timeout
+            await parent.wait(draft.run_id)  # the background run, observed later
+
+
+def parent_id(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+def render(spans: list[ReadableSpan]) -> str:
+    """The spans as a tree, times in seconds from the first run's admission."""
+    ids = {span.context.span_id: span for span in spans if span.context}
+    runs = sorted(
+        (span for span in spans if span.name.startswith("invoke_agent")),
+        key=lambda span: span.start_time or 0,
+    )
+    label = {
+        span.attributes["trio_delegate.run_id"]: f"run {n}"
+        for n, span in enumerate(runs, 1)
+        if span.attributes
+    }
+    origin = runs[0].start_time or 0
+
+    def at(ns: int | None) -> str:
+        return f"{((ns or 0) - origin) / 1e9:4.1f}"
+
+    def describe(span: ReadableSpan) -> str:
+        attributes: dict[str, Any] = dict(span.attributes or {})
+        if "trio_delegate.run_id" not in attributes:
+            return f"{span.name}  (the application's span)"
+        parts = [
+            f"{span.name:<26}",
+            f"{at(span.start_time)} → {at(span.end_time)} s",
+            f"{label[attributes['trio_delegate.run_id']]}",
+            f"{attributes['trio_delegate.status']}",
+            "background" if attributes.get("trio_delegate.background") else "foreground",
+            f"depth {attributes['trio_delegate.depth']}",
+        ]
+        if span.status.status_code.name == "ERROR":
+            parts.append(f"ERROR {attributes['error.type']}")
+        return "  ".join(parts)
+
+    def event(item: Any) -> str:
+        name = item.name.removeprefix("trio_delegate.run.")
+        attributes = dict(item.attributes or {})
+        detail = ""
+        if "trio_delegate.cancel_reason" in attributes:
+            detail = f" ({attributes['trio_delegate.cancel_reason']})"
+        if "trio_delegate.run_id" in attributes:
+            detail = f" {label[attributes['trio_delegate.run_id']]}"
+        if name == "exception":
+            detail = f" {attributes['exception.type']}"
+        return f"• {name}{detail} at {at(item.timestamp)} s"
+
+    lines: list[str] = []
+
+    def walk(span: ReadableSpan, prefix: str, last: bool, top: bool) -> None:
+        lines.append(("" if top else prefix + ("└─ " if last else "├─ ")) + describe(span))
+        inner = "" if top else prefix + ("   " if last else "│  ")
+        children = sorted(
+            (child for child in spans if parent_id(child) == span_id(span)),
+            key=lambda child: child.start_time or 0,
+        )
+        items: list[tuple[int, Any]] = [(e.timestamp, e) for e in span.events]
+        items += [(child.start_time or 0, child) for child in children]
+        items.sort(key=lambda pair: pair[0])
+        for index, (_, item) in enumerate(items):
+            end = index == len(items) - 1
+            if isinstance(item, ReadableSpan):
+                walk(item, inner, end, False)
+            else:
+                lines.append(inner + ("└─ " if end else "├─ ") + event(item))
+
+    for span in spans:
+        if span.parent is None or span.parent.span_id not in ids:
+            walk(span, "", True, True)
+    return "\n".join(lines) + "\n"
+
+
+async def test_the_documented_trace(
+    otel: Otel,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    await scenario(otel)
+    rendered = render(otel.spans())
+    found = BLOCK.findall(DOC.read_text())
+    assert found, f"docs/observability.md shows no trace; it should show:\n{rendered}"
+    assert found[0] == rendered

@@ -34,7 +34,7 @@ import os
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import trio
@@ -188,6 +188,86 @@ class _RunState:
 
 
 @final
+class _Meters:
+    """The instruments of one meter provider, shared by every runtime reporting to it.
+
+    A meter hands out an instrument once per name: a second runtime gets the
+    first one's, observable callback included, so the live counts of all the
+    runtimes live here.
+    """
+
+    __slots__ = ("commit_records", "commit_seconds", "duration", "ended", "live", "started")
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        # (subagent, "pending" | "running") -> runs; read when metrics are collected.
+        self.live: dict[tuple[str, str], int] = {}
+        self.started = meter.create_counter(
+            "trio_delegate.runs.started", unit="{run}", description="Runs that started running."
+        )
+        self.ended = meter.create_counter(
+            "trio_delegate.runs.ended",
+            unit="{run}",
+            description="Runs that reached a terminal status, by status.",
+        )
+        meter.create_observable_up_down_counter(
+            "trio_delegate.runs.live",
+            callbacks=[self._observe_live],
+            unit="{run}",
+            description="Runs pending (waiting for a slot) or running, by status.",
+        )
+        self.duration = meter.create_histogram(
+            "trio_delegate.run.duration",
+            unit="s",
+            description="Time from a run's admission to its end, waiting for a slot included.",
+            explicit_bucket_boundaries_advisory=_RUN_SECONDS,
+        )
+        self.commit_seconds = meter.create_histogram(
+            "trio_delegate.store.commit.duration",
+            unit="s",
+            description="Time the store writer took to commit one batch of records.",
+            explicit_bucket_boundaries_advisory=_COMMIT_SECONDS,
+        )
+        self.commit_records = meter.create_histogram(
+            "trio_delegate.store.commit.records",
+            unit="{record}",
+            description="Records the store writer committed in one transaction.",
+            explicit_bucket_boundaries_advisory=_BATCH_RECORDS,
+        )
+
+    def move(self, subagent: str, leaving: str | None, entering: str | None) -> None:
+        """A run of *subagent* leaves one live status and/or enters another."""
+        live = self.live
+        if leaving is not None:
+            live[subagent, leaving] -= 1
+        if entering is not None:
+            key = (subagent, entering)
+            live[key] = live.get(key, 0) + 1
+
+    def _observe_live(self, options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
+        # Called on the metric reader's thread: read a copy (copying a dict
+        # of str keys is atomic under the GIL).
+        for (subagent, status), count in self.live.copy().items():
+            yield metrics.Observation(
+                count, {"gen_ai.agent.name": subagent, "trio_delegate.status": status}
+            )
+
+
+#: The instruments of each meter provider, by identity (a provider need not be
+#: hashable). Providers are few and live as long as the process.
+_METERS: dict[int, tuple[metrics.MeterProvider, _Meters]] = {}
+
+
+def _meters_for(provider: metrics.MeterProvider) -> _Meters:
+    from . import __version__
+
+    found = _METERS.get(id(provider))
+    if found is None or found[0] is not provider:
+        found = (provider, _Meters(provider.get_meter(INSTRUMENTATION_NAME, __version__)))
+        _METERS[id(provider)] = found
+    return found[1]
+
+
+@final
 class Telemetry:
     """Spans and metrics of one runtime's runs (a ``RunEvents``).
 
@@ -196,17 +276,7 @@ class Telemetry:
         meter_provider: where metrics go; ``None`` for no metrics.
     """
 
-    __slots__ = (
-        "_anchor_ns",
-        "_commit_records",
-        "_commit_seconds",
-        "_duration",
-        "_ended",
-        "_linked",
-        "_live",
-        "_started",
-        "_tracer",
-    )
+    __slots__ = ("_anchor_ns", "_linked", "_meters", "_tracer")
 
     def __init__(
         self,
@@ -225,46 +295,7 @@ class Telemetry:
             else tracer_provider.get_tracer(INSTRUMENTATION_NAME, __version__)
         )
         self._linked: OrderedDict[str, SpanContext] = OrderedDict()
-        meter = (
-            None
-            if meter_provider is None
-            else meter_provider.get_meter(INSTRUMENTATION_NAME, __version__)
-        )
-        if meter is None:
-            self._started = self._ended = self._live = None
-            self._duration = self._commit_seconds = self._commit_records = None
-            return
-        self._started = meter.create_counter(
-            "trio_delegate.runs.started", unit="{run}", description="Runs that started running."
-        )
-        self._ended = meter.create_counter(
-            "trio_delegate.runs.ended",
-            unit="{run}",
-            description="Runs that reached a terminal status, by status.",
-        )
-        self._live = meter.create_up_down_counter(
-            "trio_delegate.runs.live",
-            unit="{run}",
-            description="Runs pending (waiting for a slot) or running, by status.",
-        )
-        self._duration = meter.create_histogram(
-            "trio_delegate.run.duration",
-            unit="s",
-            description="Time from a run's admission to its end, waiting for a slot included.",
-            explicit_bucket_boundaries_advisory=_RUN_SECONDS,
-        )
-        self._commit_seconds = meter.create_histogram(
-            "trio_delegate.store.commit.duration",
-            unit="s",
-            description="Time the store writer took to commit one batch of records.",
-            explicit_bucket_boundaries_advisory=_COMMIT_SECONDS,
-        )
-        self._commit_records = meter.create_histogram(
-            "trio_delegate.store.commit.records",
-            unit="{record}",
-            description="Records the store writer committed in one transaction.",
-            explicit_bucket_boundaries_advisory=_BATCH_RECORDS,
-        )
+        self._meters = None if meter_provider is None else _meters_for(meter_provider)
 
     def _ns(self, now: float) -> int:
         """Trio clock time *now* as a span timestamp (nanoseconds since the epoch)."""
@@ -306,8 +337,8 @@ class Telemetry:
             linked[run.run_id] = span.get_span_context()
             if len(linked) > _LINKED_RUNS:
                 linked.popitem(last=False)
-        if self._live is not None:
-            self._live.add(1, {"gen_ai.agent.name": subagent, "trio_delegate.status": "pending"})
+        if self._meters is not None:
+            self._meters.move(subagent, None, "pending")
 
     @_guarded
     def started(self, run: Run) -> None:
@@ -318,11 +349,11 @@ class Telemetry:
         state.running = True
         if state.span is not None:
             state.span.add_event("trio_delegate.run.running", None, self._ns(trio.current_time()))
-        if self._live is not None and self._started is not None:
+        meters = self._meters
+        if meters is not None:
             subagent = run.subagent.name
-            self._started.add(1, {"gen_ai.agent.name": subagent})
-            self._live.add(-1, {"gen_ai.agent.name": subagent, "trio_delegate.status": "pending"})
-            self._live.add(1, {"gen_ai.agent.name": subagent, "trio_delegate.status": "running"})
+            meters.started.add(1, {"gen_ai.agent.name": subagent})
+            meters.move(subagent, "pending", "running")
 
     @_guarded
     def entered(self, run: Run) -> None:
@@ -355,6 +386,7 @@ class Telemetry:
             span.add_event(
                 "trio_delegate.run.observed",
                 {"trio_delegate.run_id": run.run_id, "gen_ai.agent.name": run.subagent.name},
+                self._ns(trio.current_time()),
             )
 
     @_guarded
@@ -366,23 +398,23 @@ class Telemetry:
         now = trio.current_time()
         status = run.status
         subagent = run.subagent.name
-        if self._live is not None and self._ended is not None and self._duration is not None:
-            live = "running" if state.running else "pending"
-            self._live.add(-1, {"gen_ai.agent.name": subagent, "trio_delegate.status": live})
-            outcome_attributes = {
-                "gen_ai.agent.name": subagent,
-                "trio_delegate.status": status.value,
-            }
-            self._ended.add(1, outcome_attributes)
-            self._duration.record(max(0.0, now - state.admitted), outcome_attributes)
+        meters = self._meters
+        if meters is not None:
+            meters.move(subagent, "running" if state.running else "pending", None)
+            ending = {"gen_ai.agent.name": subagent, "trio_delegate.status": status.value}
+            meters.ended.add(1, ending)
+            meters.duration.record(max(0.0, now - state.admitted), ending)
         span = state.span
         if span is None:
             return
         state.span = None
-        span.set_attribute("trio_delegate.status", status.value)
-        span.set_attribute("trio_delegate.background", not run.foreground)
+        ending_attributes: dict[str, Any] = {
+            "trio_delegate.status": status.value,
+            "trio_delegate.background": not run.foreground,
+        }
         if run.continues is not None:
-            span.set_attribute("trio_delegate.continues", run.continues)
+            ending_attributes["trio_delegate.continues"] = run.continues
+        span.set_attributes(ending_attributes)
         outcome = run.outcome
         end = self._ns(now)
         if status is RunStatus.FAILED and outcome is not None and outcome.error is not None:
@@ -412,10 +444,8 @@ class Telemetry:
         state: _RunState | None = run.telemetry
         if state is None:
             return
-        if self._live is not None:
-            self._live.add(
-                -1, {"gen_ai.agent.name": run.subagent.name, "trio_delegate.status": "pending"}
-            )
+        if self._meters is not None:
+            self._meters.move(run.subagent.name, "pending", None)
         span = state.span
         if span is None:
             return
@@ -432,9 +462,10 @@ class Telemetry:
     @_guarded
     def committed(self, records: int, seconds: float) -> None:
         """One commit of the store writer: its latency and batch size."""
-        if self._commit_seconds is not None and self._commit_records is not None:
-            self._commit_seconds.record(seconds)
-            self._commit_records.record(records)
+        meters = self._meters
+        if meters is not None:
+            meters.commit_seconds.record(seconds)
+            meters.commit_records.record(records)
 
     # -- tool calls ------------------------------------------------------------------
 
