@@ -212,7 +212,10 @@ class Lines:
         self._queue.put(None)
 
     def until(self, *needles: str) -> str:
-        """Read on until one line holds every needle; return that line."""
+        """The first line, read already or read now, that holds every needle."""
+        for line in self.seen:
+            if all(needle in line for needle in needles):
+                return line
         while True:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:

@@ -19,8 +19,9 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -33,9 +34,14 @@ from .._stores._postgres import PostgresReader, is_postgres_dsn, mask_dsn
 from .._stores._protocol import ChangeBatch, RunRecord
 from .._stores._sqlite import SQLiteReader
 
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
 __all__ = [
     "DEFAULT_DB",
+    "RUN_COLUMNS",
     "STATUS_STYLE",
+    "Column",
     "Reader",
     "add_runs_parser",
     "fail",
@@ -43,6 +49,7 @@ __all__ = [
     "literal",
     "open_reader",
     "plain",
+    "runs_table",
 ]
 
 #: The longest pause between two looks at a store in ``runs watch``.
@@ -84,6 +91,29 @@ def _escape_json(match: re.Match[str]) -> str:
 def literal(text: str) -> Text:
     """*text* as it is: never read as markup, with what a terminal would act on escaped."""
     return Text(_UNSAFE.sub(_escape, text))
+
+
+#: A column of a table of runs: its heading, and its cell for a record.
+Column = tuple[str, Callable[[RunRecord], "RenderableType"]]
+
+#: The columns every table of runs starts with.
+RUN_COLUMNS: Final[tuple[Column, ...]] = (
+    ("run", lambda record: literal(record.run_id)),
+    ("owner", lambda record: literal(record.owner)),
+    ("subagent", lambda record: literal(record.subagent)),
+)
+
+
+def runs_table(
+    title: str, records: Iterable[RunRecord], columns: Sequence[Column], caption: str | None = None
+) -> Table:
+    """A table of *records*, one row each, with *columns*; the title shown literally."""
+    table = Table(title=literal(title), caption=caption, show_lines=False)
+    for heading, _ in columns:
+        table.add_column(heading, overflow="fold")
+    for record in records:
+        table.add_row(*(cell(record) for _, cell in columns))
+    return table
 
 
 def json_text(value: Any, *, indent: int | None = 2) -> str:
@@ -266,18 +296,16 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         out.write(json_text([plain(record) for record in records]) + "\n")
         return 0
-    table = Table(title=literal(f"runs in {name}"), show_lines=False)
-    for column in ("run", "owner", "subagent", "status", "task", "admitted (UTC)"):
-        table.add_column(column, overflow="fold")
-    for record in records:
-        table.add_row(
-            literal(record.run_id),
-            literal(record.owner),
-            literal(record.subagent),
-            Text(record.status.value, style=STATUS_STYLE[record.status]),
-            literal(record.task_summary),
-            literal(record.admitted_at[:19].replace("T", " ")),
-        )
+    table = runs_table(
+        f"runs in {name}",
+        records,
+        (
+            *RUN_COLUMNS,
+            ("status", lambda record: Text(record.status.value, style=STATUS_STYLE[record.status])),
+            ("task", lambda record: literal(record.task_summary)),
+            ("admitted (UTC)", lambda record: literal(record.admitted_at[:19].replace("T", " "))),
+        ),
+    )
     console = Console(file=out, width=160)
     console.print(table if records else "no runs match")
     return 0

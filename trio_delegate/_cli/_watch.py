@@ -26,7 +26,16 @@ from rich.text import Text
 
 from .._errors import StoreError
 from .._status import RunStatus
-from ._runs import STATUS_STYLE, fail, json_text, literal, open_reader, plain
+from ._runs import (
+    RUN_COLUMNS,
+    STATUS_STYLE,
+    fail,
+    json_text,
+    literal,
+    open_reader,
+    plain,
+    runs_table,
+)
 
 if TYPE_CHECKING:
     from .._stores._protocol import RunRecord
@@ -154,23 +163,17 @@ class RunsView:
         for record in rows:
             counts[record.status] += 1
         summary = ", ".join(f"{n} {status.value}" for status, n in counts.items() if n)
-        table = Table(
-            title=literal(title),
+        return runs_table(
+            title,
+            rows,
+            (
+                *RUN_COLUMNS,
+                ("status", _status),
+                ("took", _took),
+                ("task", _detail),
+            ),
             caption=f"{len(rows)} shown: {summary}" if rows else "no runs match yet",
-            show_lines=False,
         )
-        for column in ("run", "owner", "subagent", "status", "took", "task"):
-            table.add_column(column, overflow="fold")
-        for record in rows:
-            table.add_row(
-                literal(record.run_id),
-                literal(record.owner),
-                literal(record.subagent),
-                _status(record),
-                _took(record),
-                _detail(record),
-            )
-        return table
 
 
 def _line(record: RunRecord) -> Text:
