@@ -40,6 +40,7 @@ from ._fail_closed import Evicted, Ledger
 from ._persistence import history_of
 from ._run import CancelReason, Outcome, Run, terminal_error
 from ._scheduler import Scheduler
+from ._settlements import SettledRuns, Settlements
 
 if TYPE_CHECKING:
     from .._subagent import Subagent
@@ -68,6 +69,7 @@ class Parent(metaclass=NoPublicConstructor):
         "_owner",
         "_runtime",
         "_scheduler",
+        "_settlements",
     )
 
     def __init__(
@@ -89,6 +91,7 @@ class Parent(metaclass=NoPublicConstructor):
         self._live: dict[str, Run] = {}
         self._scheduler = Scheduler(runtime.config.max_concurrent_runs, self._launch)
         self._ledger = Ledger()
+        self._settlements = Settlements(owner)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -331,6 +334,36 @@ class Parent(metaclass=NoPublicConstructor):
         self._check_usable()
         self._raise_if_unresolved()
 
+    def settled(self) -> SettledRuns:
+        r"""The runs of this parent as they reach a terminal state (contract §17).
+
+        An async iterator of :class:`RunHandle`\ s, one per run that settles
+        from now on, in settlement order; runs ended by this parent's own
+        close come before it ends, which it does when the parent closes.
+        Several may be open at once. Reading it never observes or changes a
+        run: a run seen only here is still unresolved (contract §7). Leave
+        it early with ``aclose()`` (it is also an async context manager).
+
+        Raises:
+            RuntimeClosedError: this parent or its runtime is closed.
+        """
+        self._check_usable()
+        return self._settlements.subscribe()
+
+    def unobserved(self) -> tuple[RunHandle, ...]:
+        """This parent's ended runs whose outcome nobody has been told yet (contract §17).
+
+        Oldest settled first. A run leaves once a ``wait`` has returned its
+        result or raised its error; a foreground ``delegate`` (or
+        ``continue_run``) tells its caller itself and never appears here.
+        Not observation: these runs are still unresolved.
+
+        Raises:
+            RuntimeClosedError: this parent or its runtime is closed.
+        """
+        self._check_usable()
+        return self._settlements.unobserved()
+
     def tools(self) -> DelegationTools:
         """The model-facing delegation tools bound to this parent (contract §10)."""
         self._check_usable()
@@ -439,6 +472,8 @@ class Parent(metaclass=NoPublicConstructor):
             self._withdraw(run)
             self._check_usable()
         run.announced = True
+        if run.is_terminal:  # it ended before its caller had its id
+            self._settlements.settled(run)
 
     def _withdraw(self, run: Run) -> None:
         """Undo *run*'s admission (its caller gets an error and no run id)."""
@@ -547,6 +582,8 @@ class Parent(metaclass=NoPublicConstructor):
 
     def run_committed(self, run: Run, was_running: bool) -> None:
         del self._live[run.run_id]
+        if run.announced:
+            self._settlements.settled(run)
         runtime = self._runtime
         runtime._live_count -= 1
         if runtime._events is not None:
@@ -622,6 +659,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _answer_record(self, record: RunRecord) -> RunResult:
         """Like :meth:`_answer`, for a run known only from the store."""
+        self._settlements.told(record.run_id)
         if record.status is RunStatus.COMPLETED:
             self._ledger.resolve(record.run_id)
             persister = self._runtime._persister
@@ -645,6 +683,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _answer(self, run: Run) -> RunResult:
         """The result of a terminal run (observing it), or its error."""
+        self._settlements.told(run.run_id)
         if run.status is RunStatus.COMPLETED:
             result = run.result()
             self._ledger.resolve(run.run_id)
@@ -737,4 +776,9 @@ class Parent(metaclass=NoPublicConstructor):
         try:
             await self._join()
         finally:
-            self._runtime._unregister(self)
+            self._joined()
+
+    def _joined(self) -> None:
+        """Every run of this closed parent has ended: free its owner, end its streams."""
+        self._runtime._unregister(self)
+        self._settlements.close()
