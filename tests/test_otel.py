@@ -403,6 +403,26 @@ async def test_tool_calls_are_spans_linked_to_their_runs(
     assert attribute(bad, "error.type") == "InvalidArgumentsError"
 
 
+async def test_a_frameworks_own_tool_span_is_enriched_not_doubled(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with td.open_runtime(subagents(otel)) as rt, rt.open_parent("agent") as parent:
+        tools = parent.tools()
+        # As Pydantic AI does: its tool call's span is current when the tool runs.
+        with otel.tracer.start_as_current_span("execute_tool delegate_task"):
+            answer = await tools.call("delegate_task", {"subagent": "worker", "task": "x"})
+        with otel.tracer.start_as_current_span("execute_tool wait_subagent"):
+            await tools.call("wait_subagent", {"run_id": answer["run_id"]})
+    [start] = otel.named("execute_tool delegate_task")
+    [wait] = otel.named("execute_tool wait_subagent")
+    run = otel.one("invoke_agent worker")
+    assert parent_of(run) == span_id(start)
+    for span in (start, wait):
+        assert attribute(span, "trio_delegate.run_id") == answer["run_id"]
+        assert attribute(span, "trio_delegate.owner") == "agent"
+    assert [link.context.span_id for link in wait.links] == [span_id(run)]
+
+
 async def test_an_mcp_tool_call_is_one_span(
     otel: Otel, autojump_clock: trio.testing.MockClock
 ) -> None:

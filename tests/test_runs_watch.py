@@ -213,9 +213,9 @@ class Lines:
 
     def until(self, *needles: str) -> str:
         """The first line, read already or read now, that holds every needle."""
-        for line in self.seen:
-            if all(needle in line for needle in needles):
-                return line
+        for seen in self.seen:
+            if all(needle in seen for needle in needles):
+                return seen
         while True:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:

@@ -476,12 +476,13 @@ class Telemetry:
         foreground call as a start and a wait) joins it: one call, one span.
         """
         current = _CURRENT_TOOL_CALL.get()
-        if (
-            current is not None
-            and current.span is not None
-            and trace.get_current_span() is current.span
-        ):
+        span = trace.get_current_span()
+        if current is not None and current.span is not None and span is current.span:
             return _Joined(current)
+        # A framework that traces its tool calls (Pydantic AI, say) already
+        # has this call's span open: it is enriched rather than doubled.
+        if isinstance(name, str) and getattr(span, "name", None) == f"execute_tool {name}":
+            return _ToolCall(self, name, parent_owner, adopted=span)
         return _ToolCall(self, name, parent_owner)
 
     def _span_context(self, run_id: str) -> SpanContext | None:
@@ -514,21 +515,34 @@ _CURRENT_TOOL_CALL: contextvars.ContextVar[_ToolCall | None] = contextvars.Conte
 class _ToolCall:
     """One ``execute_tool`` span, current while the call runs."""
 
-    __slots__ = ("_owner", "_runs", "_telemetry", "_tokens", "name", "span")
+    __slots__ = ("_adopted", "_owner", "_runs", "_telemetry", "_tokens", "name", "span")
 
-    def __init__(self, telemetry: Telemetry, name: str, owner: str) -> None:
+    def __init__(
+        self, telemetry: Telemetry, name: str, owner: str, adopted: Span | None = None
+    ) -> None:
         self._telemetry = telemetry
         self.name = name
         self._owner = owner
+        # A span someone else opened for this call: noted on, never ended here.
+        self._adopted = adopted
         self.span: Span | None = None
         self._runs: list[str] = []
         self._tokens: (
-            tuple[contextvars.Token[otel_context.Context], contextvars.Token[_ToolCall | None]]
+            tuple[
+                contextvars.Token[otel_context.Context] | None,
+                contextvars.Token[_ToolCall | None],
+            ]
             | None
         ) = None
 
     def __enter__(self) -> _ToolCall:
         try:
+            adopted = self._adopted
+            if adopted is not None:
+                self.span = adopted
+                adopted.set_attribute("trio_delegate.owner", self._owner)
+                self._tokens = (None, _CURRENT_TOOL_CALL.set(self))
+                return self
             span = self.span = self._telemetry._start_tool_span(self.name, self._owner)
             if span is not None:
                 token = otel_context.attach(trace.set_span_in_context(span))
@@ -559,10 +573,16 @@ class _ToolCall:
     def _close(self, error: BaseException | None) -> None:
         tokens, self._tokens = self._tokens, None
         if tokens is not None:
-            otel_context.detach(tokens[0])
+            if tokens[0] is not None:
+                otel_context.detach(tokens[0])
             _CURRENT_TOOL_CALL.reset(tokens[1])
         span = self.span
         if span is None:
+            return
+        if self._adopted is not None:
+            # Its owner ends it, and records the error its own way.
+            if error is not None:
+                self.note_run(getattr(error, "run_id", None))
             return
         if error is not None:
             self.note_run(getattr(error, "run_id", None))
