@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import runpy
 from pathlib import Path
 from typing import Any
 
@@ -198,3 +199,15 @@ async def test_a_run_seen_only_through_unobserved_is_still_unresolved(
     async with td.open_runtime(SUBAGENTS) as rt:
         with pytest.raises(td.UnresolvedDelegationError):
             await session(rt)
+
+
+def test_the_wakeup_host_example_observes_every_run(capsys: pytest.CaptureFixture[str]) -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "wakeup_host.py"
+    runpy.run_path(str(example), run_name="__main__")
+    out = capsys.readouterr().out
+    # The model kept talking, was told at its next turn, and read both runs.
+    assert "Still drafting the introduction meanwhile." in out
+    assert out.count("call wait_subagent to read it") == 2
+    assert out.count("wait_subagent ->") == 2
+    assert "every run observed: the parent may claim completion" in out
+    assert out.index("(not done yet: 1 unresolved run(s))") < out.index("every run observed")
