@@ -229,6 +229,7 @@ class Parent(metaclass=NoPublicConstructor):
                 f"the conversation of run {run_id} cannot be carried on: {exc}"
             ) from None
         run = self._admit(name, message, final_schema, None, carried, "message")
+        run.continues = run_id
         run.foreground = not background
         if not run.durable:
             await self._record_admission(run)

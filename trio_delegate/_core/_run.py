@@ -182,6 +182,7 @@ class Run:
         "announced",
         "cancel_reason",
         "cancel_requested_at",
+        "continues",
         "deadline",
         "deadline_at",
         "depth",
@@ -227,6 +228,8 @@ class Run:
         # The conversation a continuation carries on; None for a fresh one.
         self.history = history
         self.replaces = replaces
+        # The run whose conversation this continuation carries on, if it is one.
+        self.continues: str | None = None
         self.depth = depth
         self.timeout = timeout
         self.foreground = False

@@ -298,10 +298,12 @@ def _make_server(
         connection.session = ctx.session
         arguments = params.arguments
         try:
-            if params.name in _FOREGROUND_TOOLS and _is_foreground(arguments):
-                assert arguments is not None
-                return await _foreground(ctx, connection, params.name, arguments, limits)
-            payload = await connection.tools.call(params.name, arguments)
+            # One execute_tool span for the call, however many tool calls serve it.
+            with connection.tools._traced_call(params.name):
+                if params.name in _FOREGROUND_TOOLS and _is_foreground(arguments):
+                    assert arguments is not None
+                    return await _foreground(ctx, connection, params.name, arguments, limits)
+                payload = await connection.tools.call(params.name, arguments)
         except DelegationError as exc:
             return error_result(exc)
         return success_result(payload)
