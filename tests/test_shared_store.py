@@ -8,6 +8,7 @@ another runtime's news arrives by notification or by poll (≤ 1 s).
 
 from __future__ import annotations
 
+import secrets
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -186,3 +187,42 @@ async def test_runs_of_a_killed_process_are_interrupted_for_a_waiter_elsewhere(
         process.kill()
         with trio.move_on_after(10):
             await process.wait()
+
+
+async def test_a_runtime_cut_off_from_postgres_stops_its_runs_within_its_lease(
+    pg_server: Any, pg_schema: str
+) -> None:
+    import psycopg
+
+    role, password = "cut_" + secrets.token_hex(6), secrets.token_hex(8)
+    with psycopg.connect(pg_server.admin_dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        admin.execute(f"GRANT CREATE ON DATABASE postgres TO {role}")
+        try:
+            dsn = f"postgresql://{role}:{password}@127.0.0.1:{pg_server.port}/postgres"
+            store = td.PostgresStore(dsn, schema=pg_schema, lease_seconds=2)
+            async with (
+                runtime(store, sub("idle", forever), config=LENIENT) as rt,
+                rt.open_parent("alice") as parent,
+            ):
+                handle = await parent.start("idle", "t")
+                # The host is cut off: it can neither reach the server nor get back in.
+                admin.execute(f"ALTER ROLE {role} NOLOGIN")
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                    [role],
+                )
+                started = trio.current_time()
+                with trio.fail_after(10), pytest.raises(td.RunCancelledError, match="lease"):
+                    await parent.wait(handle.run_id)
+                # Stopped before its lease ran out: nothing goes on that the fleet wrote off.
+                assert trio.current_time() - started < 2.0
+        finally:
+            admin.execute(f"ALTER ROLE {role} LOGIN")
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                [role],
+            )
+            admin.execute(f"DROP SCHEMA IF EXISTS {pg_schema} CASCADE")
+            admin.execute(f"REVOKE CREATE ON DATABASE postgres FROM {role}")
+            admin.execute(f"DROP ROLE {role}")

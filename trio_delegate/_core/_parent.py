@@ -167,7 +167,7 @@ class Parent(metaclass=NoPublicConstructor):
         run = self._admit(name, task, final_schema, replaces)
         if not run.durable:
             await self._record_admission(run)
-        return run.handle()
+        return run.admission_ack()
 
     async def continue_run(
         self,
@@ -234,7 +234,7 @@ class Parent(metaclass=NoPublicConstructor):
         if not run.durable:
             await self._record_admission(run)
         if background:
-            handle = run.handle()  # the admission ack, as start gives it
+            handle = run.admission_ack()  # as start gives it
             await trio.lowlevel.cancel_shielded_checkpoint()
             return handle
         return await self._foreground(run)
@@ -580,11 +580,11 @@ class Parent(metaclass=NoPublicConstructor):
             return self._closed_at, CancelReason.PARENT_CLOSED
         return None
 
-    def run_decided(self, run: Run, outcome: Outcome, *, at_once: bool) -> None:
+    def run_decided(self, run: Run, outcome: Outcome) -> None:
         persister = self._runtime._persister
         if persister is None:
             run.commit(outcome)
-        elif at_once:
+        elif not outcome.waits_for_record:
             run.commit(outcome)
             persister.settle(run, outcome)
         else:

@@ -111,6 +111,8 @@ class Persister:
         "_flags",
         "_index",
         "_receive",
+        "_renewal",
+        "_renewed_at",
         "_schemas",
         "_send",
         "_writing",
@@ -141,6 +143,10 @@ class Persister:
         self._flags: list[tuple[str, str]] = []
         self._flagged = trio.Event()
         self._changed: dict[str, trio.Event] = {}
+        # When a sweep last renewed this runtime's lease (Trio clock), and
+        # what the lease guard waits on once it has stopped the live runs.
+        self._renewed_at = 0.0
+        self._renewal = trio.Event()
 
     async def attach(self) -> tuple[str, ...]:
         """Attach to the store; returns the ids it marked interrupted.
@@ -396,17 +402,37 @@ class Persister:
         except Exception:
             pass
         task_status.started()
-        last_renewed = trio.current_time()
+        self._renewed_at = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            if lease is not None:
+                nursery.start_soon(self._guard_lease, host, lease - margin)
+            await self._watch(host, cursor, interval, in_process)
+
+    async def _guard_lease(self, host: WatchHost, within: float) -> None:
+        """Stop the runtime's live runs when no sweep has renewed its lease for *within* s.
+
+        A task of its own: a sweep against an unreachable server can block
+        far longer than the lease (connection attempts, timeouts).
+        """
+        while True:
+            await trio.sleep_until(self._renewed_at + within)
+            if self._renewed_at + within <= trio.current_time():
+                host.lease_lost()
+                renewal = self._renewal = trio.Event()
+                await renewal.wait()  # a sweep got through again: guard anew
+
+    async def _watch(self, host: WatchHost, cursor: int, interval: float, in_process: bool) -> None:
+        store = self.store
         while True:
             await self._send_flags()
             try:
                 if not in_process:
                     await store.sweep(self.runtime_id)
             except Exception:
-                if lease is not None and trio.current_time() - last_renewed >= lease - margin:
-                    host.lease_lost()
+                pass
             else:
-                last_renewed = trio.current_time()
+                self._renewed_at = trio.current_time()
+                self._renewal.set()
             try:
                 batch = await store.changes(cursor)
             except Exception:

@@ -110,6 +110,17 @@ class Outcome:
     failure_type: type[RunFailedError] = RunFailedError
     reason: CancelReason | None = None
 
+    @property
+    def waits_for_record(self) -> bool:
+        """Whether the run commits only once this outcome is durable in its store.
+
+        Only a result does (contract §12: a result handed to a caller is
+        durable). Another ending commits at once and its record follows: a
+        pending run's cancellation reads ``cancelled`` immediately, and a run
+        stopped because its store is unreachable is not held up by it.
+        """
+        return self.status is RunStatus.COMPLETED
+
     def unrecorded(self, error: StoreError) -> Outcome:
         """This outcome, when its record could not be written.
 
@@ -155,8 +166,9 @@ class RunHost(Protocol):
     def closing_time(self) -> tuple[float, CancelReason] | None:
         """When and why the run's surroundings (runtime, parent) began to close, if they did."""
 
-    def run_decided(self, run: Run, outcome: Outcome, *, at_once: bool) -> None:
-        """*run* decided *outcome*: record it, then :meth:`Run.commit` (at once if *at_once*)."""
+    def run_decided(self, run: Run, outcome: Outcome) -> None:
+        """*run* decided *outcome*: record it and :meth:`Run.commit` it (see
+        :attr:`Outcome.waits_for_record` for the order)."""
 
     def run_committed(self, run: Run, was_running: bool) -> None:
         """*run* is terminal now."""
@@ -191,6 +203,7 @@ class Run:
         "foreground",
         "history",
         "host",
+        "launched",
         "outcome",
         "owner",
         "phase",
@@ -234,6 +247,7 @@ class Run:
         self.timeout = timeout
         self.foreground = False
         self.status = RunStatus.PENDING
+        self.launched = False
         self.phase = Phase.LIVE
         self.outcome: Outcome | None = None
         self.deadline = math.inf
@@ -285,6 +299,19 @@ class Run:
     def handle(self) -> RunHandle:
         return RunHandle(self.run_id, self.subagent.name, self.status)
 
+    def admission_ack(self) -> RunHandle:
+        """The admission acknowledgment: ``running`` once it has started, else ``pending``.
+
+        Never a terminal status: a run that started and already ended by the
+        time its caller woke (from its store's commit) is acknowledged as the
+        admission found it (contract §4).
+        """
+        return RunHandle(
+            self.run_id,
+            self.subagent.name,
+            RunStatus.RUNNING if self.launched else RunStatus.PENDING,
+        )
+
     def summary(self) -> str:
         return summarize_task(self.task)
 
@@ -333,6 +360,7 @@ class Run:
         assert self.status is RunStatus.PENDING, self
         assert self.phase is Phase.LIVE, self
         self.status = RunStatus.RUNNING
+        self.launched = True
         if self.timeout is not None:
             self.deadline = now + self.timeout
         self.scope = trio.CancelScope(deadline=self.deadline)
@@ -355,7 +383,7 @@ class Run:
         if self.phase is not Phase.LIVE:
             return True
         if self.status is RunStatus.PENDING:
-            self.decide(Outcome(RunStatus.CANCELLED, reason=reason), at_once=True)
+            self.decide(Outcome(RunStatus.CANCELLED, reason=reason))
         else:
             assert self.scope is not None
             self.scope.cancel()
@@ -382,12 +410,11 @@ class Run:
             return Outcome(RunStatus.CANCELLED, reason=reason)
         return _TIMED_OUT
 
-    def decide(self, outcome: Outcome, *, at_once: bool = False) -> bool:
+    def decide(self, outcome: Outcome) -> bool:
         """Choose the run's outcome; the first decision wins.
 
-        The host records it and then commits it: *at_once* commits before the
-        record is durable (a pending run's cancellation, which no caller
-        waits for a result of).
+        The host records it and commits it: a result once its record is
+        durable, any other ending at once (see :attr:`Outcome.waits_for_record`).
 
         Returns:
             whether this decision was the first.
@@ -396,7 +423,7 @@ class Run:
             return False
         self.phase = Phase.DECIDED
         self.outcome = outcome
-        self.host.run_decided(self, outcome, at_once=at_once)
+        self.host.run_decided(self, outcome)
         return True
 
     def withdraw(self) -> None:
