@@ -33,6 +33,7 @@ from .._status import RunStatus
 from .._stores._postgres import PostgresReader, is_postgres_dsn, mask_dsn
 from .._stores._protocol import ChangeBatch, RunRecord
 from .._stores._sqlite import SQLiteReader
+from ._server_config import ConfigError, store_in_config
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -173,11 +174,18 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--db",
-        default=str(DEFAULT_DB),
+        default=None,
         metavar="PATH|URI",
         help=f"the SQLite file, or a postgresql:// URI (default: {DEFAULT_DB})",
+    )
+    where.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the store named by a serve configuration's [runtime] store (a file there is "
+        "relative to the configuration, as serve reads it)",
     )
     parser.add_argument(
         "--schema",
@@ -250,6 +258,25 @@ class Reader(Protocol):
     def close(self) -> None: ...
 
 
+def store_location(args: argparse.Namespace, err: TextIO) -> str | None:
+    """The store the command reads: ``--db``, a configuration's store, or the default."""
+    if getattr(args, "config", None):
+        try:
+            store = store_in_config(args.config)
+        except ConfigError as exc:
+            print(f"trio-delegate: {exc}", file=err)
+            return None
+        if store is None:
+            print(
+                f"trio-delegate: {args.config} has no [runtime] store: its runs are kept in "
+                "memory only, and nothing can be read after the server ends",
+                file=err,
+            )
+            return None
+        return str(store)
+    return args.db if args.db is not None else str(DEFAULT_DB)
+
+
 def open_reader(db: str, schema: str, err: TextIO) -> tuple[Reader, str] | None:
     """The reader for *db* and how to name it, or ``None`` (reported on *err*)."""
     if is_postgres_dsn(db):
@@ -281,7 +308,10 @@ def fail(exc: DelegationError, err: TextIO) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    opened = open_reader(args.db, args.schema, err)
+    db = store_location(args, err)
+    if db is None:
+        return 1
+    opened = open_reader(db, args.schema, err)
     if opened is None:
         return 1
     reader, name = opened
@@ -313,7 +343,10 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    opened = open_reader(args.db, args.schema, err)
+    db = store_location(args, err)
+    if db is None:
+        return 1
+    opened = open_reader(db, args.schema, err)
     if opened is None:
         return 1
     reader, name = opened

@@ -35,6 +35,7 @@ from ._runs import (
     open_reader,
     plain,
     runs_table,
+    store_location,
 )
 
 if TYPE_CHECKING:
@@ -271,7 +272,10 @@ def watch(
 
 def run_watch(args: argparse.Namespace) -> int:
     """``trio-delegate runs watch``: the handler of the parsed arguments; the exit code."""
-    opened = open_reader(args.db, args.schema, sys.stderr)
+    db = store_location(args, sys.stderr)
+    if db is None:
+        return 1
+    opened = open_reader(db, args.schema, sys.stderr)
     if opened is None:
         return 1
     reader, name = opened
