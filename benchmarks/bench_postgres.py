@@ -33,6 +33,7 @@ from typing import Any
 import trio
 
 import trio_delegate as td
+from trio_delegate._stores._protocol import DEFAULT_POLL_INTERVAL
 
 from ._model import Options, Row, Status, paired_ratios
 from ._stores import concurrent_runs
@@ -167,37 +168,63 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def _latency_row(options: Options, dsn: str) -> Row:
-    count = 200 if options.full else 60
+def _both_stores(
+    measure: Any, dsn: str, count: int, sqlite_count: int
+) -> tuple[list[float], list[float]]:
+    """*measure(store, other_handle, count)* on two PostgresStore handles of one schema,
+    then on two SQLiteStore handles of one file (fewer: each takes up to a poll)."""
     schema = f"bench_{secrets.token_hex(6)}"
-    postgres = trio.run(
-        _latencies,
+    postgres: list[float] = trio.run(
+        measure,
         td.PostgresStore(dsn, schema=schema),
         td.PostgresStore(dsn, schema=schema),
         count,
     )
     with tempfile.TemporaryDirectory(prefix="trio-delegate-bench-") as tmp:
         path = Path(tmp) / "runs.db"
-        # Fewer: each takes up to a poll interval.
-        sqlite = trio.run(_latencies, td.SQLiteStore(path), td.SQLiteStore(path), count // 3)
+        sqlite: list[float] = trio.run(
+            measure, td.SQLiteStore(path), td.SQLiteStore(path), sqlite_count
+        )
+    return postgres, sqlite
 
+
+def _latency_table_row(
+    number: str,
+    title: str,
+    what: str,
+    note: str,
+    postgres: list[float],
+    sqlite: list[float],
+) -> Row:
     def show(values: list[float]) -> str:
         p50, p99 = _percentile(values, 0.5) * 1e3, _percentile(values, 0.99) * 1e3
-        return f"p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(values)} writes)"
+        return f"p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(values)} {what})"
 
     return Row(
-        "10d",
-        "A change reaching another handle of the store (ms from commit to seen)",
+        number,
+        title,
         Status.INFO,
-        baseline=f"SQLiteStore (polling every {td.SQLiteStore(path).poll_interval:g} s) "
-        f"{show(sqlite)}",
+        baseline=f"SQLiteStore (polling every {DEFAULT_POLL_INTERVAL:g} s) {show(sqlite)}",
         measured=f"PostgresStore (NOTIFY) {show(postgres)}",
-        note="the store's part of a wait on a run living in another runtime: commit on one "
-        "handle, wait_changes returning and changes holding the record on the other",
+        note=note,
         data={
             "postgres_ms": [value * 1e3 for value in postgres],
             "sqlite_ms": [value * 1e3 for value in sqlite],
         },
+    )
+
+
+def _latency_row(options: Options, dsn: str) -> Row:
+    count = 200 if options.full else 60
+    postgres, sqlite = _both_stores(_latencies, dsn, count, count // 3)
+    return _latency_table_row(
+        "10d",
+        "A change reaching another handle of the store (ms from commit to seen)",
+        "writes",
+        "the store's part of a wait on a run living in another runtime: commit on one "
+        "handle, wait_changes returning and changes holding the record on the other",
+        postgres,
+        sqlite,
     )
 
 
@@ -240,31 +267,13 @@ def _seen_running(parent: td.Parent, run_id: str) -> bool:
 
 def _cross_host_row(options: Options, dsn: str) -> Row:
     count = 100 if options.full else 40
-    schema = f"bench_{secrets.token_hex(6)}"
-    postgres = trio.run(
-        _cross_host,
-        td.PostgresStore(dsn, schema=schema),
-        td.PostgresStore(dsn, schema=schema),
-        count,
-    )
-    with tempfile.TemporaryDirectory(prefix="trio-delegate-bench-") as tmp:
-        path = Path(tmp) / "runs.db"
-        sqlite = trio.run(_cross_host, td.SQLiteStore(path), td.SQLiteStore(path), count // 4)
-
-    def show(values: list[float]) -> str:
-        p50, p99 = _percentile(values, 0.5) * 1e3, _percentile(values, 0.99) * 1e3
-        return f"p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(values)} runs)"
-
-    return Row(
+    postgres, sqlite = _both_stores(_cross_host, dsn, count, count // 4)
+    return _latency_table_row(
         "10e",
         "A wait on host B for a run living on host A (ms from its end to the wait returning)",
-        Status.INFO,
-        baseline=f"SQLiteStore {show(sqlite)}",
-        measured=f"PostgresStore {show(postgres)}",
-        note="two runtimes on one store, one owner: A's end, its commit, the notification "
+        "runs",
+        "two runtimes on one store, one owner: A's end, its commit, the notification "
         "or poll, B's watcher and B's read of the record",
-        data={
-            "postgres_ms": [value * 1e3 for value in postgres],
-            "sqlite_ms": [value * 1e3 for value in sqlite],
-        },
+        postgres,
+        sqlite,
     )

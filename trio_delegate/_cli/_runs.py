@@ -277,6 +277,12 @@ def store_location(args: argparse.Namespace, err: TextIO) -> str | None:
     return args.db if args.db is not None else str(DEFAULT_DB)
 
 
+def reader_for(args: argparse.Namespace, err: TextIO) -> tuple[Reader, str] | None:
+    """The reader of the store the command's arguments name, or ``None`` (said on *err*)."""
+    db = store_location(args, err)
+    return None if db is None else open_reader(db, args.schema, err)
+
+
 def open_reader(db: str, schema: str, err: TextIO) -> tuple[Reader, str] | None:
     """The reader for *db* and how to name it, or ``None`` (reported on *err*)."""
     if is_postgres_dsn(db):
@@ -308,10 +314,7 @@ def fail(exc: DelegationError, err: TextIO) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    db = store_location(args, err)
-    if db is None:
-        return 1
-    opened = open_reader(db, args.schema, err)
+    opened = reader_for(args, err)
     if opened is None:
         return 1
     reader, name = opened
@@ -343,10 +346,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    db = store_location(args, err)
-    if db is None:
-        return 1
-    opened = open_reader(db, args.schema, err)
+    opened = reader_for(args, err)
     if opened is None:
         return 1
     reader, name = opened

@@ -32,10 +32,9 @@ from ._runs import (
     fail,
     json_text,
     literal,
-    open_reader,
     plain,
+    reader_for,
     runs_table,
-    store_location,
 )
 
 if TYPE_CHECKING:
@@ -272,10 +271,7 @@ def watch(
 
 def run_watch(args: argparse.Namespace) -> int:
     """``trio-delegate runs watch``: the handler of the parsed arguments; the exit code."""
-    db = store_location(args, sys.stderr)
-    if db is None:
-        return 1
-    opened = open_reader(db, args.schema, sys.stderr)
+    opened = reader_for(args, sys.stderr)
     if opened is None:
         return 1
     reader, name = opened
