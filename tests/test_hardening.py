@@ -914,7 +914,7 @@ async def test_one_bad_record_fails_only_its_own_run(error: BaseException) -> No
         # The writer lives on.
         assert (await parent.delegate("echo", "after")).final_result == "ok"
     stored = {record.task: record.status for record in await store.inner.list_runs(limit=100)}
-    assert stored["t7"] is td.RunStatus.PENDING  # its end could not be recorded
+    assert stored["t7"] is td.RunStatus.RUNNING  # its end could not be recorded
     assert all(status is td.RunStatus.COMPLETED for task, status in stored.items() if task != "t7")
 
 
@@ -986,3 +986,59 @@ async def test_background_continuation_answers_with_its_admission_ack() -> None:
         assert handle.status is td.RunStatus.RUNNING  # an ack, not the outcome
         with pytest.raises(td.RunFailedError):
             await parent.wait(handle.run_id)
+
+
+class HeldStore(WrappedStore):
+    """A memory store whose end records wait for the test to let them through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = trio.Event()
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        if any(record.status.is_terminal for record in records):
+            await self.gate.wait()
+        await super().write(records)
+
+
+async def test_only_a_result_waits_for_its_record(autojump_clock: trio.testing.MockClock) -> None:
+    store = HeldStore()
+
+    async def quick(ctx: td.ChildContext) -> str:
+        await trio.sleep(1)
+        return "kept"
+
+    async with (
+        td.open_runtime([sub("idle", forever), sub("quick", quick)], store=store) as rt,
+        rt.open_parent() as parent,
+    ):
+        idle = await parent.start("idle", "t")
+        parent.cancel(idle.run_id)
+        # A cancellation is answered while its record is still on its way.
+        with pytest.raises(td.RunCancelledError):
+            await parent.wait(idle.run_id)
+        store.gate.set()
+        done = await parent.start("quick", "t")
+        store.gate = trio.Event()
+        # A result only once it is durable: until then the run reads running.
+        answer = await parent.wait(done.run_id, timeout=5)
+        assert answer == td.RunHandle(done.run_id, "quick", td.RunStatus.RUNNING)
+        store.gate.set()
+        assert (await parent.wait(done.run_id)).final_result == "kept"  # type: ignore[union-attr]
+        replacement = await parent.start("quick", "again", replaces=idle.run_id)
+        await parent.wait(replacement.run_id)
+
+
+async def test_an_admission_ack_is_running_or_pending_even_if_the_run_already_ended() -> None:
+    async def instant(ctx: td.ChildContext) -> str:
+        raise RuntimeError("fails in its first step")
+
+    async with (
+        td.open_runtime([sub("instant", instant)], store=td.MemoryStore(), config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        # The run starts when its admission commits and may end before its
+        # caller wakes from that commit: the ack still says how it was admitted.
+        for _ in range(20):
+            handle = await parent.start("instant", "t")
+            assert handle.status is td.RunStatus.RUNNING

@@ -131,7 +131,7 @@ async def test_live_runs_of_a_live_runtime_are_never_touched(tmp_path: Path) -> 
         assert snapshot.interrupted == ()
         record = await other.get(handle.run_id)
         assert record is not None
-        assert record.status is td.RunStatus.PENDING
+        assert not record.status.is_terminal
         await other.detach(other_id)
         p.cancel(handle.run_id)
         with pytest.raises(td.RunCancelledError):
@@ -149,7 +149,8 @@ async def test_admission_record_is_durable_when_start_returns(make_store: StoreF
         handle = await p.start("forever", "the task")
         record = await store.get(handle.run_id)
         assert record is not None
-        assert record.status is td.RunStatus.PENDING
+        # Admitted, and perhaps already recorded as started (contract §16).
+        assert record.status in (td.RunStatus.PENDING, td.RunStatus.RUNNING)
         assert record.task == "the task"
         assert record.owner == "a"
         assert record.admitted_at
@@ -328,6 +329,8 @@ async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
                 nursery.start_soon(p.delegate, "quick", "t")
         assert rt._persister is not None
         stats = rt._persister.stats
-    assert stats.records == 400  # an admission and a settlement each
+    # An admission, a start and an end each; a start is folded into its run's
+    # end when both wait for the same commit.
+    assert 400 <= stats.records <= 600
     assert stats.commits < stats.records / 2
     assert stats.largest_batch > 10

@@ -352,3 +352,27 @@ def test_runs_on_postgres_explains_what_is_wrong_without_the_password(
     err = capsys.readouterr().err
     assert "refused the credentials" in err
     assert "wrong-secret" not in err
+
+
+def test_runs_reads_the_store_a_serve_configuration_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    ids = trio.run(fill, project / "runs.db")
+    config = project / "subagents.toml"
+    config.write_text('[runtime]\nstore = "runs.db"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # relative to the configuration, as serve reads it
+    assert main(["runs", "list", "--config", str(config), "--json"]) == 0
+    assert {entry["run_id"] for entry in json.loads(capsys.readouterr().out)} == set(ids)
+    assert main(["runs", "show", ids[0], "--config", str(config), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run_id"] == ids[0]
+    memory_only = project / "memory.toml"
+    memory_only.write_text("[runtime]\nsubagent_timeout_seconds = 60\n")
+    assert main(["runs", "list", "--config", str(memory_only)]) == 1
+    assert "no [runtime] store" in capsys.readouterr().err
+    assert main(["runs", "list", "--config", str(project / "missing.toml")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    assert not (elsewhere / ".trio-delegate").exists()

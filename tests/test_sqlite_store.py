@@ -39,7 +39,7 @@ async def test_killed_right_after_start_reads_as_interrupted(tmp_path: Path) -> 
     store = td.SQLiteStore(db)
     stored = await store.get(killed)
     assert stored is not None  # the admission it was told about is there
-    assert stored.status is td.RunStatus.PENDING  # nobody has looked yet
+    assert not stored.status.is_terminal  # nobody has looked yet
     after = runtime_id()
     snapshot = await store.attach(after)
     assert snapshot.interrupted == (killed,)

@@ -52,7 +52,7 @@ import trio_delegate as td
 import trio_delegate.testing as tdt
 from trio_delegate.testing import Answer, IndeterminateError, LifecycleModel
 
-from .stores import WrappedStore
+from .stores import StillClockStore, WrappedStore
 
 S = td.RunStatus
 T = TypeVar("T")
@@ -229,77 +229,25 @@ class PythonSurface:
         return None
 
 
-class _SecondSteps(trio.abc.Instrument):
-    """The order in which watched tasks take their second step.
-
-    ``start`` checkpoints first, then admits in its next step: the order of
-    second steps is the order the runtime admitted the runs in.
-    """
+class GatedStore(WrappedStore):
+    """A memory store whose writes can be held, so that admissions share one commit."""
 
     def __init__(self) -> None:
-        self._tasks: dict[trio.lowlevel.Task, tuple[str, int]] = {}
-        self.order: list[str] = []
+        super().__init__()
+        self._gate: trio.Event | None = None
 
-    def watch(self, task: trio.lowlevel.Task, label: str) -> None:
-        self._tasks[task] = (label, 1)  # this is its first step
+    def hold(self) -> None:
+        self._gate = trio.Event()
 
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        entry = self._tasks.get(task)
-        if entry is None:
-            return
-        label, steps = entry
-        self._tasks[task] = (label, steps + 1)
-        if steps + 1 == 2:
-            self.order.append(label)
-
-
-class StillClockStore(WrappedStore):
-    """A store whose calls keep one task runnable until they return.
-
-    ``SQLiteStore`` works on a worker thread; a task waiting for a thread
-    counts as blocked, so a ``MockClock`` would jump ahead while the disk
-    works. Spinning on checkpoints meanwhile keeps virtual time still, as it
-    is for every other operation of the machine.
-    """
-
-    async def _still(self, call: Awaitable[T]) -> T:
-        done = False
-
-        async def spin() -> None:
-            # A busy wait on purpose: a task waiting on an Event would be blocked.
-            while not done:
-                await trio.lowlevel.checkpoint()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(spin)
-            try:
-                return await call
-            finally:
-                done = True
-
-    async def attach(self, runtime_id: str) -> td.StoreSnapshot:
-        return await self._still(super().attach(runtime_id))
-
-    async def detach(self, runtime_id: str) -> None:
-        await self._still(super().detach(runtime_id))
+    def release(self) -> None:
+        if self._gate is not None:
+            self._gate.set()
+        self._gate = None
 
     async def write(self, records: Sequence[td.RunRecord]) -> None:
-        await self._still(super().write(records))
-
-    async def get(self, run_id: str) -> td.RunRecord | None:
-        return await self._still(super().get(run_id))
-
-    async def sweep(self, runtime_id: str) -> tuple[str, ...]:
-        return await self._still(super().sweep(runtime_id))
-
-    async def changes(self, cursor: int | None) -> td.ChangeBatch:
-        return await self._still(super().changes(cursor))
-
-    async def request_cancel(self, run_id: str) -> td.RunRecord | None:
-        return await self._still(super().request_cancel(run_id))
-
-    async def mark_observed(self, run_id: str) -> None:
-        await self._still(super().mark_observed(run_id))
+        if self._gate is not None:
+            await self._gate.wait()
+        await super().write(records)
 
 
 #: Virtual seconds after which an operation is taken as blocked forever: far
@@ -333,6 +281,8 @@ class Snapshot:
     verdicts: dict[int, td.DelegationError | None]
     trace: list[str]
     looked_up: bool
+    unobserved: dict[int, tuple[td.RunHandle, ...]]
+    delivered: dict[int, list[td.RunHandle]]
 
 
 class RuntimeMachine(RuleBasedStateMachine):
@@ -362,6 +312,10 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.seen: dict[int, S] = {}
         self.admitted_pending: dict[int, list[int]] = {}
         self.folder: Path | None = None
+        self.gated: GatedStore | None = None
+        # What each parent's settled() stream delivered, and whose stream ended.
+        self.settlements: dict[int, list[td.RunHandle]] = {}
+        self.streams_ended: set[int] = set()
 
     # -- plumbing ------------------------------------------------------------
 
@@ -462,7 +416,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         ]
         store: td.ResultStore | None = None
         if setup.store == "memory":
-            store = td.MemoryStore()
+            store = self.gated = GatedStore()
         elif setup.store == "sqlite":
             self.folder = Path(tempfile.mkdtemp(prefix="trio-delegate-machine-"))
             store = StillClockStore(td.SQLiteStore(self.folder / "runs.db"))
@@ -493,7 +447,23 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.blocks[expected.parent] = block
         self.parent_numbers[block.value] = expected.parent
         self.check("open_parent", expected, block.value)
+        self.follow_settlements(expected.parent, block.value)
         return ParentRef(expected.parent, owner)
+
+    def follow_settlements(self, number: int, parent: td.Parent) -> None:
+        """Read the parent's settlement stream for as long as it is open (contract §17)."""
+        delivered = self.settlements[number] = []
+        ended = self.streams_ended
+
+        async def follow() -> None:
+            async for handle in parent.settled():
+                delivered.append(handle)
+            ended.add(number)
+
+        async def spawn() -> None:
+            trio.lowlevel.spawn_system_task(follow)
+
+        self.host.call(spawn)
 
     @rule(
         target=runs,
@@ -542,6 +512,7 @@ class RuntimeMachine(RuleBasedStateMachine):
             self.model is not None
             and not self.m.closed
             and self.setup is not None
+            and self.setup.store == "memory"
             and self.m.live_runs + 4 <= self.setup.max_live_runs
         )
     )
@@ -551,57 +522,50 @@ class RuntimeMachine(RuleBasedStateMachine):
         batch=st.lists(st.tuples(st.sampled_from(NAMES), PLANS), min_size=2, max_size=4),
     )
     def start_concurrently(self, parent: ParentRef, batch: list[tuple[str, Plan]]) -> Any:
-        """Starts issued in one scheduler tick by separate tasks.
+        """Starts from separate tasks whose admissions share one store commit.
 
-        Their admission order is Trio's choice: the model is told the order
-        the runtime admitted them in, and the checks that need no model
-        (pending runs start in admission order, above all) hold either way.
+        The store holds its writes while the tasks admit their runs one after
+        another; then one commit makes them all durable and their callers wake
+        in whatever order Trio picks. Pending runs must still start in
+        admission order, whatever order the callers return in (the handles'
+        statuses depend on that order, and are left out of the comparison).
         """
         if not self.m.is_open(parent.number):
             return multiple()
         p = self.parent(parent)
         tasks = [(name, self.new_task(name, plan)) for name, plan in batch]
-        runtime = self.runtime
-        assert runtime is not None
+        store = self.gated
+        assert store is not None
 
-        async def all_at_once() -> tuple[dict[str, Any], list[str]]:
+        async def all_at_once() -> dict[str, Any]:
             answers: dict[str, Any] = {}
-            steps = _SecondSteps()
 
             async def one(name: str, task: str) -> None:
-                steps.watch(trio.lowlevel.current_task(), task)
                 try:
                     answers[task] = await self.surface.start(p, name, task, None)
                 except td.DelegationError as exc:
                     answers[task] = exc
 
-            # One drive for all of them: drives nested in separate tasks would
-            # each restore the clock's autojump setting as they end.
-            async def each() -> None:
-                async with trio.open_nursery() as nursery:
-                    for name, task in tasks:
-                        nursery.start_soon(one, name, task)
-
-            trio.lowlevel.add_instrument(steps)
-            try:
-                await tdt.drive(each, limit=BLOCKED)
-            finally:
-                trio.lowlevel.remove_instrument(steps)
+            async with trio.open_nursery() as nursery:
+                store.hold()
+                for name, task in tasks:
+                    nursery.start_soon(one, name, task)
+                    # Admitted, and waiting for the held commit.
+                    await trio.testing.wait_all_tasks_blocked()
+                store.release()
             await tdt.settle()
-            return answers, steps.order
+            return answers
 
-        answers, admitted = self.call(all_at_once)
-        order = {task: index for index, task in enumerate(admitted)}
+        answers = self.call(all_at_once)
         refs: list[RunRef] = []
-        for name, task in sorted(tasks, key=lambda item: order.get(item[1], math.inf)):
+        for name, task in tasks:
             expected = self.predict(functools.partial(_start_in, parent.number, name, task))
             outcome = answers[task]
             if expected.kind == "handle" and isinstance(outcome, td.RunHandle):
-                # Which of them found a free slot is Trio's order: compare the rest.
                 expected = attrs.evolve(expected, status=outcome.status)
             self.check("concurrent start", expected, outcome)
             if expected.run is not None:
-                if outcome.status is S.PENDING:
+                if self.m.peek_status(expected.run) is S.PENDING:
                     self.admitted_pending.setdefault(parent.number, []).append(expected.run)
                 refs.append(RunRef(expected.run, parent))
         return multiple(*refs)
@@ -723,6 +687,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         outcome = self.call(_leave, block)
         self.check("leaving the parent block", expected, outcome)
         self.assert_all_runners_ended(parent.number)
+        assert parent.number in self.streams_ended, "settled() did not end with its parent"
 
     # Not before a few runs: a runtime closed at once makes a short example.
     @precondition(lambda self: self.model is not None and not self.m.closed and self.m.runs >= 4)
@@ -758,6 +723,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         # Raw outcomes: run ids are bound to numbers after the operation returns.
         statuses: dict[int, td.RunHandle | td.DelegationError] = {}
         verdicts: dict[int, td.DelegationError | None] = {}
+        unobserved: dict[int, tuple[td.RunHandle, ...]] = {}
         looked_up = False
         for number, block in self.blocks.items():
             if not block.is_open or self.m.closed:
@@ -776,6 +742,7 @@ class RuntimeMachine(RuleBasedStateMachine):
                 verdicts[number] = exc
             else:
                 verdicts[number] = None
+            unobserved[number] = parent.unobserved()
         assert self.runtime is not None
         return Snapshot(
             trio.current_time(),
@@ -784,6 +751,8 @@ class RuntimeMachine(RuleBasedStateMachine):
             verdicts,
             self.trace.lines(),
             looked_up,
+            unobserved,
+            {number: list(handles) for number, handles in self.settlements.items()},
         )
 
     @invariant()
@@ -807,8 +776,35 @@ class RuntimeMachine(RuleBasedStateMachine):
             assert actual == expected, f"verdict of parent {parent}: {actual} != {expected}"
         if not m.closed:
             assert snap.live_runs == m.live_runs, (snap.live_runs, m.live_runs)
+        self.check_settlements(snap)
         assert snap.trace == m.trace.lines(), _trace_diff(snap.trace, m.trace.lines())
         self.check_without_model(snap)
+
+    def check_settlements(self, snap: Snapshot) -> None:
+        """contract §17: each parent's stream delivers each terminal run of it once,
+        in the order they ended, with its status; ``unobserved()`` lists those no
+        wait has told about. Neither is observation: the verdicts above agree with
+        a model in which nothing but a wait observes."""
+        m = self.m
+        for parent, delivered in snap.delivered.items():
+            numbers = [self.numbers.get(handle.run_id, -1) for handle in delivered]
+            assert -1 not in numbers, f"parent {parent} streamed a run it did not start"
+            assert len(set(numbers)) == len(numbers), f"parent {parent} streamed a run twice"
+            expected = {
+                run
+                for run in range(m.runs)
+                if m.run_parent(run) == parent and m.ended_at(run) is not None
+            }
+            assert set(numbers) == expected, (parent, sorted(numbers), sorted(expected))
+            for handle, run in zip(delivered, numbers, strict=True):
+                assert handle.status is m.peek_status(run), (run, handle, m.peek_status(run))
+            ends = [m.ended_at(run) or 0.0 for run in numbers]
+            assert ends == sorted(ends), f"parent {parent} streamed out of order: {ends}"
+        for parent, handles in snap.unobserved.items():
+            listed = [self.numbers.get(handle.run_id, -1) for handle in handles]
+            assert sorted(listed) == sorted(m.unobserved(parent)), (parent, listed)
+            ends = [m.ended_at(run) or 0.0 for run in listed]
+            assert ends == sorted(ends), f"unobserved of parent {parent} out of order"
 
     def check_without_model(self, snap: Snapshot) -> None:
         assert self.setup is not None

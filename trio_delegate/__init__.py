@@ -12,6 +12,7 @@ from ._config import INHERIT, Config
 from ._core._context import ChildContext
 from ._core._parent import Parent
 from ._core._runtime import Runtime, open_runtime
+from ._core._settlements import SettledRuns
 from ._errors import (
     DelegationError,
     ExpiredRunError,
@@ -68,6 +69,7 @@ __all__ = [
     "Runtime",
     "RuntimeClosedError",
     "SQLiteStore",
+    "SettledRuns",
     "StoreError",
     "StoreSnapshot",
     "StoredRun",

@@ -1,4 +1,4 @@
-"""``trio-delegate runs list|show``: read the runs recorded in a store, never writing to it.
+"""``trio-delegate runs list|show|watch``: read the runs recorded in a store, never writing to it.
 
 The store is an SQLite file (``--db PATH``), opened read-only: no migration,
 no lock, no journal switch, so it works on a file and a folder this user
@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -29,15 +31,35 @@ from .._converter import converter
 from .._errors import DelegationError, StoreError
 from .._status import RunStatus
 from .._stores._postgres import PostgresReader, is_postgres_dsn, mask_dsn
-from .._stores._protocol import RunRecord
+from .._stores._protocol import ChangeBatch, RunRecord
 from .._stores._sqlite import SQLiteReader
+from ._server_config import ConfigError, store_in_config
 
-__all__ = ["DEFAULT_DB", "add_runs_parser", "literal"]
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+__all__ = [
+    "DEFAULT_DB",
+    "RUN_COLUMNS",
+    "STATUS_STYLE",
+    "Column",
+    "Reader",
+    "add_runs_parser",
+    "fail",
+    "json_text",
+    "literal",
+    "open_reader",
+    "plain",
+    "runs_table",
+]
+
+#: The longest pause between two looks at a store in ``runs watch``.
+_MAX_INTERVAL: Final = 60.0
 
 #: Where ``trio-delegate demo`` records its runs, and where ``runs`` looks by default.
 DEFAULT_DB = Path(".trio-delegate") / "runs.db"
 
-_STATUS_STYLE = {
+STATUS_STYLE = {
     RunStatus.PENDING: "yellow",
     RunStatus.RUNNING: "cyan",
     RunStatus.COMPLETED: "green",
@@ -72,7 +94,30 @@ def literal(text: str) -> Text:
     return Text(_UNSAFE.sub(_escape, text))
 
 
-def _json_text(value: Any, *, indent: int | None = 2) -> str:
+#: A column of a table of runs: its heading, and its cell for a record.
+Column = tuple[str, Callable[[RunRecord], "RenderableType"]]
+
+#: The columns every table of runs starts with.
+RUN_COLUMNS: Final[tuple[Column, ...]] = (
+    ("run", lambda record: literal(record.run_id)),
+    ("owner", lambda record: literal(record.owner)),
+    ("subagent", lambda record: literal(record.subagent)),
+)
+
+
+def runs_table(
+    title: str, records: Iterable[RunRecord], columns: Sequence[Column], caption: str | None = None
+) -> Table:
+    """A table of *records*, one row each, with *columns*; the title shown literally."""
+    table = Table(title=literal(title), caption=caption, show_lines=False)
+    for heading, _ in columns:
+        table.add_column(heading, overflow="fold")
+    for record in records:
+        table.add_row(*(cell(record) for _, cell in columns))
+    return table
+
+
+def json_text(value: Any, *, indent: int | None = 2) -> str:
     """JSON for people and programs: non-ASCII kept, what a terminal would act on escaped."""
     return _UNSAFE_JSON.sub(_escape_json, json.dumps(value, indent=indent, ensure_ascii=False))
 
@@ -93,13 +138,7 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
 
     listing = actions.add_parser("list", help="a table of runs, newest first")
     _common(listing)
-    listing.add_argument(
-        "--status", choices=[status.value for status in RunStatus], help="only runs in STATUS"
-    )
-    listing.add_argument("--owner", help="only runs of this parent owner")
-    listing.add_argument(
-        "--limit", type=_positive, default=50, help="at most this many runs (default 50)"
-    )
+    _filters(listing, default_limit=50)
     listing.set_defaults(handler=_list)
 
     show = actions.add_parser("show", help="everything recorded about one run")
@@ -107,13 +146,46 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     _common(show)
     show.set_defaults(handler=_show)
 
+    watch = actions.add_parser(
+        "watch",
+        help="a live table of the newest runs, updated as they change (read only)",
+        description=(
+            "Show the newest runs and follow the store's changes until interrupted (Ctrl-C). "
+            "On a terminal the table is redrawn in place; otherwise it is printed once, "
+            "followed by one line per change (with --json, one JSON object per line)."
+        ),
+    )
+    _common(watch)
+    _filters(watch, default_limit=30)
+    watch.add_argument(
+        "--interval",
+        type=_interval,
+        default=0.5,
+        metavar="SECONDS",
+        help="how often to look for changes (default 0.5; at most 60)",
+    )
+    watch.add_argument(
+        "--duration",
+        type=_interval_or_longer,
+        metavar="SECONDS",
+        help="stop after SECONDS (default: until interrupted)",
+    )
+    watch.set_defaults(handler=_watch)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--db",
-        default=str(DEFAULT_DB),
+        default=None,
         metavar="PATH|URI",
         help=f"the SQLite file, or a postgresql:// URI (default: {DEFAULT_DB})",
+    )
+    where.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the store named by a serve configuration's [runtime] store (a file there is "
+        "relative to the configuration, as serve reads it)",
     )
     parser.add_argument(
         "--schema",
@@ -121,6 +193,45 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="with a postgresql:// URI: the store's schema (default: trio_delegate)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _filters(parser: argparse.ArgumentParser, *, default_limit: int) -> None:
+    parser.add_argument(
+        "--status", choices=[status.value for status in RunStatus], help="only runs in STATUS"
+    )
+    parser.add_argument("--owner", help="only runs of this parent owner")
+    parser.add_argument(
+        "--limit",
+        type=_positive,
+        default=default_limit,
+        help=f"at most this many runs (default {default_limit})",
+    )
+
+
+def _seconds(text: str, *, most: float | None) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value > 0 and (most is None or value <= most)):
+        allowed = "> 0" + (f" and at most {most:g}" if most is not None else "")
+        raise argparse.ArgumentTypeError(f"must be a number of seconds {allowed}, got {text!r}")
+    return value
+
+
+def _interval(text: str) -> float:
+    return _seconds(text, most=_MAX_INTERVAL)
+
+
+def _interval_or_longer(text: str) -> float:
+    return _seconds(text, most=None)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    # Imported here: only watch needs rich's live display.
+    from ._watch import run_watch
+
+    return run_watch(args)
 
 
 def _positive(text: str) -> int:
@@ -133,23 +244,52 @@ def _positive(text: str) -> int:
     return value
 
 
-class _Reader(Protocol):
+class Reader(Protocol):
+    """A read-only reader of a store (``SQLiteReader``, ``PostgresReader``)."""
+
     def get(self, run_id: str) -> RunRecord | None: ...
 
     def list_runs(
         self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
     ) -> list[RunRecord]: ...
 
+    def changes(self, cursor: int | None) -> ChangeBatch: ...
+
     def close(self) -> None: ...
 
 
-def _open(db: str, schema: str, err: TextIO) -> tuple[_Reader, str] | None:
+def store_location(args: argparse.Namespace, err: TextIO) -> str | None:
+    """The store the command reads: ``--db``, a configuration's store, or the default."""
+    if getattr(args, "config", None):
+        try:
+            store = store_in_config(args.config)
+        except ConfigError as exc:
+            print(f"trio-delegate: {exc}", file=err)
+            return None
+        if store is None:
+            print(
+                f"trio-delegate: {args.config} has no [runtime] store: its runs are kept in "
+                "memory only, and nothing can be read after the server ends",
+                file=err,
+            )
+            return None
+        return str(store)
+    return args.db if args.db is not None else str(DEFAULT_DB)
+
+
+def reader_for(args: argparse.Namespace, err: TextIO) -> tuple[Reader, str] | None:
+    """The reader of the store the command's arguments name, or ``None`` (said on *err*)."""
+    db = store_location(args, err)
+    return None if db is None else open_reader(db, args.schema, err)
+
+
+def open_reader(db: str, schema: str, err: TextIO) -> tuple[Reader, str] | None:
     """The reader for *db* and how to name it, or ``None`` (reported on *err*)."""
     if is_postgres_dsn(db):
         try:
             return PostgresReader(db, schema=schema), mask_dsn(db)
         except DelegationError as exc:
-            _fail(exc, err)
+            fail(exc, err)
             return None
     path = Path(db)
     # Reading must not create an empty store where the user mistyped a path.
@@ -167,13 +307,14 @@ def _shown(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
-def _fail(exc: DelegationError, err: TextIO) -> None:
+def fail(exc: DelegationError, err: TextIO) -> None:
+    """Report *exc* on *err*, every character shown literally."""
     print(f"trio-delegate: {_shown(str(exc))}", file=err)
 
 
 def _list(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    opened = _open(args.db, args.schema, err)
+    opened = reader_for(args, err)
     if opened is None:
         return 1
     reader, name = opened
@@ -181,25 +322,23 @@ def _list(args: argparse.Namespace) -> int:
     try:
         records = reader.list_runs(status=status, owner=args.owner, limit=args.limit)
     except StoreError as exc:
-        _fail(exc, err)
+        fail(exc, err)
         return 1
     finally:
         reader.close()
     if args.json:
-        out.write(_json_text([_plain(record) for record in records]) + "\n")
+        out.write(json_text([plain(record) for record in records]) + "\n")
         return 0
-    table = Table(title=literal(f"runs in {name}"), show_lines=False)
-    for column in ("run", "owner", "subagent", "status", "task", "admitted (UTC)"):
-        table.add_column(column, overflow="fold")
-    for record in records:
-        table.add_row(
-            literal(record.run_id),
-            literal(record.owner),
-            literal(record.subagent),
-            Text(record.status.value, style=_STATUS_STYLE[record.status]),
-            literal(record.task_summary),
-            literal(record.admitted_at[:19].replace("T", " ")),
-        )
+    table = runs_table(
+        f"runs in {name}",
+        records,
+        (
+            *RUN_COLUMNS,
+            ("status", lambda record: Text(record.status.value, style=STATUS_STYLE[record.status])),
+            ("task", lambda record: literal(record.task_summary)),
+            ("admitted (UTC)", lambda record: literal(record.admitted_at[:19].replace("T", " "))),
+        ),
+    )
     console = Console(file=out, width=160)
     console.print(table if records else "no runs match")
     return 0
@@ -207,36 +346,37 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    opened = _open(args.db, args.schema, err)
+    opened = reader_for(args, err)
     if opened is None:
         return 1
     reader, name = opened
     try:
         record = reader.get(args.run_id)
     except StoreError as exc:
-        _fail(exc, err)
+        fail(exc, err)
         return 1
     finally:
         reader.close()
     if record is None:
         print(f"trio-delegate: no run {_shown(repr(args.run_id))} in {_shown(name)}", file=err)
         return 1
-    plain = _plain(record)
+    fields = plain(record)
     if args.json:
-        out.write(_json_text(plain) + "\n")
+        out.write(json_text(fields) + "\n")
         return 0
     table = Table(title=literal(f"run {record.run_id}"), show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
-    for key, value in plain.items():
+    for key, value in fields.items():
         if value is None or value == [] or key == "run_id":
             continue
-        text = value if isinstance(value, str) else _json_text(value)
+        text = value if isinstance(value, str) else json_text(value)
         table.add_row(key, literal(text))
     Console(file=out, width=160).print(table)
     return 0
 
 
-def _plain(record: RunRecord) -> dict[str, Any]:
+def plain(record: RunRecord) -> dict[str, Any]:
+    """*record* as JSON-ready fields."""
     data: dict[str, Any] = converter.unstructure(record)
     return data

@@ -117,6 +117,18 @@ def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
     return _Loader(Path(path)).load()
 
 
+def store_in_config(path: str | os.PathLike[str]) -> Path | str | None:
+    """Where a server configuration records its runs (``[runtime] store``), resolved
+    as ``serve`` resolves it (a file relative to the configuration's folder).
+
+    Reads that key only: nothing of the subagents is imported.
+
+    Raises:
+        ConfigError: the file cannot be read, or the key is malformed.
+    """
+    return _Loader(Path(path)).store_only()
+
+
 @attrs.define
 class _Loader:
     path: Path
@@ -132,7 +144,7 @@ class _Loader:
 
     # -- the file ----------------------------------------------------------------
 
-    def load(self) -> ServerConfig:
+    def read(self) -> dict[str, Any]:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -140,9 +152,18 @@ class _Loader:
         except (OSError, UnicodeDecodeError) as exc:
             self.fail(None, f"cannot be read: {exc}", "check the path and its permissions")
         try:
-            data = tomllib.loads(text)
+            return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             self.fail(None, f"is not valid TOML: {exc}", "fix the syntax at that place")
+
+    def store_only(self) -> Path | str | None:
+        runtime = self.read().get("runtime", {})
+        if not isinstance(runtime, dict) or "store" not in runtime:
+            return None
+        return self.store(runtime["store"], "runtime.store")
+
+    def load(self) -> ServerConfig:
+        data = self.read()
         self.check_keys(
             data, _TOP_LEVEL, None, "the file has [runtime] and [server] tables and [[subagents]]"
         )

@@ -6,10 +6,17 @@ current span can become the run's parent), start, the run's own task
 beginning, a cancel request, an observation, the end, an admission undone;
 the store writer's commits; each tool call. A runtime without an observer
 holds ``None`` and each call site costs one comparison.
+
+:func:`runtime_events` gives a new runtime OpenTelemetry's observer
+(``trio_delegate._otel``) when an application has set a tracer or meter
+provider, else ``None``. A process that never loaded OpenTelemetry imports
+nothing: no provider can have been set without its API.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,6 +57,22 @@ class RunEvents(Protocol):
         """A context around one model-facing tool call; its value takes ``note_run(run_id)``."""
 
 
+#: What makes OpenTelemetry's API load a provider on its own when first asked for one.
+_PROVIDER_VARIABLES = ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
+
+
 def runtime_events() -> RunEvents | None:
-    """The observer a new runtime uses: ``None`` when nothing observes runs."""
-    return None
+    """The observer a new runtime uses: ``None`` when nothing observes runs.
+
+    OpenTelemetry's when its API is loaded (or told to load a provider by
+    the environment) and a provider is set (``trio_delegate._otel``).
+    """
+    if "opentelemetry" not in sys.modules and not any(
+        name in os.environ for name in _PROVIDER_VARIABLES
+    ):
+        return None
+    try:
+        from .._otel import open_telemetry
+    except ImportError:  # an opentelemetry module without the API's trace and metrics
+        return None
+    return open_telemetry()

@@ -109,7 +109,7 @@ async def _call_with_nested_parent(run: Run, parent: Parent) -> Any:
     finally:
         # The owner stays taken until every run of the nested parent has ended.
         if nested is not None:
-            parent._runtime._unregister(nested)
+            nested._joined()
     assert nested is not None
     # The runner returned: that is its claim of completion (contract §7).
     nested._raise_if_unresolved()

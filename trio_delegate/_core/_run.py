@@ -62,6 +62,11 @@ class CancelReason(enum.Enum):
     CALLER_CANCELLED = "because the caller waiting for it in the foreground was cancelled"
     PARENT_CLOSED = "because its parent closed"
     RUNTIME_CLOSED = "because the runtime closed"
+    LEASE_LOST = (
+        "because its runtime could not renew its lease on the shared store, and the other "
+        "runtimes have written it off"
+    )
+    TAKEN_OVER = "because another runtime sharing the store recorded it as ended"
 
 
 class Phase(enum.Enum):
@@ -114,6 +119,17 @@ class Outcome:
     failure_type: type[RunFailedError] = RunFailedError
     reason: CancelReason | None = None
 
+    @property
+    def waits_for_record(self) -> bool:
+        """Whether the run commits only once this outcome is durable in its store.
+
+        Only a result does (contract §12: a result handed to a caller is
+        durable). Another ending commits at once and its record follows: a
+        pending run's cancellation reads ``cancelled`` immediately, and a run
+        stopped because its store is unreachable is not held up by it.
+        """
+        return self.status is RunStatus.COMPLETED
+
     def unrecorded(self, error: StoreError) -> Outcome:
         """This outcome, when its record could not be written.
 
@@ -159,8 +175,9 @@ class RunHost(Protocol):
     def closing_time(self) -> tuple[float, CancelReason] | None:
         """When and why the run's surroundings (runtime, parent) began to close, if they did."""
 
-    def run_decided(self, run: Run, outcome: Outcome, *, at_once: bool) -> None:
-        """*run* decided *outcome*: record it, then :meth:`Run.commit` (at once if *at_once*)."""
+    def run_decided(self, run: Run, outcome: Outcome) -> None:
+        """*run* decided *outcome*: record it and :meth:`Run.commit` it (see
+        :attr:`Outcome.waits_for_record` for the order)."""
 
     def run_committed(self, run: Run, was_running: bool) -> None:
         """*run* is terminal now."""
@@ -170,6 +187,9 @@ class RunHost(Protocol):
 
     def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
         """A first cancel request reached live *run*."""
+
+    def run_observed_elsewhere(self, run: Run) -> None:
+        """Another runtime sharing the store handed *run*'s result to its owner."""
 
 
 @final
@@ -183,13 +203,16 @@ class Run:
         "announced",
         "cancel_reason",
         "cancel_requested_at",
+        "continues",
         "deadline",
+        "deadline_at",
         "depth",
         "durable",
         "ended_at",
         "foreground",
         "history",
         "host",
+        "launched",
         "outcome",
         "owner",
         "phase",
@@ -197,6 +220,7 @@ class Run:
         "run_id",
         "schema",
         "scope",
+        "started_at",
         "status",
         "subagent",
         "task",
@@ -226,10 +250,13 @@ class Run:
         # The conversation a continuation carries on; None for a fresh one.
         self.history = history
         self.replaces = replaces
+        # The run whose conversation this continuation carries on, if it is one.
+        self.continues: str | None = None
         self.depth = depth
         self.timeout = timeout
         self.foreground = False
         self.status = RunStatus.PENDING
+        self.launched = False
         self.phase = Phase.LIVE
         self.outcome: Outcome | None = None
         self.deadline = math.inf
@@ -241,6 +268,9 @@ class Run:
         self.cancel_reason: CancelReason | None = None
         self.ended_at: float | None = None
         # Whether its admission record is committed (always, without a store).
+        # Wall clock, for stores shared with other runtimes (contract §16).
+        self.started_at: str | None = None
+        self.deadline_at: float | None = None
         self.durable = False
         # Whether the caller that admitted it has its id (False only while a
         # store records its admission): until then no check lists it.
@@ -277,6 +307,19 @@ class Run:
 
     def handle(self) -> RunHandle:
         return RunHandle(self.run_id, self.subagent.name, self.status)
+
+    def admission_ack(self) -> RunHandle:
+        """The admission acknowledgment: ``running`` once it has started, else ``pending``.
+
+        Never a terminal status: a run that started and already ended by the
+        time its caller woke (from its store's commit) is acknowledged as the
+        admission found it (contract §4).
+        """
+        return RunHandle(
+            self.run_id,
+            self.subagent.name,
+            RunStatus.RUNNING if self.launched else RunStatus.PENDING,
+        )
 
     def summary(self) -> str:
         return summarize_task(self.task)
@@ -354,6 +397,7 @@ class Run:
         assert self.status is RunStatus.PENDING, self
         assert self.phase is Phase.LIVE, self
         self.status = RunStatus.RUNNING
+        self.launched = True
         if self.timeout is not None:
             self.deadline = now + self.timeout
         self.scope = trio.CancelScope(deadline=self.deadline)
@@ -376,7 +420,7 @@ class Run:
         if self.phase is not Phase.LIVE:
             return True
         if self.status is RunStatus.PENDING:
-            self.decide(Outcome(RunStatus.CANCELLED, reason=reason), at_once=True)
+            self.decide(Outcome(RunStatus.CANCELLED, reason=reason))
         else:
             assert self.scope is not None
             self.scope.cancel()
@@ -403,12 +447,11 @@ class Run:
             return Outcome(RunStatus.CANCELLED, reason=reason)
         return _TIMED_OUT
 
-    def decide(self, outcome: Outcome, *, at_once: bool = False) -> bool:
+    def decide(self, outcome: Outcome) -> bool:
         """Choose the run's outcome; the first decision wins.
 
-        The host records it and then commits it: *at_once* commits before the
-        record is durable (a pending run's cancellation, which no caller
-        waits for a result of).
+        The host records it and commits it: a result once its record is
+        durable, any other ending at once (see :attr:`Outcome.waits_for_record`).
 
         Returns:
             whether this decision was the first.
@@ -417,7 +460,7 @@ class Run:
             return False
         self.phase = Phase.DECIDED
         self.outcome = outcome
-        self.host.run_decided(self, outcome, at_once=at_once)
+        self.host.run_decided(self, outcome)
         return True
 
     def withdraw(self) -> None:

@@ -57,6 +57,22 @@ class RecordReader(abc.ABC):
         """
         return guarded(self._error, self._list, status, owner, limit)
 
+    def changes(self, cursor: int | None) -> ChangeBatch:
+        """Every record written or flagged after *cursor*, oldest change first.
+
+        As :meth:`ResultStore.changes`, read-only: ``trio-delegate runs watch``
+        follows a store with it.
+
+        Args:
+            cursor: a cursor an earlier call returned; ``None`` for the
+                current position (and no records).
+
+        Raises:
+            StoreError: the store cannot be read, keeps no change log (written
+                by an older version), or *cursor* is malformed.
+        """
+        return guarded(self._error, self._changes, cursor)
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         conn, self._conn = self._conn, None
@@ -68,6 +84,9 @@ class RecordReader(abc.ABC):
 
     @abc.abstractmethod
     def _list(self, status: RunStatus | None, owner: str | None, limit: int) -> list[RunRecord]: ...
+
+    @abc.abstractmethod
+    def _changes(self, cursor: int | None) -> ChangeBatch: ...
 
     @abc.abstractmethod
     def _error(self, exc: Exception) -> StoreError: ...

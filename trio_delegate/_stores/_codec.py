@@ -32,11 +32,12 @@ import attrs
 from .._converter import converter
 from .._errors import StoreError
 from .._status import RunStatus
-from ._protocol import RunRecord, is_run_id, is_runtime_id
+from ._protocol import ChangeBatch, RunRecord, is_run_id, is_runtime_id
 
 __all__ = [
     "EncodedRecord",
     "LiveHeads",
+    "change_batch",
     "decode_record",
     "decode_row",
     "encode_record",
@@ -248,6 +249,14 @@ def decode_record(
 def decode_row(row: Sequence[Any], where: str) -> RunRecord:
     """The record kept in a row of ``(head, state, cancel_requested, observed)``."""
     return decode_record(row[0], row[1], row[2], row[3], where)
+
+
+def change_batch(cursor: int, rows: Sequence[Sequence[Any]], where: str) -> ChangeBatch:
+    """The records changed after *cursor*, from rows of ``(seq, head, state, flags...)``."""
+    if not rows:
+        return ChangeBatch(cursor)
+    records = tuple(decode_row(row[1:], where) for row in rows)
+    return ChangeBatch(max(cursor, int(rows[-1][0])), records)
 
 
 def status_of(value: object, where: str, row: object) -> RunStatus:

@@ -43,6 +43,7 @@ from ._base import RecordReader, ThreadedStore
 from ._codec import (
     EncodedRecord,
     LiveHeads,
+    change_batch,
     decode_row,
     encode_record,
     encode_state,
@@ -377,6 +378,18 @@ def _schema_version(conn: psycopg.Connection[Any], statements: _Sql, where: str)
             path=where,
         )
     return version
+
+
+def _position(conn: psycopg.Connection[Any], statements: _Sql) -> int:
+    """The number of the latest change committed to the store."""
+    with conn.transaction():
+        # No change is being committed while this is held: every number up
+        # to the one read is visible, none is still on its way.
+        conn.execute(statements.lock_changes_shared, [statements.change_key])
+        row = conn.execute(statements.position).fetchone()
+    if row is None or not row[1]:
+        return 0
+    return int(row[0])
 
 
 def _check_exists(version: int, where: str, dsn: str) -> None:
@@ -918,25 +931,14 @@ class PostgresStore(ThreadedStore):
         return tuple(marked)
 
     def _position(self, conn: psycopg.Connection[Any]) -> int:
-        statements = self._sql
-        with conn.transaction():
-            # No change is being committed while this is held: every number up
-            # to the one read is visible, none is still on its way.
-            conn.execute(statements.lock_changes_shared, [statements.change_key])
-            row = conn.execute(statements.position).fetchone()
-        if row is None or not row[1]:
-            return 0
-        return int(row[0])
+        return _position(conn, self._sql)
 
     def _changes_sync(self, cursor: int | None) -> ChangeBatch:
         if cursor is None:
             return ChangeBatch(self._transact(self._position))
         check_cursor(cursor, self._where)
         rows = self._transact(lambda conn: conn.execute(self._sql.changes, [cursor]).fetchall())
-        if not rows:
-            return ChangeBatch(cursor)
-        records = tuple(decode_row(row[1:], self._where) for row in rows)
-        return ChangeBatch(max(cursor, int(rows[-1][0])), records)
+        return change_batch(cursor, rows, self._where)
 
     def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None:
         if not is_run_id(run_id):
@@ -1157,3 +1159,11 @@ class PostgresReader(RecordReader):
         query, params = self._sql.listing(status, owner, limit)
         rows = self._connection().execute(query, params).fetchall()
         return [decode_row(row, self._where) for row in rows]
+
+    def _changes(self, cursor: int | None) -> ChangeBatch:
+        conn = self._connection()
+        if cursor is None:
+            return ChangeBatch(_position(conn, self._sql))
+        check_cursor(cursor, self._where)
+        rows = conn.execute(self._sql.changes, [cursor]).fetchall()
+        return change_batch(cursor, rows, self._where)

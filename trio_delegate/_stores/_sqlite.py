@@ -39,6 +39,7 @@ from ._base import RecordReader, ThreadedStore
 from ._codec import (
     EncodedRecord,
     LiveHeads,
+    change_batch,
     decode_row,
     encode_record,
     encode_state,
@@ -287,6 +288,23 @@ def _list_query(
     query += " ORDER BY rowid DESC LIMIT ?"
     params.append(limit)
     return query, params
+
+
+def _position(conn: sqlite3.Connection) -> int:
+    """The number of the latest change committed to the store."""
+    row = conn.execute(
+        "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'change_seq'"
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def _changes(conn: sqlite3.Connection, cursor: int | None, where: str) -> ChangeBatch:
+    """``ResultStore.changes`` on *conn*."""
+    if cursor is None:
+        return ChangeBatch(_position(conn))
+    check_cursor(cursor, where)
+    query = f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? ORDER BY seq"
+    return change_batch(cursor, conn.execute(query, (cursor,)).fetchall(), where)
 
 
 @final
@@ -604,29 +622,10 @@ class SQLiteStore(ThreadedStore):
         return tuple(self._mark_gone(conn))
 
     def _position_sync(self) -> int:
-        row = (
-            self._connection()
-            .execute("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'change_seq'")
-            .fetchone()
-        )
-        return int(row[0]) if row is not None else 0
+        return _position(self._connection())
 
     def _changes_sync(self, cursor: int | None) -> ChangeBatch:
-        if cursor is None:
-            return ChangeBatch(self._position_sync())
-        check_cursor(cursor, str(self.path))
-        rows = (
-            self._connection()
-            .execute(
-                f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? ORDER BY seq",
-                (cursor,),
-            )
-            .fetchall()
-        )
-        if not rows:
-            return ChangeBatch(cursor)
-        records = self._decode_rows([row[1:] for row in rows])
-        return ChangeBatch(max(cursor, int(rows[-1][0])), tuple(records))
+        return _changes(self._connection(), cursor, str(self.path))
 
     def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None:
         if not is_run_id(run_id):
@@ -739,3 +738,14 @@ class SQLiteReader(RecordReader):
         rows = self._connection().execute(query, params).fetchall()
         where = str(self.path)
         return [decode_row(row, where) for row in rows]
+
+    def _changes(self, cursor: int | None) -> ChangeBatch:
+        conn = self._connection()
+        if self._columns != _COLUMNS:
+            raise StoreError(
+                f"the store {self.path} was written by an older trio_delegate and keeps no "
+                "log of changes to follow; open it once with a runtime of this version to "
+                "migrate it, or read it with 'runs list'",
+                path=str(self.path),
+            )
+        return _changes(conn, cursor, str(self.path))

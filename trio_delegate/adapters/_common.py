@@ -10,10 +10,18 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal
 
-from .. import ChildContext, DelegationError, DelegationTools, InvalidArgumentsError, Output
+from .. import (
+    ChildContext,
+    DelegationError,
+    DelegationTools,
+    InvalidArgumentsError,
+    Output,
+    RunHandle,
+)
 from ._bridge import call_trio
 
 __all__ = [
+    "settled_notice",
     "ChildRunner",
     "PlainEntry",
     "call_tool",
@@ -125,3 +133,15 @@ def _reject_constant(name: str) -> Any:
 def error_payload_text(exc: DelegationError) -> str:
     """A delegation error as the text a model sees: its ``to_payload()`` as JSON."""
     return json_text(exc.to_payload())
+
+
+def settled_notice(handle: RunHandle) -> str:
+    """What a model is told at its next turn about a background run that ended.
+
+    A notice, not a result: the model still reads the outcome with
+    ``wait_subagent`` (contract §17).
+    """
+    return (
+        f"Background run {handle.run_id} ({handle.subagent}) ended {handle.status.value}: "
+        "call wait_subagent with that run_id to read its outcome."
+    )

@@ -41,6 +41,7 @@ try:
         ToolFailed,
     )
     from pydantic_ai.agent import AbstractAgent
+    from pydantic_ai.capabilities import ProcessHistory
     from pydantic_ai.messages import (
         ModelMessage,
         ModelRequest,
@@ -66,10 +67,11 @@ from ._common import (
     error_payload_text,
     history_error,
     plain_entry,
+    settled_notice,
     structured,
 )
 
-__all__ = ["history_messages", "runner", "toolset"]
+__all__ = ["history_messages", "runner", "settled_notices", "toolset"]
 
 
 def toolset(parent: Parent, *, id: str | None = None) -> FunctionToolset[Any]:
@@ -104,6 +106,39 @@ def toolset(parent: Parent, *, id: str | None = None) -> FunctionToolset[Any]:
         ],
         id=id,
     )
+
+
+def settled_notices(parent: Parent) -> ProcessHistory[Any]:
+    """A capability that tells the agent, at its next model request, which runs ended.
+
+    Give it to the agent beside the toolset (``Agent(...,
+    capabilities=[settled_notices(parent)])``): before each model request,
+    every background run of *parent* that ended since the last notice and
+    that no ``wait`` has told about (``parent.unobserved()``) is named in one
+    user message ("Background run … ended completed: call wait_subagent …").
+    The agent keeps working meanwhile instead of polling; it still reads
+    each run with ``wait_subagent``, which is what resolves it (contract §17).
+
+    Args:
+        parent: the parent whose toolset the agent uses.
+    """
+    announced: set[str] = set()
+
+    async def add_notices(messages: list[ModelMessage]) -> list[ModelMessage]:
+        # Async on purpose: a plain function would run on a worker thread,
+        # and the parent is read on the Trio thread only.
+        try:
+            ended = parent.unobserved()
+        except DelegationError:  # the parent closed: nothing more to tell
+            return messages
+        fresh = [handle for handle in ended if handle.run_id not in announced]
+        if not fresh:
+            return messages
+        announced.update(handle.run_id for handle in fresh)
+        notice = "\n".join(settled_notice(handle) for handle in fresh)
+        return [*messages, ModelRequest(parts=[UserPromptPart(content=notice)])]
+
+    return ProcessHistory(add_notices)
 
 
 def _tool_function(tools: DelegationTools, name: str) -> Any:

@@ -236,6 +236,9 @@ class _Run:
     # that ended together was evicted depends on Trio's order.
     evicted: bool = False
     ambiguous: bool = False
+    # contract §17: told by a wait (or run in the foreground, which tells itself).
+    told: bool = False
+    foreground: bool = False
     # The runner's progress.
     mode: _Mode = _Mode.IDLE
     script: Script | None = None
@@ -369,6 +372,19 @@ class LifecycleModel:
     def run_subagent(self, run: int) -> str:
         """The subagent of run *run*."""
         return self._top[run].subagent.name
+
+    def ended_at(self, run: int) -> float | None:
+        """When run *run* ended, if it did."""
+        return self._top[run].ended_at
+
+    def unobserved(self, parent: int) -> list[int]:
+        """``parent.unobserved()`` as run numbers, in no particular order among runs
+        that ended at one instant (contract §17)."""
+        return [
+            run.number
+            for run in self._parents[parent].runs
+            if run.number is not None and run.terminal and not run.told and not run.foreground
+        ]
 
     def expire(self) -> None:
         """Apply time-based retention now, as every lookup of the runtime does."""
@@ -516,6 +532,7 @@ class LifecycleModel:
         if isinstance(admitted, Answer):
             return admitted
         run = admitted
+        run.foreground = True
         self._begin_batch()
         self._drain()
         self._end_batch()
@@ -543,6 +560,7 @@ class LifecycleModel:
         admitted = self._admit(p, found.subagent.name, message, None)
         if isinstance(admitted, Answer):
             return admitted
+        admitted.foreground = not background
         handle = self._handle(admitted)  # an admission ack: the status at admission
         self._begin_batch()
         self._drain()
@@ -1300,6 +1318,7 @@ class LifecycleModel:
 
     def _outcome(self, run: _Run) -> Answer:
         """The answer a wait gives on a terminal run (observing a completed one)."""
+        run.told = True
         if run.status is RunStatus.COMPLETED:
             run.observed = True
             return Answer("result", run.number, run.subagent.name, final_result=run.result)
