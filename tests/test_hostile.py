@@ -141,7 +141,17 @@ def to_json(answer: Any) -> Any:
     """The JSON form of an answer of the Python API or the tools."""
     if isinstance(answer, td.RunResult | td.RunHandle | td.CancelAck):
         return _CONVERTER.unstructure(answer)
+    if isinstance(answer, tuple):
+        return [to_json(item) for item in answer]
     return answer
+
+
+async def read_settled(stream: AsyncIterator[td.RunHandle], seen: list[str]) -> None:
+    """Read a parent's ``settled()`` stream to its end (the parent's close)."""
+    async for handle in stream:
+        assert handle.status.is_terminal, handle
+        wire(to_json(handle))
+        seen.append(handle.run_id)
 
 
 # -- runs the session was told about ---------------------------------------------------
@@ -370,10 +380,13 @@ async def open_session(
         # The instrument times steps from the next one on.
         await trio.lowlevel.checkpoint()
         with real_time_limit(SESSION_SECONDS, "the session"):
+            settled: list[str] = []
             async with (
                 td.open_runtime(registry, config=config, store=store) as runtime,
+                trio.open_nursery() as readers,
                 runtime.open_parent("hostile") as parent,
             ):
+                readers.start_soon(read_settled, parent.settled(), settled)
                 session = Session(runtime, parent, store, timer)
                 box.append(session)
                 yield session
@@ -382,7 +395,11 @@ async def open_session(
                 )
                 assert isinstance(normal, td.RunResult), normal
                 assert normal.final_result == "still works"
+                await session.attempt("unobserved", parent.unobserved)
             assert runtime.live_runs == 0
+            # Every run of the parent settled once, in its stream.
+            assert normal.run_id in settled
+            assert len(settled) == len(set(settled))
             if store is not None:
                 await check_recorded(session)
         # The step running now would end after the instrument is gone.
