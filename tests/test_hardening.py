@@ -1042,3 +1042,78 @@ async def test_an_admission_ack_is_running_or_pending_even_if_the_run_already_en
         for _ in range(20):
             handle = await parent.start("instant", "t")
             assert handle.status is td.RunStatus.RUNNING
+
+
+async def test_a_record_the_store_names_fails_alone_without_splitting_the_batch() -> None:
+    go = trio.Event()
+
+    async def echo(ctx: td.ChildContext) -> str:
+        await go.wait()
+        return "ok"
+
+    class Naming(FaultyStore):
+        async def write(self, records: Sequence[td.RunRecord]) -> None:
+            await trio.lowlevel.checkpoint()
+            self.writes += 1
+            for record in records:
+                if record.task in self.bad_tasks:
+                    raise td.StoreError("cannot encode it", run_id=record.run_id)
+            await self.inner.write(records)
+
+    store = Naming()
+    config = td.Config(max_concurrent_runs=64, fail_closed=False)
+    async with (
+        td.open_runtime([sub("echo", echo)], store=store, config=config) as rt,
+        rt.open_parent() as parent,
+    ):
+        handles = [await parent.start("echo", f"t{index}") for index in range(32)]
+        await trio.testing.wait_all_tasks_blocked()
+        store.bad_tasks.add("t7")
+        before = store.writes
+        go.set()
+        failed = []
+        for handle in handles:
+            try:
+                await parent.wait(handle.run_id)
+            except td.RunFailedError:
+                failed.append(handle.run_id)
+        assert failed == [handles[7].run_id]
+        # The batch of 32 ends: written once, then once more without t7.
+        assert store.writes - before <= 3
+
+
+async def test_a_slow_store_failure_fails_its_batch_at_once() -> None:
+    class Unreachable(FaultyStore):
+        down = False
+
+        async def write(self, records: Sequence[td.RunRecord]) -> None:
+            self.writes += 1
+            if self.down:
+                await trio.to_thread.run_sync(time.sleep, 0.6)  # a connect timeout
+                raise td.StoreError("the server does not answer")
+            await self.inner.write(records)
+
+    store = Unreachable()
+    go = trio.Event()
+
+    async def echo(ctx: td.ChildContext) -> str:
+        await go.wait()
+        return "ok"
+
+    config = td.Config(max_concurrent_runs=64, fail_closed=False)
+    async with (
+        td.open_runtime([sub("echo", echo)], store=store, config=config) as rt,
+        rt.open_parent() as parent,
+    ):
+        handles = [await parent.start("echo", f"t{index}") for index in range(32)]
+        await trio.testing.wait_all_tasks_blocked()
+        store.down = True
+        before = store.writes
+        go.set()
+        with trio.fail_after(10):
+            for handle in handles:
+                with pytest.raises(td.RunFailedError, match="does not answer"):
+                    await parent.wait(handle.run_id)
+        # One attempt for the batch, not one timeout per record.
+        assert store.writes - before <= 2
+        store.down = False

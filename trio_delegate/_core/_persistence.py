@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Persister", "WatchHost", "WriteStats", "history_of"]
 
+#: A write that fails after this many seconds failed for the store's sake
+#: (timeouts), not for one of its records: its batch is not split further.
+_SLOW_FAILURE_SECONDS: Final = 0.5
+
 #: At most this many runs found only in the store are remembered for lookups.
 _INDEX_LIMIT: Final = 100_000
 
@@ -208,18 +212,28 @@ class Persister:
     async def _write(self, batch: Sequence[RunRecord]) -> dict[str, StoreError]:
         """Write *batch*; the errors of the records that could not be written, by run id.
 
-        A batch that fails is split in two and each half written again, until
-        the records that fail on their own are found: one bad record never
-        fails the others.
+        One bad record never fails the others. When the store names the
+        record it could not write (a ``StoreError`` with its ``run_id``), that
+        record fails and the rest is written again. Otherwise a batch that
+        failed quickly is split in two and each half written again, until the
+        records that fail on their own are found. A failure that took long
+        (an unreachable server's timeouts) is the store's, not a record's: the
+        whole batch fails at once rather than time out once per record.
         """
         started = time.perf_counter()
         try:
             await self.store.write(batch)
         except Exception as exc:
-            if len(batch) == 1:
-                run_id = batch[0].run_id
-                self.stats.failed_records += 1
-                return {run_id: store_error(exc, f"record run {run_id}", run_id)}
+            elapsed = time.perf_counter() - started
+            named = exc.run_id if isinstance(exc, StoreError) else None
+            if named is not None and any(record.run_id == named for record in batch):
+                failures = self._failed([r for r in batch if r.run_id == named], exc)
+                rest = [record for record in batch if record.run_id != named]
+                if rest:
+                    failures.update(await self._write(rest))
+                return failures
+            if len(batch) == 1 or elapsed >= _SLOW_FAILURE_SECONDS:
+                return self._failed(batch, exc)
         else:
             stats = self.stats
             stats.commits += 1
@@ -233,6 +247,13 @@ class Persister:
         failures = await self._write(batch[:middle])
         failures.update(await self._write(batch[middle:]))
         return failures
+
+    def _failed(self, records: Sequence[RunRecord], exc: Exception) -> dict[str, StoreError]:
+        self.stats.failed_records += len(records)
+        return {
+            record.run_id: store_error(exc, f"record run {record.run_id}", record.run_id)
+            for record in records
+        }
 
     def _stop(self, exc: BaseException) -> None:
         """The writer is stopped by *exc*: answer every waiter, now and later."""
