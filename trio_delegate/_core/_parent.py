@@ -633,7 +633,9 @@ class Parent(metaclass=NoPublicConstructor):
             UnknownRunError: it is not a run of this parent's owner.
         """
         if type(run_id) is not str:
-            raise InvalidArgumentsError(f"run_id must be a string, got {describe(run_id)}")
+            run_id = builtin(run_id)  # a str subclass is read as the text it holds
+            if not isinstance(run_id, str):
+                raise InvalidArgumentsError(f"run_id must be a string, got {describe(run_id)}")
         if not run_id.isascii() and text_problem(run_id) is not None:
             raise InvalidArgumentsError(
                 f"run_id must be valid Unicode text, got {describe(run_id)}; use the exact "

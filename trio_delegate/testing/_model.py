@@ -1071,6 +1071,17 @@ class LifecycleModel:
                 self._runner_end(run, ("raised", "RuntimeClosedError"))
                 return
             child = run.started[run.wait_index]
+            # Each wait looks the run up, applying retention first.
+            self._expire(self._now)
+            if child.ambiguous:
+                raise IndeterminateError(
+                    f"whether nested run {child.task!r} was evicted depends on Trio's order"
+                )
+            if child.evicted and not self._store:
+                remembered = self._tombstones.get(child.key) == child.parent.owner
+                error = "ExpiredRunError" if remembered else "UnknownRunError"
+                self._runner_end(run, ("raised", error))
+                return
             if self._cancelled(run):
                 # A wait on a settled run is a checkpoint; on a live one it blocks:
                 # either way a pending cancellation is raised here.
