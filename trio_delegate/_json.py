@@ -42,6 +42,11 @@ SMALL_NODES: Final = 2_000
 #: Types whose values are never copied: nobody can change them.
 IMMUTABLE_SCALARS: Final = (str, int, float, bool, type(None))
 
+#: What nests: the containers a JSON value is walked through. Built once:
+#: ``dict | list | tuple`` written in an ``isinstance`` call builds a new union
+#: on every call, which costs more than the check itself.
+_CONTAINERS: Final = dict | list | tuple
+
 # Built once: json.dumps with options builds a new encoder on every call.
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
@@ -87,7 +92,7 @@ def check_nesting(value: Any, max_depth: int) -> None:
     Raises:
         JsonProblem: naming the depth and the limit.
     """
-    if not isinstance(value, dict | list | tuple):
+    if not isinstance(value, _CONTAINERS):
         return
     stack: list[tuple[Any, int]] = [(value, 1)]
     pop, push = stack.pop, stack.append
@@ -99,7 +104,7 @@ def check_nesting(value: Any, max_depth: int) -> None:
             )
         children = item.values() if isinstance(item, dict) else item
         for child in children:
-            if isinstance(child, dict | list | tuple):
+            if isinstance(child, _CONTAINERS):
                 push((child, depth + 1))
 
 
@@ -110,7 +115,7 @@ def is_small(value: Any, nodes: int = SMALL_NODES) -> bool:
     checked and encoded on the event loop at once; a larger one on a worker
     thread, so that no step of the loop takes long.
     """
-    if not isinstance(value, dict | list | tuple):
+    if not isinstance(value, _CONTAINERS):
         return True
     stack = [value]
     pop, push = stack.pop, stack.append
@@ -120,7 +125,7 @@ def is_small(value: Any, nodes: int = SMALL_NODES) -> bool:
         if nodes < 0:
             return False
         for child in item.values() if isinstance(item, dict) else item:
-            if isinstance(child, dict | list | tuple):
+            if isinstance(child, _CONTAINERS):
                 push(child)
     return True
 
