@@ -149,6 +149,15 @@ def encode(value: Any, *, max_depth: int) -> tuple[str, int]:
             text = _ENCODER.encode(value)
         except ValueError as exc:
             raise JsonProblem(f"it holds a number JSON cannot hold: {exc}") from None
+    return _sized(text)
+
+
+def _sized(text: str) -> tuple[str, int]:
+    """*text* and its size in bytes of UTF-8.
+
+    Raises:
+        JsonProblem: *text* holds a lone surrogate.
+    """
     if text.isascii():
         return text, len(text)
     problem = text_problem(text)
@@ -191,6 +200,13 @@ class CanonicalJson:
         """
         if value is None:  # the result of many a runner that only acts
             return _NULL
+        if type(value) is str:
+            # The usual result of a language-model subagent, and most often
+            # ASCII: escaped and measured without encode()'s general path.
+            text = encode_basestring(value)
+            if text.isascii():
+                return cls(text, len(text), value)
+            return cls(*_sized(text), value)
         text, size = encode(value, max_depth=max_depth)
         if type(value) in IMMUTABLE_SCALARS:
             # Only a scalar round-trips unchanged (a tuple comes back a list).

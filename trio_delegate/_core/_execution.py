@@ -30,7 +30,7 @@ from .._schema import SchemaMismatch
 from .._status import RunStatus
 from ._context import ChildContext
 from ._groups import open_transparent_nursery
-from ._run import Outcome, completed, failed
+from ._run import Outcome, failed
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -195,7 +195,7 @@ def _check(run: Run, config: Config, value: Any) -> Outcome | _Deferred:
     schema = run.schema
     if schema is not None:
         value = schema.prepare(value)
-    if not (is_small(value) and is_small(entries)):
+    if not is_small(value) or (entries is not None and not is_small(entries)):
         return _Deferred(run, config, value, entries, None)
     outcome = _encode(run, config, value, entries)
     if schema is not None and outcome.status is RunStatus.COMPLETED:
@@ -232,4 +232,5 @@ def _encode(run: Run, config: Config, value: Any, entries: Any) -> Outcome:
                 subagent=run.subagent.name,
             )
         )
-    return completed(result, transcript)
+    # Built here rather than through completed(): one call fewer on every run.
+    return Outcome(RunStatus.COMPLETED, result, transcript)
