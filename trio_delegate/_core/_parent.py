@@ -12,7 +12,7 @@ that the parent and runtime are open before it acts and again after every
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, NoReturn, final
+from typing import TYPE_CHECKING, Final, NoReturn, final
 
 import trio
 
@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Parent"]
 
+# Read on every answer: an enum member read through its class costs about 50 ns
+# on CPython 3.11, a module global about 10 ns.
+_COMPLETED: Final = RunStatus.COMPLETED
+
 
 @final
 class Parent(metaclass=NoPublicConstructor):
@@ -68,6 +72,7 @@ class Parent(metaclass=NoPublicConstructor):
         "_owner",
         "_runtime",
         "_scheduler",
+        "now",
     )
 
     def __init__(
@@ -79,6 +84,8 @@ class Parent(metaclass=NoPublicConstructor):
         nursery: trio.Nursery,
     ) -> None:
         self._runtime = runtime
+        # The RunHost clock: the runtime's own, so a run reads it in one call.
+        self.now = runtime._now
         self._owner = owner
         self._children = children
         self._depth = depth
@@ -512,9 +519,6 @@ class Parent(metaclass=NoPublicConstructor):
 
     # -- what runs tell their parent (the RunHost interface) -------------------------
 
-    def now(self) -> float:
-        return self._runtime._now()
-
     def closing_time(self) -> tuple[float, CancelReason] | None:
         runtime = self._runtime
         if runtime._closed_at is not None:
@@ -630,7 +634,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _answer(self, run: Run) -> RunResult:
         """The result of a terminal run (observing it), or its error."""
-        if run.status is RunStatus.COMPLETED:
+        if run.status is _COMPLETED:
             result = run.result()
             self._ledger.resolve(run.run_id)
             return result
