@@ -43,6 +43,10 @@ __all__ = ["execute"]
 # costs about 50 ns, a global about 10 ns (this one is read on every run).
 _COMPLETED: Final = RunStatus.COMPLETED
 
+#: What a runner may return that _check must look into first: an Output, or a
+#: container whose size decides where it is encoded.
+_STRUCTURED: Final = Output | dict | list | tuple
+
 
 async def execute(run: Run, parent: Parent) -> None:
     """Run *run*'s runner to its end and decide the run exactly once."""
@@ -57,7 +61,14 @@ async def execute(run: Run, parent: Parent) -> None:
             else:
                 value = await run.subagent.runner(_context(run))
             try:
-                checked = _check(run, parent._runtime.config, value)
+                config = parent._runtime.config
+                checked: Outcome | _Deferred
+                if run.schema is None and not isinstance(value, _STRUCTURED):
+                    # The usual result, a scalar without a schema: checked and
+                    # encoded here at once (two calls fewer than _check).
+                    checked = _encode(run, config, value, None)
+                else:
+                    checked = _check(run, config, value)
             except Exception as exc:
                 # Whatever the value does to the checks (a type's hook
                 # raising, say), the run is decided: it failed.
