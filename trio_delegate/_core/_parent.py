@@ -73,6 +73,8 @@ class Parent(metaclass=NoPublicConstructor):
         "_runtime",
         "_scheduler",
         "now",
+        "records",
+        "run_evicted",
     )
 
     def __init__(
@@ -96,6 +98,11 @@ class Parent(metaclass=NoPublicConstructor):
         self._live: dict[str, Run] = {}
         self._scheduler = Scheduler(runtime.config.max_concurrent_runs, self._launch)
         self._ledger = Ledger()
+        # RunHost: whether a decided outcome is recorded before it commits.
+        self.records = runtime._persister is not None
+        # RunHost: retention evicted a run; the ledger keeps a small record of
+        # it if it is unresolved. The ledger's own method: one call per run.
+        self.run_evicted = self._ledger.evicted
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -548,10 +555,6 @@ class Parent(metaclass=NoPublicConstructor):
         runtime._retention.add(run)
         if was_running:
             self._scheduler.released()
-
-    def run_evicted(self, run: Run) -> None:
-        """Retention evicted *run*: keep only a small record if it is unresolved."""
-        self._ledger.evicted(run)
 
     # -- lookup and answers ---------------------------------------------------
 
