@@ -175,6 +175,10 @@ _TIMED_OUT: Final = Outcome(RunStatus.TIMED_OUT)
 class RunHost(Protocol):
     """What a run needs from the parent that admitted it."""
 
+    #: Whether a decided outcome is recorded (by a store) before it commits;
+    #: when not, a run commits its decision itself, at once.
+    records: bool
+
     def now(self) -> float:
         """The Trio clock."""
 
@@ -389,9 +393,10 @@ class Run:
     def decide(self, outcome: Outcome, *, at_once: bool = False) -> bool:
         """Choose the run's outcome; the first decision wins.
 
-        The host records it and then commits it: *at_once* commits before the
-        record is durable (a pending run's cancellation, which no caller
-        waits for a result of).
+        A host that records outcomes records it and then commits it:
+        *at_once* commits before the record is durable (a pending run's
+        cancellation, which no caller waits for a result of). Without a
+        record to write, the run commits it now.
 
         Returns:
             whether this decision was the first.
@@ -400,7 +405,11 @@ class Run:
             return False
         self.phase = _DECIDED
         self.outcome = outcome
-        self.host.run_decided(self, outcome, at_once=at_once)
+        host = self.host
+        if host.records:
+            host.run_decided(self, outcome, at_once=at_once)
+        else:
+            self.commit(outcome)
         return True
 
     def withdraw(self) -> None:
