@@ -181,15 +181,20 @@ class CanonicalJson:
     Attributes:
         text: the canonical JSON text.
         size: its length in bytes of UTF-8.
+        immutable: whether the value is an immutable scalar (``null``
+            included), so that :attr:`scalar` is every copy of it.
+        scalar: that value, when *immutable*; ``None`` otherwise.
     """
 
-    __slots__ = ("_value", "size", "text")
+    __slots__ = ("immutable", "scalar", "size", "text")
 
-    def __init__(self, text: str, size: int, value: Any = None) -> None:
+    def __init__(self, text: str, size: int, immutable: bool = False, scalar: Any = None) -> None:
         self.text = text
         self.size = size
-        # Set only for an immutable scalar, which needs no decoding.
-        self._value = value
+        self.immutable = immutable
+        # Kept only for an immutable scalar, which needs no decoding. A plain
+        # attribute, so that the hot path reads it without a call (copy()).
+        self.scalar = scalar
 
     @classmethod
     def of(cls, value: Any, *, max_depth: int) -> CanonicalJson:
@@ -205,28 +210,22 @@ class CanonicalJson:
             # ASCII: escaped and measured without encode()'s general path.
             text = encode_basestring(value)
             if text.isascii():
-                return cls(text, len(text), value)
-            return cls(*_sized(text), value)
+                return cls(text, len(text), True, value)
+            return cls(*_sized(text), True, value)
         text, size = encode(value, max_depth=max_depth)
         if type(value) in IMMUTABLE_SCALARS:
             # Only a scalar round-trips unchanged (a tuple comes back a list).
-            return cls(text, size, value)
+            return cls(text, size, True, value)
         return cls(text, size)
-
-    @property
-    def is_scalar(self) -> bool:
-        """Whether the value is an immutable scalar (copies of it are itself)."""
-        return self._value is not None or self.text == "null"
 
     def copy(self) -> Any:
         """A fresh copy of the value, as JSON would decode it."""
-        value = self._value
-        if value is not None or self.text == "null":
-            return value
+        if self.immutable:
+            return self.scalar
         return json.loads(self.text)
 
     def __repr__(self) -> str:
         return f"CanonicalJson({self.text[:60]!r})"
 
 
-_NULL: Final = CanonicalJson("null", 4)
+_NULL: Final = CanonicalJson("null", 4, True, None)

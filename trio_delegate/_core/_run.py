@@ -301,8 +301,10 @@ class Run:
         """The envelope of this completed run: a fresh copy of its result."""
         outcome = self.outcome
         assert outcome is not None
-        assert outcome.result is not None
-        value = outcome.result.copy()
+        canonical = outcome.result
+        assert canonical is not None
+        # An immutable scalar (the usual result) is its own copy: read inline.
+        value = canonical.scalar if canonical.immutable else canonical.copy()
         schema = self.schema
         if schema is not None and schema.target is not None:
             value = schema.structure(value)
