@@ -312,6 +312,10 @@ class Parent(metaclass=NoPublicConstructor):
                 await run.done.wait()
         if self._closed or runtime._closed:
             self._closed_during(run)
+        if run.status is _COMPLETED:  # _answer's common case, inline
+            result = run.result()
+            self._ledger.resolve(run_id)
+            return result
         if run.ended_at is not None:
             return self._answer(run)
         return run.handle()
