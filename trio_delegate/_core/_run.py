@@ -201,7 +201,6 @@ class Run:
 
     __slots__ = (
         "_done",
-        "_result",
         "admitted_at",
         "cancel_reason",
         "cancel_requested_at",
@@ -264,8 +263,6 @@ class Run:
         # Whether its admission record is committed (always, without a store).
         self.durable = False
         self.admitted_at = ""
-        # The envelope, when it can be shared: a scalar result nobody can change.
-        self._result: RunResult | None = None
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.subagent.name} {self.status.value} {self.phase.value}>"
