@@ -580,7 +580,10 @@ class Parent(metaclass=NoPublicConstructor):
                 "run_id that start or delegate returned"
             )
         runtime = self._runtime
-        runtime._retention.expire(runtime._now())
+        retention = runtime._retention
+        now = runtime._now()
+        if now - retention.oldest_end > retention.seconds:  # expire()'s own test
+            retention.expire(now)
         run = runtime._runs.get(run_id)
         if run is not None and run.owner == self._owner:
             return run
