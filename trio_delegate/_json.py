@@ -23,6 +23,7 @@ __all__ = [
     "IMMUTABLE_SCALARS",
     "CanonicalJson",
     "JsonProblem",
+    "NULL",
     "SMALL_NODES",
     "check_nesting",
     "decode",
@@ -204,7 +205,7 @@ class CanonicalJson:
             TypeError, JsonProblem: see :func:`encode`.
         """
         if value is None:  # the result of many a runner that only acts
-            return _NULL
+            return NULL
         if type(value) is str:
             # The usual result of a language-model subagent, and most often
             # ASCII: escaped and measured without encode()'s general path.
@@ -228,4 +229,5 @@ class CanonicalJson:
         return f"CanonicalJson({self.text[:60]!r})"
 
 
-_NULL: Final = CanonicalJson("null", 4, True, None)
+#: The canonical ``null``: one object for every ``None``.
+NULL: Final = CanonicalJson("null", 4, True, None)

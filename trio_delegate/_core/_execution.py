@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import trio
 
 from .._errors import InvalidResultError, LimitExceededError
-from .._json import CanonicalJson, JsonProblem, is_small
+from .._json import NULL, CanonicalJson, JsonProblem, is_small
 from .._results import Output
 from .._schema import SchemaMismatch
 from .._status import RunStatus
@@ -46,6 +46,8 @@ _COMPLETED: Final = RunStatus.COMPLETED
 #: What a runner may return that _check must look into first: an Output, or a
 #: container whose size decides where it is encoded.
 _STRUCTURED: Final = Output | dict | list | tuple
+
+_COMPLETED_NULL: Final = Outcome(_COMPLETED, NULL)
 
 
 async def execute(run: Run, parent: Parent) -> None:
@@ -223,6 +225,10 @@ def _encode(run: Run, config: Config, value: Any, entries: Any) -> Outcome:
 
     Pure and thread-safe: it reads the run and touches nothing.
     """
+    if value is None and entries is None and NULL.size <= config.max_result_bytes:
+        # A runner that only acts returns None: nothing to encode, and one
+        # shared outcome (never changed) serves every such run.
+        return _COMPLETED_NULL
     transcript: CanonicalJson | None = None
     if entries is not None:
         try:
