@@ -482,6 +482,10 @@ class Parent(metaclass=NoPublicConstructor):
             raise
         if self._closed or self._runtime._closed:
             self._closed_during(run)
+        if run.status is _COMPLETED:  # _answer's common case, inline (as in wait)
+            result = run.result()
+            self._ledger.resolve(run.run_id)
+            return result
         return self._answer(run)
 
     def _child(self, name: str) -> Subagent:
