@@ -6,6 +6,8 @@ SQLite file.
 
 from __future__ import annotations
 
+import datetime
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,12 @@ import trio
 import trio.testing
 
 import trio_delegate as td
-from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE, StoredRun, StoreSnapshot
+from trio_delegate._stores._protocol import (
+    INTERRUPTED_ERROR_TYPE,
+    StoredRun,
+    StoreSnapshot,
+    wall_clock_now,
+)
 
 StoreFactory = Callable[[], td.ResultStore]
 
@@ -343,3 +350,24 @@ async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
     assert stats.records == 400  # an admission and a settlement each
     assert stats.commits < stats.records / 2
     assert stats.largest_batch > 10
+
+
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00")
+
+
+async def test_records_carry_wall_clock_times_to_the_millisecond(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    before = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    async with td.open_runtime(SUBAGENTS, store=store) as rt, rt.open_parent("a") as p:
+        result = await p.delegate("echo", "t")
+        record = await store.get(result.run_id)
+    after = datetime.datetime.now(datetime.UTC)
+    assert record is not None
+    assert record.ended_at is not None
+    assert _STAMP.fullmatch(wall_clock_now())
+    for stamp in (record.admitted_at, record.ended_at):
+        assert _STAMP.fullmatch(stamp), stamp
+        assert before <= datetime.datetime.fromisoformat(stamp) <= after
+    assert record.admitted_at <= record.ended_at

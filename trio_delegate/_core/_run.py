@@ -36,6 +36,7 @@ from .._summary import summarize_task
 
 if TYPE_CHECKING:
     from .._schema import ResultSchema
+    from .._stores._protocol import RunRecord
     from .._subagent import Subagent
 
 __all__ = [
@@ -201,7 +202,7 @@ class Run:
 
     __slots__ = (
         "_done",
-        "admitted_at",
+        "admission",
         "cancel_reason",
         "cancel_requested_at",
         "deadline",
@@ -262,7 +263,10 @@ class Run:
         self.ended_at: float | None = None
         # Whether its admission record is committed (always, without a store).
         self.durable = False
-        self.admitted_at = ""
+        # Its admission record, while a store records it: the terminal record
+        # repeats its fields (summary, history, admission time) without
+        # building them again.
+        self.admission: RunRecord | None = None
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.subagent.name} {self.status.value} {self.phase.value}>"
