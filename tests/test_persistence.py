@@ -7,7 +7,9 @@ SQLite file.
 from __future__ import annotations
 
 import datetime
+import os
 import re
+import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -328,6 +330,92 @@ async def test_cancelled_caller_still_gets_its_handle_once_admission_committed()
         for handle in handles:
             record = await store.get(handle.run_id)
             assert record is not None
+
+
+class GatedStore(FailingStore):
+    """A real store whose writes wait, once armed, until the gate opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: trio.Event | None = None
+        self.writing = trio.Event()
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        if self.gate is not None:
+            self.writing.set()
+            await self.gate.wait()
+        await super().write(records)
+
+
+async def test_cancelled_caller_waits_for_its_admission_and_gets_its_handle() -> None:
+    store = GatedStore()
+    config = td.Config(fail_closed=False)
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        gate = store.gate = trio.Event()
+        handles: list[td.RunHandle] = []
+        scope = trio.CancelScope()
+
+        async def cancel_then_open() -> None:
+            await store.writing.wait()
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert not handles  # cancelled, and still waiting for the commit
+            gate.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_then_open)
+            with scope:
+                handles.append(await p.start("forever", "t"))
+                await trio.lowlevel.checkpoint()  # the cancellation lands here
+                pytest.fail("not reached")  # pragma: no cover
+        assert scope.cancelled_caught
+        [handle] = handles
+        assert rt.live_runs == 1
+        assert await store.get(handle.run_id) is not None
+
+
+def test_keyboard_interrupt_ends_a_main_task_waiting_for_its_admission() -> None:
+    store = GatedStore()
+    returned: list[td.RunHandle] = []
+
+    async def main() -> None:
+        config = td.Config(fail_closed=False)
+        async with (
+            td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+            rt.open_parent("a") as p,
+            trio.open_nursery() as nursery,
+        ):
+            gate = store.gate = trio.Event()
+
+            async def interrupt() -> None:
+                await store.writing.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                # From a thread, so that the signal lands while Trio's loop
+                # waits: Trio then delivers it to the main task.
+                await trio.to_thread.run_sync(os.kill, os.getpid(), signal.SIGINT)
+                # Had the interrupt waited for the commit, open the gate: the
+                # start would then return, which the test would see.
+                await trio.testing.wait_all_tasks_blocked()
+                gate.set()
+
+            nursery.start_soon(interrupt)
+            try:
+                returned.append(await p.start("forever", "t"))
+            finally:
+                gate.set()
+
+    # Trio delivers SIGINT as a KeyboardInterrupt only over the default handler.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(BaseExceptionGroup) as info:
+            trio.run(main)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert info.group_contains(KeyboardInterrupt)
+    assert returned == []  # it ended the wait: the start never returned
 
 
 async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
