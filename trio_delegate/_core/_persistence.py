@@ -341,7 +341,10 @@ class Persister:
             StoreError: the record could not be committed.
         """
         answer = _Answer(on_durable)
-        record = run.admission = self.record_of(run, _PENDING, None)
+        record = self.record_of(run, _PENDING, None)
+        run.admitted_at = record.admitted_at
+        if run.history is not None:
+            run.history_record = record.history
         self._submit(record, answer)
         await answer.wait()
 
@@ -352,15 +355,17 @@ class Persister:
         except Exception as exc:  # pragma: no cover - records are built from checked data
             done(store_error(exc, f"record run {run.run_id}", run.run_id))
             return
-        run.admission = None  # the terminal record has taken what it needed
+        run.history_record = None  # the terminal record has taken it
         self._submit(record, done)
 
     def record_of(self, run: Run, status: RunStatus, outcome: Outcome | None) -> RunRecord:
         """The record of *run* with *status* (and, for an end, its *outcome*).
 
-        A terminal record takes the summary, history and admission time of
-        the run's admission record: the same values, not built (or decoded)
-        again.
+        A terminal record takes the history and admission time of the run's
+        admission record: a continuation's history is not decoded again.
+        (Only those are kept between the two records: a whole record per live
+        run costs more in garbage collection, with thousands of runs live,
+        than building the rest again.)
         """
         final_result = transcript = None
         error_type = error_message = None
@@ -373,21 +378,16 @@ class Persister:
             if outcome.transcript is not None:
                 transcript = tuple(outcome.transcript.copy())
             ended_at = self._stamp()
-        admission = run.admission
-        if admission is not None:
-            summary, history = admission.task_summary, admission.history
-            admitted_at = admission.admitted_at
-        else:
-            summary = run.summary()
+        history = run.history_record
+        if history is None:
             history = tuple(run.history.copy()) if run.history is not None else ()
-            admitted_at = self._stamp()
         return RunRecord(
             run_id=run.run_id,
             runtime_id=self.runtime_id,
             owner=run.owner,
             subagent=run.subagent.name,
             task=run.task,
-            task_summary=summary,
+            task_summary=run.summary(),
             status=status,
             history=history,
             replaces=run.replaces,
@@ -395,7 +395,7 @@ class Persister:
             error_type=error_type,
             error_message=error_message,
             transcript=transcript,
-            admitted_at=admitted_at,
+            admitted_at=run.admitted_at or self._stamp(),
             ended_at=ended_at,
         )
 

@@ -36,7 +36,6 @@ from .._summary import summarize_task
 
 if TYPE_CHECKING:
     from .._schema import ResultSchema
-    from .._stores._protocol import RunRecord
     from .._subagent import Subagent
 
 __all__ = [
@@ -202,7 +201,7 @@ class Run:
 
     __slots__ = (
         "_done",
-        "admission",
+        "admitted_at",
         "cancel_reason",
         "cancel_requested_at",
         "deadline",
@@ -211,6 +210,7 @@ class Run:
         "ended_at",
         "foreground",
         "history",
+        "history_record",
         "host",
         "outcome",
         "owner",
@@ -263,10 +263,10 @@ class Run:
         self.ended_at: float | None = None
         # Whether its admission record is committed (always, without a store).
         self.durable = False
-        # Its admission record, while a store records it: the terminal record
-        # repeats its fields (summary, history, admission time) without
-        # building them again.
-        self.admission: RunRecord | None = None
+        self.admitted_at = ""
+        # A continuation's history as its admission record holds it (decoded
+        # once), until its terminal record has taken it too; with a store only.
+        self.history_record: tuple[Any, ...] | None = None
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.subagent.name} {self.status.value} {self.phase.value}>"
