@@ -48,6 +48,8 @@ IMMUTABLE_SCALARS: Final = (str, int, float, bool, type(None))
 #: on every call, which costs more than the check itself.
 _CONTAINERS: Final = dict | list | tuple
 
+_new = object.__new__
+
 # Built once: json.dumps with options builds a new encoder on every call.
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
@@ -211,7 +213,14 @@ class CanonicalJson:
             # ASCII: escaped and measured without encode()'s general path.
             text = encode_basestring(value)
             if text.isascii():
-                return cls(text, len(text), True, value)
+                # Every ASCII string result comes this way: made without a
+                # call to __init__ (one Python frame less per such run).
+                canonical = _new(cls)
+                canonical.text = text
+                canonical.size = len(text)
+                canonical.immutable = True
+                canonical.scalar = value
+                return canonical
             return cls(*_sized(text), True, value)
         text, size = encode(value, max_depth=max_depth)
         if type(value) in IMMUTABLE_SCALARS:
