@@ -51,6 +51,18 @@ SLOTS = (
         "bench_sqlite",
         "no durable-store benchmark yet (benchmarks/bench_sqlite.py)",
     ),
+    Slot(
+        "10",
+        "PostgresStore vs SQLiteStore vs no store (throughput, change latency)",
+        "bench_postgres",
+        "no PostgreSQL benchmark yet (benchmarks/bench_postgres.py)",
+    ),
+    Slot(
+        "11",
+        "Tracing: cost per run with OpenTelemetry off and on (µs per run)",
+        "bench_tracing",
+        "no tracing benchmark yet (benchmarks/bench_tracing.py)",
+    ),
 )
 
 

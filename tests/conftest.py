@@ -1,4 +1,4 @@
-"""Hypothesis profiles for the test suite.
+"""Hypothesis profiles for the test suite, and the PostgreSQL server of the store tests.
 
 Choose one with ``HYPOTHESIS_PROFILE=dev|ci|thorough`` (default ``dev``):
 
@@ -15,8 +15,13 @@ examples) raise ``max_examples`` themselves, relative to the loaded profile.
 from __future__ import annotations
 
 import os
+import secrets
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from .pg_server import PostgresServer, ServerUnavailable
 
 settings.register_profile("dev", deadline=None)
 settings.register_profile(
@@ -31,3 +36,28 @@ settings.register_profile(
     "thorough", deadline=None, max_examples=2000, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+# -- a PostgreSQL server for the store tests ------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the whole session, started on first use (< 1 s)."""
+    server = PostgresServer()
+    try:
+        server.start()
+    except ServerUnavailable as exc:
+        if "not installed" in str(exc):
+            pytest.fail(str(exc))
+        pytest.skip(f"no PostgreSQL server can run on this machine: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_schema() -> str:
+    """A schema of its own for each test: stores of different tests never meet."""
+    return "t_" + secrets.token_hex(8)

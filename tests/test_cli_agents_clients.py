@@ -157,7 +157,8 @@ class Scenario:
         if not body.startswith("{"):
             # An error: its message, a blank line, then its payload as JSON
             # (Claude Code may add a note of its own after that).
-            cut = body.index("\n\n{")
+            cut = body.find("\n\n{")
+            assert cut >= 0, f"the client fed back neither a result nor an error: {body!r}"
             payload, _ = json.JSONDecoder().raw_decode(body, cut + 2)
             assert payload["error"]["message"] == body[:cut]
         else:

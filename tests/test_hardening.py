@@ -18,9 +18,9 @@ import trio.testing
 
 import trio_delegate as td
 from trio_delegate._core._groups import open_transparent_nursery
-from trio_delegate._stores._protocol import StoreSnapshot
 
 from .helpers import StepTimer, forever, returning, slow_cleanup, sub
+from .stores import WrappedStore
 
 LENIENT = td.Config(fail_closed=False)
 
@@ -394,22 +394,13 @@ async def test_repeated_waits_return_equal_values_also_after_eviction(
     assert first_plain.final_result == [1, [2, 3]]  # held as JSON from settlement on
 
 
-class GateStore:
+class GateStore(WrappedStore):
     """A memory store whose reads wait at a gate the test opens."""
 
     def __init__(self) -> None:
-        self.inner = td.MemoryStore()
+        super().__init__()
         self.gate: trio.Event | None = None
         self.reading = trio.Event()
-
-    async def attach(self, runtime_id: str) -> StoreSnapshot:
-        return await self.inner.attach(runtime_id)
-
-    async def detach(self, runtime_id: str) -> None:
-        await self.inner.detach(runtime_id)
-
-    async def write(self, records: Sequence[td.RunRecord]) -> None:
-        await self.inner.write(records)
 
     async def get(self, run_id: str) -> td.RunRecord | None:
         if self.gate is not None:
@@ -417,11 +408,6 @@ class GateStore:
             with trio.CancelScope(shield=True):
                 await self.gate.wait()
         return await self.inner.get(run_id)
-
-    async def list_runs(
-        self, *, status: td.RunStatus | None = None, owner: str | None = None, limit: int = 100
-    ) -> list[td.RunRecord]:
-        return await self.inner.list_runs(status=status, owner=owner, limit=limit)
 
 
 @pytest.mark.parametrize("closing", ["parent", "runtime"])
@@ -618,20 +604,14 @@ async def test_child_error_is_kept_when_the_body_raises_too() -> None:
 # -- a store that fails in every way ----------------------------------------------------
 
 
-class FaultyStore:
+class FaultyStore(WrappedStore):
     """A memory store whose writes fail as told, per run task or for everything."""
 
     def __init__(self) -> None:
-        self.inner = td.MemoryStore()
+        super().__init__()
         self.bad_tasks: set[str] = set()
         self.raise_for_bad: BaseException = UnicodeEncodeError("utf-8", "\ud800", 0, 1, "bad")
         self.writes = 0
-
-    async def attach(self, runtime_id: str) -> StoreSnapshot:
-        return await self.inner.attach(runtime_id)
-
-    async def detach(self, runtime_id: str) -> None:
-        await self.inner.detach(runtime_id)
 
     async def write(self, records: Sequence[td.RunRecord]) -> None:
         await trio.lowlevel.checkpoint()
@@ -639,14 +619,6 @@ class FaultyStore:
         if any(record.task in self.bad_tasks for record in records):
             raise self.raise_for_bad
         await self.inner.write(records)
-
-    async def get(self, run_id: str) -> td.RunRecord | None:
-        return await self.inner.get(run_id)
-
-    async def list_runs(
-        self, *, status: td.RunStatus | None = None, owner: str | None = None, limit: int = 100
-    ) -> list[td.RunRecord]:
-        return await self.inner.list_runs(status=status, owner=owner, limit=limit)
 
 
 @pytest.mark.parametrize(
@@ -688,7 +660,7 @@ async def test_one_bad_record_fails_only_its_own_run(error: BaseException) -> No
         # The writer lives on.
         assert (await parent.delegate("echo", "after")).final_result == "ok"
     stored = {record.task: record.status for record in await store.inner.list_runs(limit=100)}
-    assert stored["t7"] is td.RunStatus.PENDING  # its end could not be recorded
+    assert stored["t7"] is td.RunStatus.RUNNING  # its end could not be recorded
     assert all(status is td.RunStatus.COMPLETED for task, status in stored.items() if task != "t7")
 
 
@@ -724,3 +696,95 @@ async def test_a_writer_stopped_mid_batch_answers_every_waiter() -> None:
     # Every waiter was answered before the interrupt came out.
     assert len(results) == 5
     assert all(isinstance(result, td.DelegationError) for result in results)
+
+
+async def test_unresolved_runs_are_listed_in_admission_order_with_a_store() -> None:
+    store = td.MemoryStore()
+    admitted: list[str] = []
+
+    async def session(rt: td.Runtime) -> None:
+        async with rt.open_parent() as parent, trio.open_nursery() as nursery:
+            for index in range(6):
+                nursery.start_soon(parent.start, "idle", f"t{index}")
+            await trio.testing.wait_all_tasks_blocked()
+            admitted.extend(rt._runs)  # admission order
+
+    async with td.open_runtime([sub("idle", forever)], store=store) as rt:
+        with pytest.raises(td.UnresolvedDelegationError) as info:
+            await session(rt)
+    assert [entry.run_id for entry in info.value.unresolved] == admitted
+
+
+async def test_background_continuation_answers_with_its_admission_ack() -> None:
+    async def eager(ctx: td.ChildContext) -> str:
+        if ctx.history:
+            raise RuntimeError("fails in its first step")
+        await trio.lowlevel.checkpoint()
+        return "first"
+
+    async with (
+        td.open_runtime([sub("eager", eager)], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        first = await parent.delegate("eager", "t")
+        handle = await parent.continue_run(first.run_id, "again", background=True)
+        assert isinstance(handle, td.RunHandle)
+        assert handle.status is td.RunStatus.RUNNING  # an ack, not the outcome
+        with pytest.raises(td.RunFailedError):
+            await parent.wait(handle.run_id)
+
+
+class HeldStore(WrappedStore):
+    """A memory store whose end records wait for the test to let them through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = trio.Event()
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        if any(record.status.is_terminal for record in records):
+            await self.gate.wait()
+        await super().write(records)
+
+
+async def test_only_a_result_waits_for_its_record(autojump_clock: trio.testing.MockClock) -> None:
+    store = HeldStore()
+
+    async def quick(ctx: td.ChildContext) -> str:
+        await trio.sleep(1)
+        return "kept"
+
+    async with (
+        td.open_runtime([sub("idle", forever), sub("quick", quick)], store=store) as rt,
+        rt.open_parent() as parent,
+    ):
+        idle = await parent.start("idle", "t")
+        parent.cancel(idle.run_id)
+        # A cancellation is answered while its record is still on its way.
+        with pytest.raises(td.RunCancelledError):
+            await parent.wait(idle.run_id)
+        store.gate.set()
+        done = await parent.start("quick", "t")
+        store.gate = trio.Event()
+        # A result only once it is durable: until then the run reads running.
+        answer = await parent.wait(done.run_id, timeout=5)
+        assert answer == td.RunHandle(done.run_id, "quick", td.RunStatus.RUNNING)
+        store.gate.set()
+        assert (await parent.wait(done.run_id)).final_result == "kept"  # type: ignore[union-attr]
+        replacement = await parent.start("quick", "again", replaces=idle.run_id)
+        await parent.wait(replacement.run_id)
+
+
+async def test_an_admission_ack_is_running_or_pending_even_if_the_run_already_ended() -> None:
+    async def instant(ctx: td.ChildContext) -> str:
+        raise RuntimeError("fails in its first step")
+
+    async with (
+        td.open_runtime([sub("instant", instant)], store=td.MemoryStore(), config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        # The run starts when its admission commits and may end before its
+        # caller wakes from that commit: the ack still says how it was admitted.
+        for _ in range(20):
+            handle = await parent.start("instant", "t")
+            assert handle.status is td.RunStatus.RUNNING

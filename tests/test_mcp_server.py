@@ -417,3 +417,47 @@ async def test_limits_are_checked(kwargs: dict[str, Any], fragment: str) -> None
         async with rt.open_parent() as parent:
             with pytest.raises(td.InvalidArgumentsError, match=fragment):
                 build_parent_server(parent, **kwargs)
+
+
+async def test_a_background_run_that_ends_is_announced_as_a_log_message(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def slowly(ctx: td.ChildContext) -> str:
+        await trio.sleep(10)
+        return "done"
+
+    notices: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        notices.append(params)
+
+    subs = [td.Subagent("slowly", slowly), td.Subagent("shout", shout)]
+    async with td.open_runtime(subs) as rt:
+        server = build_server(rt, foreground_limit_seconds=5)
+        with trio.fail_after(3600):
+            async with Client(server, mode="legacy", logging_callback=on_log) as client:
+                # In the foreground within the limit: its answer is the news, no notice.
+                payload(await client.call_tool("delegate_task", {"subagent": "shout", "task": "a"}))
+                background = payload(
+                    await client.call_tool(
+                        "delegate_task", {"subagent": "slowly", "task": "b", "background": True}
+                    )
+                )
+                # In the foreground past the limit: background work from then on.
+                late = payload(
+                    await client.call_tool("delegate_task", {"subagent": "slowly", "task": "c"})
+                )
+                assert late["status"] == "running"
+                await trio.sleep(20)
+                announced = [notice.data for notice in notices]
+                assert {notice["run_id"] for notice in announced} == {
+                    background["run_id"],
+                    late["run_id"],
+                }
+                assert all(notice["status"] == "completed" for notice in announced)
+                assert all("wait_subagent" in notice["message"] for notice in announced)
+                assert {notice.logger for notice in notices} == {"trio_delegate.settled"}
+                # A notice is not observation: both still have to be waited for.
+                for run_id in (background["run_id"], late["run_id"]):
+                    answer = await client.call_tool("wait_subagent", {"run_id": run_id})
+                    assert payload(answer)["final_result"] == "done"

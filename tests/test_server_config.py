@@ -310,6 +310,17 @@ def test_store_is_a_path_next_to_the_file(tmp_path: Path) -> None:
         load_server_config(write(tmp_path, '[runtime]\nstore = "adir"\n' + ECHO))
 
 
+def test_store_may_be_a_postgres_uri_without_a_password(tmp_path: Path) -> None:
+    uri = "postgresql://agent@db.internal:5432/runs?sslmode=require"
+    path = write(tmp_path, f'[runtime]\nstore = "{uri}"\n' + ECHO)
+    assert load_server_config(path).store == uri
+    secret = "postgresql://agent:s3cret-word@db.internal/runs"
+    with pytest.raises(ConfigError, match="PGPASSWORD") as info:
+        load_server_config(write(tmp_path, f'[runtime]\nstore = "{secret}"\n' + ECHO))
+    assert "s3cret-word" not in str(info.value)
+    assert "agent:***@db.internal" in str(info.value)
+
+
 def test_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file"):
         load_server_config(tmp_path / "absent.toml")

@@ -7,19 +7,18 @@ import os
 import signal
 import sqlite3
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import trio
 
 import trio_delegate as td
+from trio_delegate._converter import converter
 from trio_delegate._stores._liveness import lock_dir_for
-from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE, RunRecord
+from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE
 from trio_delegate._stores._sqlite import SCHEMA_VERSION
 
-CHILD = Path(__file__).with_name("store_child.py")
+from .stores import read_line, record, runtime_id, spawn_child
 
 
 async def quick(ctx: td.ChildContext) -> str:
@@ -30,55 +29,37 @@ async def quick(ctx: td.ChildContext) -> str:
 SUBAGENTS = [td.Subagent("quick", quick)]
 
 
-async def read_line(process: trio.Process) -> str:
-    """One line of *process*'s stdout (bounded in time)."""
-    assert process.stdout is not None
-    data = b""
-    with trio.fail_after(30):
-        while not data.endswith(b"\n"):
-            chunk = await process.stdout.receive_some(1)
-            if not chunk:
-                raise AssertionError(f"the child exited early: {data!r}")
-            data += chunk
-    return data.decode().strip()
-
-
-async def spawn(*args: str) -> trio.Process:
-    return await trio.lowlevel.open_process(
-        [sys.executable, str(CHILD), *args], stdout=subprocess.PIPE
-    )
-
-
 async def test_killed_right_after_start_reads_as_interrupted(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    process = await spawn(str(db), "start")
-    run_id = await read_line(process)
+    process = await spawn_child(str(db), "start")
+    killed = await read_line(process)
     process.send_signal(signal.SIGKILL)
     with trio.fail_after(30):
         await process.wait()
     store = td.SQLiteStore(db)
-    record = await store.get(run_id)
-    assert record is not None  # the admission it was told about is there
-    assert record.status is td.RunStatus.PENDING  # nobody has looked yet
-    snapshot = await store.attach("rt_after")
-    assert snapshot.interrupted == (run_id,)
-    record = await store.get(run_id)
-    assert record is not None
-    assert record.status is td.RunStatus.FAILED
-    assert record.error_type == INTERRUPTED_ERROR_TYPE
-    await store.detach("rt_after")
+    stored = await store.get(killed)
+    assert stored is not None  # the admission it was told about is there
+    assert not stored.status.is_terminal  # nobody has looked yet
+    after = runtime_id()
+    snapshot = await store.attach(after)
+    assert snapshot.interrupted == (killed,)
+    stored = await store.get(killed)
+    assert stored is not None
+    assert stored.status is td.RunStatus.FAILED
+    assert stored.error_type == INTERRUPTED_ERROR_TYPE
+    await store.detach(after)
     # And through a runtime: the owner's wait says so, with the reason.
     async with (
         td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt,
         rt.open_parent("worker") as parent,
     ):
         with pytest.raises(td.RunFailedError, match="interrupted"):
-            await parent.wait(run_id)
+            await parent.wait(killed)
 
 
 async def test_exit_right_after_wait_keeps_the_result(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    process = await spawn(str(db), "wait")
+    process = await spawn_child(str(db), "wait")
     told = json.loads(await read_line(process))
     with trio.fail_after(30):
         await process.wait()
@@ -93,7 +74,7 @@ async def test_exit_right_after_wait_keeps_the_result(tmp_path: Path) -> None:
 
 async def test_two_processes_share_one_file(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    processes = [await spawn(str(db), "writer", "40") for _ in range(2)]
+    processes = [await spawn_child(str(db), "writer", "40") for _ in range(2)]
     for process in processes:
         assert await read_line(process) == "done"
         with trio.fail_after(30):
@@ -132,12 +113,13 @@ async def test_records_are_plain_json(tmp_path: Path) -> None:
         result = await parent.delegate("quick", "some task")
     conn = sqlite3.connect(db)
     try:
-        (text,) = conn.execute(
-            "SELECT record FROM runs WHERE run_id = ?", (result.run_id,)
+        head, state = conn.execute(
+            "SELECT record, state FROM runs WHERE run_id = ?", (result.run_id,)
         ).fetchone()
     finally:
         conn.close()
-    data = json.loads(text)
+    # What was fixed at admission, and what changed since: both plain JSON.
+    data = {**json.loads(head), **json.loads(state)}
     assert data["status"] == "completed"
     assert data["final_result"] == "some task"
     assert data["owner"] == "o"
@@ -248,37 +230,32 @@ async def test_store_retention_prunes_old_terminal_runs(tmp_path: Path) -> None:
     ):
         ids = [(await parent.delegate("quick", str(i))).run_id for i in range(5)]
     capped = td.SQLiteStore(db, max_rows=2)
-    await capped.attach("rt_prune")
-    await capped.detach("rt_prune")
-    remaining = [record.run_id for record in await capped.list_runs()]
+    pruner = runtime_id()
+    await capped.attach(pruner)
+    await capped.detach(pruner)
+    remaining = [stored.run_id for stored in await capped.list_runs()]
     assert remaining == [ids[4], ids[3]]
     expiring = td.SQLiteStore(db, retention_seconds=0)
-    await expiring.attach("rt_prune2")
-    await expiring.detach("rt_prune2")
+    await expiring.attach(pruner)
+    await expiring.detach(pruner)
     assert await expiring.list_runs() == []
+    await capped.aclose()
+    await expiring.aclose()
 
 
 async def test_live_runs_are_never_pruned(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     store = td.SQLiteStore(db, retention_seconds=0, max_rows=1)
-    record = RunRecord(
-        run_id="run_live",
-        runtime_id="rt_alive",
-        owner="o",
-        subagent="quick",
-        task="t",
-        task_summary="t",
-        status=td.RunStatus.RUNNING,
-        admitted_at="2000-01-01T00:00:00.000+00:00",
-    )
-    await store.attach("rt_alive")
-    await store.write([record])
+    alive, other_id = runtime_id(), runtime_id()
+    live = record(alive, td.RunStatus.RUNNING)
+    await store.attach(alive)
+    await store.write([live])
     other = td.SQLiteStore(db, retention_seconds=0, max_rows=1)
-    snapshot = await other.attach("rt_other")
-    assert snapshot.interrupted == ()  # rt_alive still holds its lock
-    assert await other.get("run_live") == record
-    await other.detach("rt_other")
-    await store.detach("rt_alive")
+    snapshot = await other.attach(other_id)
+    assert snapshot.interrupted == ()  # the first runtime still holds its lock
+    assert await other.get(live.run_id) == live
+    await other.detach(other_id)
+    await store.detach(alive)
 
 
 def test_store_arguments_are_checked(tmp_path: Path) -> None:
@@ -294,3 +271,133 @@ async def test_open_runtime_refuses_something_that_is_not_a_store() -> None:
     with pytest.raises(td.InvalidArgumentsError, match="store must be"):
         async with td.open_runtime(SUBAGENTS, store="runs.db"):  # type: ignore[arg-type]
             pytest.fail("accepted a path as a store")  # pragma: no cover
+
+
+def _tamper(db: Path, statement: str, *params: object) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(statement, params)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_a_tampered_runtime_id_names_no_file_to_touch(tmp_path: Path) -> None:
+    """Values read back are data, never paths (§15): the liveness check builds no path from one."""
+    db = tmp_path / "runs.db"
+    store = td.SQLiteStore(db)
+    writer = runtime_id()
+    await store.attach(writer)
+    live = record(writer, td.RunStatus.RUNNING)
+    await store.write([live])
+    await store.detach(writer)
+    victim = tmp_path / "victim.lock"
+    victim.write_text("someone else's lock")
+    # The lock folder is runs.db-runtimes/: this id points at tmp_path/victim.lock.
+    _tamper(db, "UPDATE runs SET runtime_id = ? WHERE run_id = ?", "../victim", live.run_id)
+    other, me = td.SQLiteStore(db), runtime_id()
+    with pytest.raises(td.StoreError, match="no lock file was touched") as info:
+        await other.attach(me)
+    assert info.value.path == str(db)
+    assert "'../victim'" in str(info.value)
+    assert victim.read_text() == "someone else's lock"
+    await other.aclose()
+
+
+async def test_a_tampered_status_is_a_store_error(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    async with (
+        td.open_runtime(SUBAGENTS, store=td.SQLiteStore(db)) as rt,
+        rt.open_parent("o") as parent,
+    ):
+        result = await parent.delegate("quick", "t")
+    _tamper(db, "UPDATE runs SET status = 'exploded' WHERE run_id = ?", result.run_id)
+    store = td.SQLiteStore(db)
+    with pytest.raises(td.StoreError, match="'exploded' is not a run status"):
+        await store.attach(runtime_id())
+    await store.aclose()
+
+
+async def test_an_unencodable_record_leaves_the_file_intact(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = td.SQLiteStore(db)
+    me = runtime_id()
+    kept = record(me, td.RunStatus.COMPLETED, final_result="kept")
+    await store.write([kept])
+    bad = record(me, td.RunStatus.COMPLETED, final_result={"nan": float("nan")})
+    with pytest.raises(td.StoreError, match="NaN or infinity") as info:
+        await store.write([record(me), bad])
+    assert info.value.run_id == bad.run_id
+    await store.aclose()
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT run_id FROM runs").fetchall() == [(kept.run_id,)]
+    finally:
+        conn.close()
+
+
+# The file a version of trio_delegate with schema 1 wrote.
+V1_SCHEMA = [
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE runs (run_id TEXT PRIMARY KEY, runtime_id TEXT NOT NULL, owner TEXT NOT NULL,
+        subagent TEXT NOT NULL, status TEXT NOT NULL, admitted_at TEXT NOT NULL, ended_at TEXT,
+        record TEXT NOT NULL)""",
+    "CREATE INDEX runs_by_owner ON runs (owner)",
+    "CREATE INDEX runs_live ON runs (runtime_id) WHERE status IN ('pending', 'running')",
+    "INSERT INTO meta VALUES ('application', 'trio_delegate'), ('schema_version', '1')",
+]
+
+
+def _version_1_file(db: Path, *records: td.RunRecord) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        for statement in V1_SCHEMA:
+            conn.execute(statement)
+        for old in records:
+            data = {
+                key: value
+                for key, value in converter.unstructure(old).items()
+                if key not in ("started_at", "deadline_at", "cancel_requested", "observed")
+            }
+            conn.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    old.run_id,
+                    old.runtime_id,
+                    old.owner,
+                    old.subagent,
+                    old.status.value,
+                    old.admitted_at,
+                    old.ended_at,
+                    json.dumps(data),
+                ),
+            )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_a_version_1_file_is_migrated_and_reads_the_same(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    old_runtime = runtime_id()
+    done = record(old_runtime, td.RunStatus.COMPLETED, final_result={"kept": [1, 2]})
+    live = record(old_runtime, td.RunStatus.RUNNING)
+    _version_1_file(db, done, live)
+    store, me = td.SQLiteStore(db), runtime_id()
+    snapshot = await store.attach(me)  # migrates; the old runtime is gone
+    assert snapshot.interrupted == (live.run_id,)
+    assert await store.get(done.run_id) == done
+    await store.mark_observed(done.run_id)
+    stored = await store.get(done.run_id)
+    assert stored is not None
+    assert stored.observed
+    changed = await store.changes(0)
+    assert [r.run_id for r in changed.records] == [live.run_id, done.run_id]
+    await store.detach(me)
+    conn = sqlite3.connect(db)
+    try:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    finally:
+        conn.close()
+    assert version == (str(SCHEMA_VERSION),)

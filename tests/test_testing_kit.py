@@ -445,19 +445,28 @@ def test_model_refuses_to_guess_a_race_it_cannot_decide() -> None:
         model.advance(2)
 
 
-def test_model_only_takes_scripted_runners_and_no_retention() -> None:
+def test_model_only_takes_scripted_runners() -> None:
     async def plain(ctx: td.ChildContext) -> None:
         return None
 
     with pytest.raises(TypeError, match="ScriptedRunner"):
         LifecycleModel([td.Subagent("plain", plain)])
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_model_predicts_retention(store: bool) -> None:
     worker, _ = model_and_runtime(("t", tdt.Script.of(tdt.Return(1))))
-    model = LifecycleModel([worker], td.Config(retention_seconds=10.0))
-    model.open_parent()
+    model = LifecycleModel([worker], td.Config(retention_seconds=10.0), store=store)
+    model.open_parent("a")
     model.delegate(0, "worker", "t")
-    model.advance(11)
-    with pytest.raises(ValueError, match="retention"):
-        model.status(0, 0)
+    model.advance(10)
+    assert model.status(0, 0) == Answer("handle", 0, "worker", td.RunStatus.COMPLETED)
+    model.advance(1)
+    if store:  # answered from the store
+        assert model.status(0, 0) == Answer("handle", 0, "worker", td.RunStatus.COMPLETED)
+        assert model.wait(0, 0) == Answer("result", 0, "worker", final_result=1)
+    else:
+        assert model.status(0, 0) == Answer("error", 0, error="expired_run")
 
 
 def test_model_forks_are_independent() -> None:

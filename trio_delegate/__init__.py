@@ -12,6 +12,7 @@ from ._config import INHERIT, Config
 from ._core._context import ChildContext
 from ._core._parent import Parent
 from ._core._runtime import Runtime, open_runtime
+from ._core._settlements import SettledRuns
 from ._errors import (
     DelegationError,
     ExpiredRunError,
@@ -31,7 +32,8 @@ from ._errors import (
 from ._results import CancelAck, Output, RunHandle, RunResult
 from ._status import RunStatus
 from ._stores._memory import MemoryStore
-from ._stores._protocol import ResultStore, RunRecord
+from ._stores._postgres import PostgresStore
+from ._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun, StoreSnapshot
 from ._stores._sqlite import SQLiteStore
 from ._subagent import Subagent
 from ._tools import DelegationTools, ToolDefinition
@@ -41,6 +43,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "INHERIT",
     "CancelAck",
+    "ChangeBatch",
     "ChildContext",
     "CommandFailedError",
     "CommandRunner",
@@ -54,6 +57,7 @@ __all__ = [
     "MemoryStore",
     "Output",
     "Parent",
+    "PostgresStore",
     "RunCancelledError",
     "RunFailedError",
     "ResultStore",
@@ -65,7 +69,10 @@ __all__ = [
     "Runtime",
     "RuntimeClosedError",
     "SQLiteStore",
+    "SettledRuns",
     "StoreError",
+    "StoreSnapshot",
+    "StoredRun",
     "Subagent",
     "ToolDefinition",
     "UnknownRunError",

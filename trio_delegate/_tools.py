@@ -8,8 +8,10 @@ they cannot drift apart.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import attrs
@@ -289,6 +291,27 @@ class DelegationTools(metaclass=NoPublicConstructor):
                 failed run, limits, closed parent...).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        events = self._parent._runtime._events
+        if events is None:
+            return await self._dispatch(name, arguments, None)
+        with events.tool_call(name, self._parent.owner) as traced:
+            return await self._dispatch(name, arguments, traced)
+
+    def _traced_call(self, name: str) -> AbstractContextManager[Any]:
+        """A span around one call of tool *name* from a model, when runs are traced.
+
+        For a server that serves one call through several :meth:`call`: they
+        join its span (see ``trio_delegate._otel``).
+        """
+        events = self._parent._runtime._events
+        if events is None:
+            return contextlib.nullcontext()
+        return events.tool_call(name, self._parent.owner)
+
+    async def _dispatch(
+        self, name: str, arguments: Mapping[str, Any] | str | None, traced: Any
+    ) -> dict[str, Any]:
+        """:meth:`call`'s work; *traced* (a tool call's span, or None) hears of the runs touched."""
         tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
             raise InvalidArgumentsError(
@@ -298,7 +321,12 @@ class DelegationTools(metaclass=NoPublicConstructor):
             tool.name, arguments, self._parent._runtime.config.max_nesting_depth
         )
         values = self._check_arguments(tool, parsed)
-        return await tool.handler(values)
+        if traced is None:
+            return await tool.handler(values)
+        traced.note_run(values.get("run_id"))
+        payload = await tool.handler(values)
+        traced.note_run(payload.get("run_id"))  # the run delegate_task started
+        return payload
 
     # -- the tools ---------------------------------------------------------------------
 

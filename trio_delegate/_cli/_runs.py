@@ -1,29 +1,65 @@
-"""``trio-delegate runs list|show``: read the runs recorded in an SQLite store."""
+"""``trio-delegate runs list|show|watch``: read the runs recorded in a store, never writing to it.
+
+The store is an SQLite file (``--db PATH``), opened read-only: no migration,
+no lock, no journal switch, so it works on a file and a folder this user
+cannot write and while another process holds the write lock. Or it is a
+PostgreSQL database (``--db postgresql://…``) read in a read-only session;
+the password comes from the environment (``PGPASSWORD``, a password file or
+a service file) and is never printed.
+
+Every stored string comes from models and runners and is shown literally:
+rich markup is never interpreted, and control characters, escape sequences,
+direction overrides and lone surrogates are shown as escapes.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
-import trio
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .._converter import converter
-from .._errors import StoreError
+from .._errors import DelegationError, StoreError
 from .._status import RunStatus
-from .._stores._protocol import RunRecord
-from .._stores._sqlite import SQLiteStore
+from .._stores._postgres import PostgresReader, is_postgres_dsn, mask_dsn
+from .._stores._protocol import ChangeBatch, RunRecord
+from .._stores._sqlite import SQLiteReader
+from ._server_config import ConfigError, store_in_config
 
-__all__ = ["DEFAULT_DB", "add_runs_parser"]
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+__all__ = [
+    "DEFAULT_DB",
+    "RUN_COLUMNS",
+    "STATUS_STYLE",
+    "Column",
+    "Reader",
+    "add_runs_parser",
+    "fail",
+    "json_text",
+    "literal",
+    "open_reader",
+    "plain",
+    "runs_table",
+]
+
+#: The longest pause between two looks at a store in ``runs watch``.
+_MAX_INTERVAL: Final = 60.0
 
 #: Where ``trio-delegate demo`` records its runs, and where ``runs`` looks by default.
 DEFAULT_DB = Path(".trio-delegate") / "runs.db"
 
-_STATUS_STYLE = {
+STATUS_STYLE = {
     RunStatus.PENDING: "yellow",
     RunStatus.RUNNING: "cyan",
     RunStatus.COMPLETED: "green",
@@ -32,26 +68,77 @@ _STATUS_STYLE = {
     RunStatus.TIMED_OUT: "red",
 }
 
+# What a terminal would act on rather than show: C0 controls (but the line
+# break), DEL and C1 controls (ESC and CSI among them), the marks and
+# overrides that reorder text, and lone surrogates (not text at all).
+_UNSAFE: Final = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+# The same, for JSON output: json.dumps already escapes C0 controls.
+_UNSAFE_JSON: Final = re.compile(
+    "[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _escape_json(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def literal(text: str) -> Text:
+    """*text* as it is: never read as markup, with what a terminal would act on escaped."""
+    return Text(_UNSAFE.sub(_escape, text))
+
+
+#: A column of a table of runs: its heading, and its cell for a record.
+Column = tuple[str, Callable[[RunRecord], "RenderableType"]]
+
+#: The columns every table of runs starts with.
+RUN_COLUMNS: Final[tuple[Column, ...]] = (
+    ("run", lambda record: literal(record.run_id)),
+    ("owner", lambda record: literal(record.owner)),
+    ("subagent", lambda record: literal(record.subagent)),
+)
+
+
+def runs_table(
+    title: str, records: Iterable[RunRecord], columns: Sequence[Column], caption: str | None = None
+) -> Table:
+    """A table of *records*, one row each, with *columns*; the title shown literally."""
+    table = Table(title=literal(title), caption=caption, show_lines=False)
+    for heading, _ in columns:
+        table.add_column(heading, overflow="fold")
+    for record in records:
+        table.add_row(*(cell(record) for _, cell in columns))
+    return table
+
+
+def json_text(value: Any, *, indent: int | None = 2) -> str:
+    """JSON for people and programs: non-ASCII kept, what a terminal would act on escaped."""
+    return _UNSAFE_JSON.sub(_escape_json, json.dumps(value, indent=indent, ensure_ascii=False))
+
 
 def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``runs list`` and ``runs show``."""
     runs = commands.add_parser(
         "runs",
         help="list or show the runs recorded in a store",
-        description="Read the runs recorded in an SQLite store (read only).",
+        description=(
+            "Read the runs recorded in a store (read only): an SQLite file, or a PostgreSQL "
+            "database given as a postgresql:// URI (password from PGPASSWORD, a password file "
+            "or a service file)."
+        ),
     )
     actions = runs.add_subparsers(title="actions", dest="action", metavar="ACTION")
     actions.required = True
 
     listing = actions.add_parser("list", help="a table of runs, newest first")
     _common(listing)
-    listing.add_argument(
-        "--status", choices=[status.value for status in RunStatus], help="only runs in STATUS"
-    )
-    listing.add_argument("--owner", help="only runs of this parent owner")
-    listing.add_argument(
-        "--limit", type=_positive, default=50, help="at most this many runs (default 50)"
-    )
+    _filters(listing, default_limit=50)
     listing.set_defaults(handler=_list)
 
     show = actions.add_parser("show", help="everything recorded about one run")
@@ -59,16 +146,92 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     _common(show)
     show.set_defaults(handler=_show)
 
+    watch = actions.add_parser(
+        "watch",
+        help="a live table of the newest runs, updated as they change (read only)",
+        description=(
+            "Show the newest runs and follow the store's changes until interrupted (Ctrl-C). "
+            "On a terminal the table is redrawn in place; otherwise it is printed once, "
+            "followed by one line per change (with --json, one JSON object per line)."
+        ),
+    )
+    _common(watch)
+    _filters(watch, default_limit=30)
+    watch.add_argument(
+        "--interval",
+        type=_interval,
+        default=0.5,
+        metavar="SECONDS",
+        help="how often to look for changes (default 0.5; at most 60)",
+    )
+    watch.add_argument(
+        "--duration",
+        type=_interval_or_longer,
+        metavar="SECONDS",
+        help="stop after SECONDS (default: until interrupted)",
+    )
+    watch.set_defaults(handler=_watch)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--db",
-        type=Path,
-        default=DEFAULT_DB,
-        metavar="PATH",
-        help=f"the SQLite store (default: {DEFAULT_DB})",
+        default=None,
+        metavar="PATH|URI",
+        help=f"the SQLite file, or a postgresql:// URI (default: {DEFAULT_DB})",
+    )
+    where.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the store named by a serve configuration's [runtime] store (a file there is "
+        "relative to the configuration, as serve reads it)",
+    )
+    parser.add_argument(
+        "--schema",
+        default="trio_delegate",
+        help="with a postgresql:// URI: the store's schema (default: trio_delegate)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _filters(parser: argparse.ArgumentParser, *, default_limit: int) -> None:
+    parser.add_argument(
+        "--status", choices=[status.value for status in RunStatus], help="only runs in STATUS"
+    )
+    parser.add_argument("--owner", help="only runs of this parent owner")
+    parser.add_argument(
+        "--limit",
+        type=_positive,
+        default=default_limit,
+        help=f"at most this many runs (default {default_limit})",
+    )
+
+
+def _seconds(text: str, *, most: float | None) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value > 0 and (most is None or value <= most)):
+        allowed = "> 0" + (f" and at most {most:g}" if most is not None else "")
+        raise argparse.ArgumentTypeError(f"must be a number of seconds {allowed}, got {text!r}")
+    return value
+
+
+def _interval(text: str) -> float:
+    return _seconds(text, most=_MAX_INTERVAL)
+
+
+def _interval_or_longer(text: str) -> float:
+    return _seconds(text, most=None)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    # Imported here: only watch needs rich's live display.
+    from ._watch import run_watch
+
+    return run_watch(args)
 
 
 def _positive(text: str) -> int:
@@ -81,45 +244,101 @@ def _positive(text: str) -> int:
     return value
 
 
-def _open(db: Path, err: TextIO) -> SQLiteStore | None:
+class Reader(Protocol):
+    """A read-only reader of a store (``SQLiteReader``, ``PostgresReader``)."""
+
+    def get(self, run_id: str) -> RunRecord | None: ...
+
+    def list_runs(
+        self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
+    ) -> list[RunRecord]: ...
+
+    def changes(self, cursor: int | None) -> ChangeBatch: ...
+
+    def close(self) -> None: ...
+
+
+def store_location(args: argparse.Namespace, err: TextIO) -> str | None:
+    """The store the command reads: ``--db``, a configuration's store, or the default."""
+    if getattr(args, "config", None):
+        try:
+            store = store_in_config(args.config)
+        except ConfigError as exc:
+            print(f"trio-delegate: {exc}", file=err)
+            return None
+        if store is None:
+            print(
+                f"trio-delegate: {args.config} has no [runtime] store: its runs are kept in "
+                "memory only, and nothing can be read after the server ends",
+                file=err,
+            )
+            return None
+        return str(store)
+    return args.db if args.db is not None else str(DEFAULT_DB)
+
+
+def reader_for(args: argparse.Namespace, err: TextIO) -> tuple[Reader, str] | None:
+    """The reader of the store the command's arguments name, or ``None`` (said on *err*)."""
+    db = store_location(args, err)
+    return None if db is None else open_reader(db, args.schema, err)
+
+
+def open_reader(db: str, schema: str, err: TextIO) -> tuple[Reader, str] | None:
+    """The reader for *db* and how to name it, or ``None`` (reported on *err*)."""
+    if is_postgres_dsn(db):
+        try:
+            return PostgresReader(db, schema=schema), mask_dsn(db)
+        except DelegationError as exc:
+            fail(exc, err)
+            return None
+    path = Path(db)
     # Reading must not create an empty store where the user mistyped a path.
-    if not db.is_file():
+    if not path.is_file():
         print(
-            f"trio-delegate: no store at {db}; run 'trio-delegate demo' or a runtime "
+            f"trio-delegate: no store at {_shown(db)}; run 'trio-delegate demo' or a runtime "
             "with SQLiteStore first, or pass --db PATH",
             file=err,
         )
         return None
-    return SQLiteStore(db)
+    return SQLiteReader(path), db
+
+
+def _shown(text: str) -> str:
+    return _UNSAFE.sub(_escape, text)
+
+
+def fail(exc: DelegationError, err: TextIO) -> None:
+    """Report *exc* on *err*, every character shown literally."""
+    print(f"trio-delegate: {_shown(str(exc))}", file=err)
 
 
 def _list(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    store = _open(args.db, err)
-    if store is None:
+    opened = reader_for(args, err)
+    if opened is None:
         return 1
+    reader, name = opened
     status = RunStatus(args.status) if args.status else None
     try:
-        records = trio.run(_read_list, store, status, args.owner, args.limit)
+        records = reader.list_runs(status=status, owner=args.owner, limit=args.limit)
     except StoreError as exc:
-        print(f"trio-delegate: {exc}", file=err)
+        fail(exc, err)
         return 1
+    finally:
+        reader.close()
     if args.json:
-        json.dump([_plain(record) for record in records], out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        out.write(json_text([plain(record) for record in records]) + "\n")
         return 0
-    table = Table(title=f"runs in {args.db}", show_lines=False)
-    for column in ("run", "owner", "subagent", "status", "task", "admitted (UTC)"):
-        table.add_column(column, overflow="fold")
-    for record in records:
-        table.add_row(
-            record.run_id,
-            record.owner,
-            record.subagent,
-            f"[{_STATUS_STYLE[record.status]}]{record.status.value}[/]",
-            record.task_summary,
-            record.admitted_at[:19].replace("T", " "),
-        )
+    table = runs_table(
+        f"runs in {name}",
+        records,
+        (
+            *RUN_COLUMNS,
+            ("status", lambda record: Text(record.status.value, style=STATUS_STYLE[record.status])),
+            ("task", lambda record: literal(record.task_summary)),
+            ("admitted (UTC)", lambda record: literal(record.admitted_at[:19].replace("T", " "))),
+        ),
+    )
     console = Console(file=out, width=160)
     console.print(table if records else "no runs match")
     return 0
@@ -127,40 +346,37 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    store = _open(args.db, err)
-    if store is None:
+    opened = reader_for(args, err)
+    if opened is None:
         return 1
+    reader, name = opened
     try:
-        record = trio.run(store.get, args.run_id)
+        record = reader.get(args.run_id)
     except StoreError as exc:
-        print(f"trio-delegate: {exc}", file=err)
+        fail(exc, err)
         return 1
+    finally:
+        reader.close()
     if record is None:
-        print(f"trio-delegate: no run {args.run_id!r} in {args.db}", file=err)
+        print(f"trio-delegate: no run {_shown(repr(args.run_id))} in {_shown(name)}", file=err)
         return 1
-    plain = _plain(record)
+    fields = plain(record)
     if args.json:
-        json.dump(plain, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        out.write(json_text(fields) + "\n")
         return 0
-    table = Table(title=f"run {record.run_id}", show_header=False)
+    table = Table(title=literal(f"run {record.run_id}"), show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
-    for key, value in plain.items():
+    for key, value in fields.items():
         if value is None or value == [] or key == "run_id":
             continue
-        text = value if isinstance(value, str) else json.dumps(value, indent=2)
-        table.add_row(key, text)
+        text = value if isinstance(value, str) else json_text(value)
+        table.add_row(key, literal(text))
     Console(file=out, width=160).print(table)
     return 0
 
 
-async def _read_list(
-    store: SQLiteStore, status: RunStatus | None, owner: str | None, limit: int
-) -> list[RunRecord]:
-    return await store.list_runs(status=status, owner=owner, limit=limit)
-
-
-def _plain(record: RunRecord) -> dict[str, Any]:
+def plain(record: RunRecord) -> dict[str, Any]:
+    """*record* as JSON-ready fields."""
     data: dict[str, Any] = converter.unstructure(record)
     return data

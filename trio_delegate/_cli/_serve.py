@@ -5,10 +5,13 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from pathlib import Path
 
 import trio
 
 from .._errors import StoreError
+from .._stores._postgres import PostgresStore
+from .._stores._protocol import ResultStore
 from .._stores._sqlite import SQLiteStore
 from ._server_config import ConfigError, load_server_config
 
@@ -54,8 +57,8 @@ def run_serve(config_path: str) -> int:
     logging.getLogger("trio_delegate.mcp").info(
         "configuration %s; serving over stdio", server_config.path.resolve()
     )
-    store = SQLiteStore(server_config.store) if server_config.store is not None else None
     try:
+        store = _store(server_config.store)
         trio.run(
             functools.partial(
                 serve_stdio,
@@ -70,3 +73,12 @@ def run_serve(config_path: str) -> int:
         print(f"trio-delegate serve: {exc}", file=sys.stderr)
         return EXIT_STORE
     return 0
+
+
+def _store(location: Path | str | None) -> ResultStore | None:
+    """The store ``[runtime] store`` names: an SQLite file or a PostgreSQL URI."""
+    if location is None:
+        return None
+    if isinstance(location, str):
+        return PostgresStore(location)
+    return SQLiteStore(location)

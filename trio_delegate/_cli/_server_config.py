@@ -28,6 +28,7 @@ from .._checks import describe
 from .._config import INHERIT, Config, TimeoutSetting
 from .._errors import DelegationError, InvalidArgumentsError
 from .._schema import compile_result_schema
+from .._stores._postgres import is_postgres_dsn, mask_dsn
 from .._subagent import NAME_PATTERN, Runner, Subagent, _is_async_callable
 from ._agents import AGENT_KINDS, AgentCLIRunner
 from ._command import CommandRunner
@@ -86,7 +87,9 @@ class ServerConfig:
         path: the file it was read from.
         config: the runtime's limits and policy (``[runtime]``).
         subagents: the subagents, in file order.
-        store: the SQLite file runs are recorded in (``[runtime] store``), if any.
+        store: where runs are recorded (``[runtime] store``), if anywhere: the
+            SQLite file, or a ``postgresql://`` URI (its password comes from
+            the environment).
         foreground_limit_seconds: how long a foreground tool call may run before
             it answers with the running handle (``[server]``); ``None``: no limit.
         progress_interval_seconds: how often a running foreground call reports
@@ -96,7 +99,7 @@ class ServerConfig:
     path: Path
     config: Config
     subagents: tuple[Subagent, ...]
-    store: Path | None = None
+    store: Path | str | None = None
     foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS
     progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS
 
@@ -114,6 +117,18 @@ def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
     return _Loader(Path(path)).load()
 
 
+def store_in_config(path: str | os.PathLike[str]) -> Path | str | None:
+    """Where a server configuration records its runs (``[runtime] store``), resolved
+    as ``serve`` resolves it (a file relative to the configuration's folder).
+
+    Reads that key only: nothing of the subagents is imported.
+
+    Raises:
+        ConfigError: the file cannot be read, or the key is malformed.
+    """
+    return _Loader(Path(path)).store_only()
+
+
 @attrs.define
 class _Loader:
     path: Path
@@ -129,7 +144,7 @@ class _Loader:
 
     # -- the file ----------------------------------------------------------------
 
-    def load(self) -> ServerConfig:
+    def read(self) -> dict[str, Any]:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -137,9 +152,18 @@ class _Loader:
         except (OSError, UnicodeDecodeError) as exc:
             self.fail(None, f"cannot be read: {exc}", "check the path and its permissions")
         try:
-            data = tomllib.loads(text)
+            return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             self.fail(None, f"is not valid TOML: {exc}", "fix the syntax at that place")
+
+    def store_only(self) -> Path | str | None:
+        runtime = self.read().get("runtime", {})
+        if not isinstance(runtime, dict) or "store" not in runtime:
+            return None
+        return self.store(runtime["store"], "runtime.store")
+
+    def load(self) -> ServerConfig:
+        data = self.read()
         self.check_keys(
             data, _TOP_LEVEL, None, "the file has [runtime] and [server] tables and [[subagents]]"
         )
@@ -219,15 +243,25 @@ class _Loader:
             interval = value
         return limit, interval
 
-    def store(self, value: Any, where: str) -> Path:
-        """The SQLite database path, relative to the configuration file's folder."""
+    def store(self, value: Any, where: str) -> Path | str:
+        """The SQLite file (relative to this file's folder), or a PostgreSQL URI."""
         if not isinstance(value, str) or not value.strip():
             self.fail(
                 where,
-                f"must be the path of an SQLite file, got {_toml(value)}",
+                f"must be the path of an SQLite file or a postgresql:// URI, got {_toml(value)}",
                 'write e.g. store = "runs.db" (relative to this file), or remove the key '
                 "to keep runs in memory only",
             )
+        if is_postgres_dsn(value):
+            if mask_dsn(value) != value:
+                self.fail(
+                    where,
+                    f"holds a password ({mask_dsn(value)!r}); a configuration file is no place "
+                    "for one",
+                    "remove it from the URI and give it to the server in PGPASSWORD, a "
+                    "password file (~/.pgpass) or a service file",
+                )
+            return value
         path = self.base / Path(value).expanduser()
         if path.is_dir():
             self.fail(where, f"{value!r} is a folder", 'name a file in it, e.g. "runs.db"')

@@ -54,6 +54,9 @@ async def execute(run: Run, parent: Parent) -> None:
     """Run *run*'s runner to its end and decide the run exactly once."""
     scope = run.scope
     assert scope is not None
+    events = parent._runtime._events
+    if events is not None:
+        events.entered(run)
     outcome: Outcome | None = None
     try:
         with scope:
@@ -123,7 +126,7 @@ async def _call_with_nested_parent(run: Run, parent: Parent) -> Any:
     finally:
         # The owner stays taken until every run of the nested parent has ended.
         if nested is not None:
-            parent._runtime._unregister(nested)
+            nested._joined()
     assert nested is not None
     # The runner returned: that is its claim of completion (contract §7).
     nested._raise_if_unresolved()

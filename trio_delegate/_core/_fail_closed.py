@@ -79,9 +79,13 @@ class Ledger:
         Raises:
             UnresolvedDelegationError: listing every unresolved run, oldest first.
         """
-        if not self._unresolved:
+        entries = [
+            _entry(record)
+            for record in self._unresolved.values()
+            if isinstance(record, Evicted) or record.announced
+        ]
+        if not entries:
             return
-        entries = [_entry(record) for record in self._unresolved.values()]
         lines = "\n".join(f"  - {e.run_id} ({e.subagent}, {e.status}): {e.why}" for e in entries)
         raise UnresolvedDelegationError(
             f"parent {owner!r} has {len(entries)} unresolved delegated run(s); under the "

@@ -11,6 +11,7 @@ that the parent and runtime are open before it acts and again after every
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final, NoReturn, final
 
@@ -40,6 +41,7 @@ from ._fail_closed import Evicted, Ledger
 from ._persistence import history_of
 from ._run import CancelReason, Outcome, Run, terminal_error
 from ._scheduler import Scheduler
+from ._settlements import SettledRuns, Settlements
 
 if TYPE_CHECKING:
     from .._subagent import Subagent
@@ -72,6 +74,7 @@ class Parent(metaclass=NoPublicConstructor):
         "_owner",
         "_runtime",
         "_scheduler",
+        "_settlements",
         "now",
         "records",
         "run_evicted",
@@ -98,7 +101,8 @@ class Parent(metaclass=NoPublicConstructor):
         self._live: dict[str, Run] = {}
         self._scheduler = Scheduler(runtime.config.max_concurrent_runs, self._launch)
         self._ledger = Ledger()
-        # RunHost: whether a decided outcome is recorded before it commits.
+        self._settlements = Settlements(owner)
+        # RunHost: whether decided outcomes are recorded (with a store).
         self.records = runtime._persister is not None
         # RunHost: retention evicted a run; the ledger keeps a small record of
         # it if it is unresolved. The ledger's own method: one call per run.
@@ -150,8 +154,6 @@ class Parent(metaclass=NoPublicConstructor):
         run.foreground = True
         if not run.durable:
             await self._record_admission(run)
-        else:
-            self._ledger.add(run)
         return await self._foreground(run)
 
     async def start(
@@ -179,9 +181,7 @@ class Parent(metaclass=NoPublicConstructor):
         run = self._admit(name, task, final_schema, replaces)
         if not run.durable:
             await self._record_admission(run)
-        else:
-            self._ledger.add(run)
-        return run.handle()
+        return run.admission_ack()
 
     async def continue_run(
         self,
@@ -221,6 +221,11 @@ class Parent(metaclass=NoPublicConstructor):
         if isinstance(earlier, StoredRun):
             record = await self._load(run_id)
             self._check_usable()  # it may have closed while the store answered
+            if not record.status.is_terminal:
+                raise InvalidArgumentsError(
+                    f"run {run_id} is still {record.status.value} (in another runtime); only "
+                    "a finished run can be continued: wait for it first"
+                )
             name, history = record.subagent, history_of(record)
         elif earlier.is_terminal:
             name, history = earlier.subagent.name, earlier.conversation()
@@ -238,14 +243,14 @@ class Parent(metaclass=NoPublicConstructor):
                 f"the conversation of run {run_id} cannot be carried on: {exc}"
             ) from None
         run = self._admit(name, message, final_schema, None, carried, "message")
+        run.continues = run_id
         run.foreground = not background
         if not run.durable:
             await self._record_admission(run)
-        else:
-            self._ledger.add(run)
         if background:
+            handle = run.admission_ack()  # as start gives it
             await trio.lowlevel.cancel_shielded_checkpoint()
-            return run.handle()
+            return handle
         return await self._foreground(run)
 
     def status(self, run_id: str) -> RunHandle:
@@ -296,9 +301,7 @@ class Parent(metaclass=NoPublicConstructor):
         )
         run = self._find(run_id)
         if type(run) is StoredRun:
-            record = await self._load(run_id)
-            self._check_usable()
-            return self._answer_record(record)
+            return await self._wait_in_store(run_id, limit)
         if run.ended_at is not None:  # terminal
             await trio.lowlevel.checkpoint()
         elif limit is None:
@@ -312,10 +315,6 @@ class Parent(metaclass=NoPublicConstructor):
                 await run.done.wait()
         if self._closed or runtime._closed:
             self._closed_during(run)
-        if run.status is _COMPLETED:  # _answer's common case, inline
-            result = run.result()
-            self._ledger.resolve(run_id)
-            return result
         if run.ended_at is not None:
             return self._answer(run)
         return run.handle()
@@ -338,7 +337,14 @@ class Parent(metaclass=NoPublicConstructor):
         self._check_usable()
         run = self._find(run_id)
         if isinstance(run, StoredRun):
-            return CancelAck(run_id, False, run.status)
+            if run.status.is_terminal:
+                return CancelAck(run_id, False, run.status)
+            # Live in another runtime sharing the store: the request goes
+            # through the store, and its owner applies it (contract §16).
+            persister = self._runtime._persister
+            assert persister is not None
+            persister.request_cancel(run_id)
+            return CancelAck(run_id, True, run.status)
         requested = run.request_cancel(self._runtime._now(), CancelReason.REQUEST)
         return CancelAck(run.run_id, requested, run.status)
 
@@ -352,6 +358,36 @@ class Parent(metaclass=NoPublicConstructor):
         """
         self._check_usable()
         self._raise_if_unresolved()
+
+    def settled(self) -> SettledRuns:
+        r"""The runs of this parent as they reach a terminal state (contract §17).
+
+        An async iterator of :class:`RunHandle`\ s, one per run that settles
+        from now on, in settlement order; runs ended by this parent's own
+        close come before it ends, which it does when the parent closes.
+        Several may be open at once. Reading it never observes or changes a
+        run: a run seen only here is still unresolved (contract §7). Leave
+        it early with ``aclose()`` (it is also an async context manager).
+
+        Raises:
+            RuntimeClosedError: this parent or its runtime is closed.
+        """
+        self._check_usable()
+        return self._settlements.subscribe()
+
+    def unobserved(self) -> tuple[RunHandle, ...]:
+        """This parent's ended runs whose outcome nobody has been told yet (contract §17).
+
+        Oldest settled first. A run leaves once a ``wait`` has returned its
+        result or raised its error; a foreground ``delegate`` (or
+        ``continue_run``) tells its caller itself and never appears here.
+        Not observation: these runs are still unresolved.
+
+        Raises:
+            RuntimeClosedError: this parent or its runtime is closed.
+        """
+        self._check_usable()
+        return self._settlements.unobserved()
 
     def tools(self) -> DelegationTools:
         """The model-facing delegation tools bound to this parent (contract §10)."""
@@ -422,7 +458,13 @@ class Parent(metaclass=NoPublicConstructor):
         )
         runtime._runs[run.run_id] = run
         self._live[run.run_id] = run
+        # In admission order ("oldest first"); a run whose admission is still
+        # being recorded is left out of the checks until its caller has its id.
+        self._ledger.add(run)
         runtime._live_count += 1
+        events = runtime._events
+        if events is not None:
+            events.admitted(run)
         if runtime._persister is None:
             run.durable = True
         self._scheduler.admit(run)
@@ -443,6 +485,7 @@ class Parent(metaclass=NoPublicConstructor):
             run.durable = True
             self._scheduler.ready()
 
+        run.announced = False
         try:
             await persister.admit(run, durable)
         except StoreError:
@@ -453,7 +496,9 @@ class Parent(metaclass=NoPublicConstructor):
             # its id, so it is no unresolved work of this parent.
             self._withdraw(run)
             self._check_usable()
-        self._ledger.add(run)
+        run.announced = True
+        if run.is_terminal:  # it ended before its caller had its id
+            self._settlements.settled(run)
 
     def _withdraw(self, run: Run) -> None:
         """Undo *run*'s admission (its caller gets an error and no run id)."""
@@ -465,10 +510,18 @@ class Parent(metaclass=NoPublicConstructor):
         runtime = self._runtime
         del runtime._runs[run.run_id]
         runtime._live_count -= 1
+        if runtime._events is not None:
+            runtime._events.withdrawn(run)
 
     def _launch(self, run: Run) -> None:
         """Start *run* now (the scheduler decided it may)."""
-        run.start(self._runtime._now())
+        runtime = self._runtime
+        now = runtime._now()
+        run.start(now)
+        if runtime._persister is not None:
+            runtime._persister.started(run, now)
+        if runtime._events is not None:
+            runtime._events.started(run)
         self._nursery.start_soon(execute, run, self, name=run.subagent._task_name)
 
     async def _foreground(self, run: Run) -> RunResult:
@@ -482,10 +535,6 @@ class Parent(metaclass=NoPublicConstructor):
             raise
         if self._closed or self._runtime._closed:
             self._closed_during(run)
-        if run.status is _COMPLETED:  # _answer's common case, inline (as in wait)
-            result = run.result()
-            self._ledger.resolve(run.run_id)
-            return result
         return self._answer(run)
 
     def _child(self, name: str) -> Subagent:
@@ -542,11 +591,11 @@ class Parent(metaclass=NoPublicConstructor):
             return self._closed_at, CancelReason.PARENT_CLOSED
         return None
 
-    def run_decided(self, run: Run, outcome: Outcome, *, at_once: bool) -> None:
+    def run_decided(self, run: Run, outcome: Outcome) -> None:
         persister = self._runtime._persister
         if persister is None:
             run.commit(outcome)
-        elif at_once:
+        elif not outcome.waits_for_record:
             run.commit(outcome)
             persister.settle(run, outcome)
         else:
@@ -558,11 +607,20 @@ class Parent(metaclass=NoPublicConstructor):
 
     def run_committed(self, run: Run, was_running: bool) -> None:
         del self._live[run.run_id]
+        if run.announced:
+            self._settlements.settled(run)
         runtime = self._runtime
         runtime._live_count -= 1
+        if runtime._events is not None:
+            runtime._events.ended(run)
         runtime._retention.add(run)
         if was_running:
             self._scheduler.released()
+
+    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
+        events = self._runtime._events
+        if events is not None:
+            events.cancel_requested(run, reason)
 
     # -- lookup and answers ---------------------------------------------------
 
@@ -623,8 +681,44 @@ class Parent(metaclass=NoPublicConstructor):
             raise self._expired(run_id)
         return record
 
+    async def _wait_in_store(self, run_id: str, limit: float | None) -> RunResult | RunHandle:
+        """``wait`` for a run known from the store: ended, or live in another runtime.
+
+        Each look reads the store itself (so ``timeout=0`` is the fresh
+        answer); between looks the wait sleeps until the store watcher sees
+        the run change, or a poll interval passes. A run past its recorded
+        deadline is waited for until its end is recorded (contract §16).
+        """
+        runtime = self._runtime
+        persister = runtime._persister
+        assert persister is not None
+        ends = None if limit is None else runtime._now() + limit
+        while True:
+            record = await self._load(run_id)
+            self._check_usable()
+            if record.status.is_terminal:
+                if (
+                    record.status is RunStatus.COMPLETED
+                    and record.runtime_id != persister.runtime_id
+                ):
+                    persister.mark_observed(run_id)  # its owner's parent counts it
+                return self._answer_record(record)
+            now = runtime._now()
+            overdue = record.deadline_at is not None and time.time() >= record.deadline_at
+            if ends is not None and now >= ends and not overdue:
+                return RunHandle(run_id, record.subagent, record.status)
+            pause = persister.store.poll_interval
+            if ends is not None and not overdue:
+                pause = min(pause, ends - now)
+            await persister.changed(run_id, pause)
+
+    def run_observed_elsewhere(self, run: Run) -> None:
+        self._ledger.resolve(run.run_id)
+        self._settlements.told(run.run_id)
+
     def _answer_record(self, record: RunRecord) -> RunResult:
         """Like :meth:`_answer`, for a run known only from the store."""
+        self._settlements.told(record.run_id)
         if record.status is RunStatus.COMPLETED:
             self._ledger.resolve(record.run_id)
             persister = self._runtime._persister
@@ -648,9 +742,13 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _answer(self, run: Run) -> RunResult:
         """The result of a terminal run (observing it), or its error."""
+        self._settlements.told(run.run_id)
         if run.status is _COMPLETED:
             result = run.result()
             self._ledger.resolve(run.run_id)
+            events = self._runtime._events
+            if events is not None:
+                events.observed(run)
             return result
         raise run.outcome_error()
 
@@ -737,4 +835,9 @@ class Parent(metaclass=NoPublicConstructor):
         try:
             await self._join()
         finally:
-            self._runtime._unregister(self)
+            self._joined()
+
+    def _joined(self) -> None:
+        """Every run of this closed parent has ended: free its owner, end its streams."""
+        self._runtime._unregister(self)
+        self._settlements.close()

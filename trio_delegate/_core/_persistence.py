@@ -27,26 +27,39 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import attrs
 import trio
 
 from .._errors import StoreError
 from .._status import RunStatus
+from .._stores._memory import MemoryStore
 from .._stores._protocol import ResultStore, RunRecord, StoredRun
 from ._run import Outcome, conversation, safe_message
 
 if TYPE_CHECKING:
     from .._schema import ResultSchema
+    from ._events import RunEvents
     from ._run import Run
 
-__all__ = ["Persister", "WriteStats", "history_of"]
+__all__ = ["Persister", "WatchHost", "WriteStats", "history_of"]
 
 #: At most this many runs found only in the store are remembered for lookups.
 _INDEX_LIMIT: Final = 100_000
 
 _Done = Callable[[StoreError | None], None]
+
+
+class WatchHost(Protocol):
+    """What the store watcher tells the runtime."""
+
+    def own_record(self, record: RunRecord) -> None:
+        """The store's record of one of this runtime's runs changed (another runtime
+        may have flagged it, or recorded it as ended)."""
+
+    def lease_lost(self) -> None:
+        """The store stayed unreachable for most of this runtime's lease."""
 
 
 @final
@@ -182,13 +195,19 @@ class Persister:
     """Writes one runtime's records to its store and answers for stored runs."""
 
     __slots__ = (
+        "_changed",
         "_dead",
+        "_flagged",
+        "_flags",
         "_index",
         "_receive",
+        "_renewal",
+        "_renewed_at",
         "_schemas",
         "_send",
         "_stamp",
         "_writing",
+        "events",
         "runtime_id",
         "stats",
         "store",
@@ -199,6 +218,7 @@ class Persister:
         self.runtime_id = runtime_id
         self.stats = WriteStats()
         self._stamp = _WallStamp()
+        self.events: RunEvents | None = None
         self._send, self._receive = trio.open_memory_channel[_Pending](math.inf)
         # The batch being written, answered if the writer is stopped mid-way.
         self._writing: list[_Pending] = []
@@ -210,6 +230,15 @@ class Persister:
         # The schemas of evicted completed runs whose results are structured
         # into a host's type: answered from the store, they come back as it.
         self._schemas: dict[str, ResultSchema] = {}
+        # Flags to set on other runtimes' runs (cancel requests, observations),
+        # sent by the watcher; and events that wake waits on such runs.
+        self._flags: list[tuple[str, str]] = []
+        self._flagged = trio.Event()
+        self._changed: dict[str, trio.Event] = {}
+        # When a sweep last renewed this runtime's lease (Trio clock), and
+        # what the lease guard waits on once it has stopped the live runs.
+        self._renewed_at = 0.0
+        self._renewal = trio.Event()
 
     async def attach(self) -> tuple[str, ...]:
         """Attach to the store; returns the ids it marked interrupted.
@@ -256,7 +285,11 @@ class Persister:
                             batch.append(receive.receive_nowait())
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
-                    failures = await self._write(batch)
+                    # A run's records queue in lifecycle order: its latest one
+                    # holds everything the earlier ones said (a run that started
+                    # and ended before the commit needs one row, not three).
+                    latest = {record.run_id: record for record, _ in batch}
+                    failures = await self._write(list(latest.values()))
                     self._writing = []
                     if failures:
                         for record, done in batch:
@@ -268,18 +301,19 @@ class Persister:
             self._stop(exc)
             raise
 
-    async def _write(self, batch: Sequence[_Pending]) -> dict[str, StoreError]:
+    async def _write(self, batch: Sequence[RunRecord]) -> dict[str, StoreError]:
         """Write *batch*; the errors of the records that could not be written, by run id.
 
         A batch that fails is split in two and each half written again, until
         the records that fail on their own are found: one bad record never
         fails the others.
         """
+        started = time.perf_counter()
         try:
-            await self.store.write([record for record, _ in batch])
+            await self.store.write(batch)
         except Exception as exc:
             if len(batch) == 1:
-                run_id = batch[0][0].run_id
+                run_id = batch[0].run_id
                 self.stats.failed_records += 1
                 return {run_id: store_error(exc, f"record run {run_id}", run_id)}
         else:
@@ -287,6 +321,9 @@ class Persister:
             stats.commits += 1
             stats.records += len(batch)
             stats.largest_batch = max(stats.largest_batch, len(batch))
+            events = self.events
+            if events is not None:
+                events.committed(len(batch), time.perf_counter() - started)
             return {}
         middle = len(batch) // 2
         failures = await self._write(batch[:middle])
@@ -358,6 +395,18 @@ class Persister:
         run.history_record = None  # the terminal record has taken it
         self._submit(record, done)
 
+    def started(self, run: Run, now: float) -> None:
+        """*run* started running: record it, with its deadline (contract §16).
+
+        Other runtimes sharing the store then read ``running`` for it, and
+        never answer "running" past its deadline. Not a durability point:
+        nobody waits for this record.
+        """
+        run.started_at = self._stamp()
+        if run.deadline != math.inf:
+            run.deadline_at = time.time() + (run.deadline - now)
+        self._submit(self.record_of(run, RunStatus.RUNNING, None), _ignore)
+
     def record_of(self, run: Run, status: RunStatus, outcome: Outcome | None) -> RunRecord:
         """The record of *run* with *status* (and, for an end, its *outcome*).
 
@@ -397,7 +446,146 @@ class Persister:
             transcript=transcript,
             admitted_at=run.admitted_at or self._stamp(),
             ended_at=ended_at,
+            started_at=run.started_at,
+            deadline_at=run.deadline_at,
         )
+
+    # -- other runtimes sharing the store (contract §16) ------------------------------
+
+    def request_cancel(self, run_id: str) -> None:
+        """Ask the runtime that owns *run_id* to cancel it (sent by the watcher)."""
+        self._flag(run_id, "cancel")
+
+    def mark_observed(self, run_id: str) -> None:
+        """Tell the runtime that owns *run_id* its result was observed (sent by the watcher)."""
+        self._flag(run_id, "observed")
+
+    def _flag(self, run_id: str, flag: str) -> None:
+        self._flags.append((run_id, flag))
+        self._flagged.set()
+
+    async def changed(self, run_id: str, timeout: float) -> None:
+        """Wait until the watcher sees *run_id* change, or *timeout* seconds pass."""
+        event = self._changed.get(run_id)
+        if event is None:
+            event = self._changed[run_id] = trio.Event()
+        with trio.move_on_after(timeout):
+            await event.wait()
+
+    async def run_watcher(
+        self, host: WatchHost, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Follow what other runtimes do in the store, for as long as the runtime is open.
+
+        Every poll interval (at once on a notification, where the store has
+        them): send queued flags, renew this runtime's liveness and mark the
+        runs of gone runtimes interrupted (``sweep``), and read the changes
+        since the last look: flags other runtimes set on this runtime's runs
+        go to *host*; other runtimes' runs update the view ``status`` and
+        ``cancel`` answer from, and wake waits on them. A store that cannot be
+        reached is tried again at the next poll; when a leased store stays
+        unreachable for most of its lease, *host* stops its live runs.
+        """
+        store = self.store
+        # A memory store wakes its watcher on every write in this process: it
+        # needs no polling, no timer that would move a mock clock, and no
+        # sweeps (its runtimes attach and detach in this process).
+        in_process = isinstance(store, MemoryStore)
+        interval = math.inf if in_process else store.poll_interval
+        lease = store.lease_seconds
+        margin = max(2 * store.poll_interval, 0.2 * lease) if lease is not None else 0.0
+        cursor = 0
+        try:
+            cursor = (await store.changes(None)).cursor
+            for status in (RunStatus.PENDING, RunStatus.RUNNING):
+                for record in await store.list_runs(status=status, limit=1_000_000):
+                    self._see(host, record)
+        except Exception:
+            pass
+        task_status.started()
+        self._renewed_at = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            if lease is not None:
+                nursery.start_soon(self._guard_lease, host, lease - margin)
+            await self._watch(host, cursor, interval, in_process)
+
+    async def _guard_lease(self, host: WatchHost, within: float) -> None:
+        """Stop the runtime's live runs when no sweep has renewed its lease for *within* s.
+
+        A task of its own: a sweep against an unreachable server can block
+        far longer than the lease (connection attempts, timeouts).
+        """
+        while True:
+            await trio.sleep_until(self._renewed_at + within)
+            if self._renewed_at + within <= trio.current_time():
+                host.lease_lost()
+                renewal = self._renewal = trio.Event()
+                await renewal.wait()  # a sweep got through again: guard anew
+
+    async def _watch(self, host: WatchHost, cursor: int, interval: float, in_process: bool) -> None:
+        store = self.store
+        while True:
+            await self._send_flags()
+            try:
+                if not in_process:
+                    await store.sweep(self.runtime_id)
+            except Exception:
+                pass
+            else:
+                self._renewed_at = trio.current_time()
+                self._renewal.set()
+            try:
+                batch = await store.changes(cursor)
+            except Exception:
+                pass
+            else:
+                cursor = batch.cursor
+                for record in batch.records:
+                    self._see(host, record)
+            await self._wait_for_news(cursor, interval)
+
+    async def _wait_for_news(self, cursor: int, interval: float) -> None:
+        """Until the store has changed after *cursor*, a flag is queued, or *interval* passed."""
+        store = self.store
+
+        async def changed(nursery: trio.Nursery) -> None:
+            with contextlib.suppress(Exception):  # the poll goes on regardless
+                await store.wait_changes(cursor, interval)
+            nursery.cancel_scope.cancel()
+
+        async def flagged(nursery: trio.Nursery) -> None:
+            await self._flagged.wait()
+            nursery.cancel_scope.cancel()
+
+        with trio.move_on_after(interval):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(changed, nursery)
+                nursery.start_soon(flagged, nursery)
+
+    async def _send_flags(self) -> None:
+        flags, self._flags = self._flags, []
+        self._flagged = trio.Event()
+        for index, (run_id, flag) in enumerate(flags):
+            try:
+                if flag == "cancel":
+                    await self.store.request_cancel(run_id)
+                else:
+                    await self.store.mark_observed(run_id)
+            except Exception:
+                # Kept, in order, for the next poll.
+                self._flags[:0] = flags[index:]
+                return
+
+    def _see(self, host: WatchHost, record: RunRecord) -> None:
+        """One record as the store holds it now."""
+        run_id = record.run_id
+        if record.runtime_id == self.runtime_id:
+            host.own_record(record)
+        else:
+            self._remember(run_id, StoredRun(record.owner, record.subagent, record.status))
+        event = self._changed.pop(run_id, None)
+        if event is not None:
+            event.set()
 
     # -- runs that are only in the store -------------------------------------------
 

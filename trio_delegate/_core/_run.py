@@ -59,6 +59,11 @@ class CancelReason(enum.Enum):
     CALLER_CANCELLED = "because the caller waiting for it in the foreground was cancelled"
     PARENT_CLOSED = "because its parent closed"
     RUNTIME_CLOSED = "because the runtime closed"
+    LEASE_LOST = (
+        "because its runtime could not renew its lease on the shared store, and the other "
+        "runtimes have written it off"
+    )
+    TAKEN_OVER = "because another runtime sharing the store recorded it as ended"
 
 
 class Phase(enum.Enum):
@@ -136,6 +141,17 @@ class Outcome:
             f"reason={self.reason})"
         )
 
+    @property
+    def waits_for_record(self) -> bool:
+        """Whether the run commits only once this outcome is durable in its store.
+
+        Only a result does (contract §12: a result handed to a caller is
+        durable). Another ending commits at once and its record follows: a
+        pending run's cancellation reads ``cancelled`` immediately, and a run
+        stopped because its store is unreachable is not held up by it.
+        """
+        return self.status is RunStatus.COMPLETED
+
     def unrecorded(self, error: StoreError) -> Outcome:
         """This outcome, when its record could not be written.
 
@@ -175,8 +191,8 @@ _TIMED_OUT: Final = Outcome(RunStatus.TIMED_OUT)
 class RunHost(Protocol):
     """What a run needs from the parent that admitted it."""
 
-    #: Whether a decided outcome is recorded (by a store) before it commits;
-    #: when not, a run commits its decision itself, at once.
+    #: Whether decided outcomes are recorded (by a store); when not, a run
+    #: commits its decision itself, at once.
     records: bool
 
     def now(self) -> float:
@@ -185,14 +201,21 @@ class RunHost(Protocol):
     def closing_time(self) -> tuple[float, CancelReason] | None:
         """When and why the run's surroundings (runtime, parent) began to close, if they did."""
 
-    def run_decided(self, run: Run, outcome: Outcome, *, at_once: bool) -> None:
-        """*run* decided *outcome*: record it, then :meth:`Run.commit` (at once if *at_once*)."""
+    def run_decided(self, run: Run, outcome: Outcome) -> None:
+        """*run* decided *outcome*: record it and :meth:`Run.commit` it (see
+        :attr:`Outcome.waits_for_record` for the order)."""
 
     def run_committed(self, run: Run, was_running: bool) -> None:
         """*run* is terminal now."""
 
     def run_evicted(self, run: Run) -> None:
         """Retention let *run* go from memory."""
+
+    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
+        """A first cancel request reached live *run*."""
+
+    def run_observed_elsewhere(self, run: Run) -> None:
+        """Another runtime sharing the store handed *run*'s result to its owner."""
 
 
 @final
@@ -202,9 +225,12 @@ class Run:
     __slots__ = (
         "_done",
         "admitted_at",
+        "announced",
         "cancel_reason",
         "cancel_requested_at",
+        "continues",
         "deadline",
+        "deadline_at",
         "depth",
         "durable",
         "ended_at",
@@ -212,6 +238,7 @@ class Run:
         "history",
         "history_record",
         "host",
+        "launched",
         "outcome",
         "owner",
         "phase",
@@ -219,9 +246,11 @@ class Run:
         "run_id",
         "schema",
         "scope",
+        "started_at",
         "status",
         "subagent",
         "task",
+        "telemetry",
         "timeout",
     )
 
@@ -247,10 +276,13 @@ class Run:
         # The conversation a continuation carries on; None for a fresh one.
         self.history = history
         self.replaces = replaces
+        # The run whose conversation this continuation carries on, if it is one.
+        self.continues: str | None = None
         self.depth = depth
         self.timeout = timeout
         self.foreground = False
         self.status = _PENDING
+        self.launched = False
         self.phase = _LIVE
         self.outcome: Outcome | None = None
         self.deadline = math.inf
@@ -261,12 +293,20 @@ class Run:
         self.cancel_requested_at: float | None = None
         self.cancel_reason: CancelReason | None = None
         self.ended_at: float | None = None
+        # Wall clock, for stores shared with other runtimes (contract §16).
+        self.started_at: str | None = None
+        self.deadline_at: float | None = None
         # Whether its admission record is committed (always, without a store).
         self.durable = False
+        # Whether the caller that admitted it has its id (False only while a
+        # store records its admission): until then no check lists it.
+        self.announced = True
         self.admitted_at = ""
         # A continuation's history as its admission record holds it (decoded
         # once), until its terminal record has taken it too; with a store only.
         self.history_record: tuple[Any, ...] | None = None
+        # What an observer keeps about the run (its span, say).
+        self.telemetry: Any = None
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.subagent.name} {self.status.value} {self.phase.value}>"
@@ -294,6 +334,19 @@ class Run:
 
     def handle(self) -> RunHandle:
         return RunHandle(self.run_id, self.subagent.name, self.status)
+
+    def admission_ack(self) -> RunHandle:
+        """The admission acknowledgment: ``running`` once it has started, else ``pending``.
+
+        Never a terminal status: a run that started and already ended by the
+        time its caller woke (from its store's commit) is acknowledged as the
+        admission found it (contract §4).
+        """
+        return RunHandle(
+            self.run_id,
+            self.subagent.name,
+            RunStatus.RUNNING if self.launched else RunStatus.PENDING,
+        )
 
     def summary(self) -> str:
         return summarize_task(self.task)
@@ -345,6 +398,7 @@ class Run:
         assert self.status is _PENDING, self
         assert self.phase is _LIVE, self
         self.status = _RUNNING
+        self.launched = True
         if self.timeout is not None:
             self.deadline = now + self.timeout
         self.scope = trio.CancelScope(deadline=self.deadline)
@@ -363,10 +417,11 @@ class Run:
         if self.cancel_requested_at is None:
             self.cancel_requested_at = now
             self.cancel_reason = reason
+            self.host.run_cancel_requested(self, reason)
         if self.phase is not _LIVE:
             return True
         if self.status is _PENDING:
-            self.decide(Outcome(RunStatus.CANCELLED, reason=reason), at_once=True)
+            self.decide(Outcome(RunStatus.CANCELLED, reason=reason))
         else:
             assert self.scope is not None
             self.scope.cancel()
@@ -393,13 +448,13 @@ class Run:
             return Outcome(RunStatus.CANCELLED, reason=reason)
         return _TIMED_OUT
 
-    def decide(self, outcome: Outcome, *, at_once: bool = False) -> bool:
+    def decide(self, outcome: Outcome) -> bool:
         """Choose the run's outcome; the first decision wins.
 
-        A host that records outcomes records it and then commits it:
-        *at_once* commits before the record is durable (a pending run's
-        cancellation, which no caller waits for a result of). Without a
-        record to write, the run commits it now.
+        A host that records outcomes records it and commits it: a result once
+        its record is durable, any other ending at once (see
+        :attr:`Outcome.waits_for_record`). Without a record to write, the run
+        commits it now.
 
         Returns:
             whether this decision was the first.
@@ -410,7 +465,7 @@ class Run:
         self.outcome = outcome
         host = self.host
         if host.records:
-            host.run_decided(self, outcome, at_once=at_once)
+            host.run_decided(self, outcome)
         else:
             self.commit(outcome)
         return True

@@ -20,8 +20,10 @@ from .._errors import (
 )
 from .._json import text_problem
 from .._schema import ResultSchema, SchemaSpec, compile_result_schema
-from .._stores._protocol import ResultStore
+from .._status import RunStatus
+from .._stores._protocol import ResultStore, RunRecord
 from .._subagent import Subagent
+from ._events import runtime_events
 from ._groups import open_transparent_nursery
 from ._ids import RunIds, new_runtime_id
 from ._parent import Parent
@@ -48,6 +50,7 @@ class Runtime(metaclass=NoPublicConstructor):
         "__weakref__",
         "_closed",
         "_closed_at",
+        "_events",
         "_live_count",
         "_now",
         "_nursery",
@@ -67,6 +70,10 @@ class Runtime(metaclass=NoPublicConstructor):
     ) -> None:
         self.config = config
         self._persister = persister
+        # Traces and metrics, when something observes runs (else None).
+        self._events = runtime_events()
+        if persister is not None:
+            persister.events = self._events
         # The Trio run's clock, read directly: trio.current_time() finds the
         # same clock through the run context on every call, several per run.
         self._now = trio.lowlevel.current_clock().current_time
@@ -225,6 +232,29 @@ class Runtime(metaclass=NoPublicConstructor):
         if self._parents.get(parent.owner) is parent:
             del self._parents[parent.owner]
 
+    # -- what the store watcher reports (contract §16) ----------------------------------
+
+    def own_record(self, record: RunRecord) -> None:
+        """Another runtime flagged one of this runtime's runs, or recorded it as ended."""
+        run = self._runs.get(record.run_id)
+        if run is None:
+            return
+        now = self._now()
+        if run.is_live:
+            if record.status.is_terminal:
+                # Written off elsewhere (interrupted): it must not go on here.
+                run.request_cancel(now, CancelReason.TAKEN_OVER)
+            elif record.cancel_requested:
+                run.request_cancel(now, CancelReason.REQUEST)
+        if record.observed and record.status is RunStatus.COMPLETED:
+            run.host.run_observed_elsewhere(run)
+
+    def lease_lost(self) -> None:
+        """The shared store stayed unreachable: stop every live run before the lease ends."""
+        now = self._now()
+        for run in [run for run in self._runs.values() if run.is_live]:
+            run.request_cancel(now, CancelReason.LEASE_LOST)
+
     def _close_now(self) -> None:
         """Refuse every further call and stop every run.
 
@@ -333,12 +363,15 @@ async def open_runtime(
     try:
         async with open_transparent_nursery() as system:
             await system.start(persister.run_writer)
+            await system.start(persister.run_watcher, runtime)
             try:
                 async with _owning_nursery(runtime):
                     yield runtime
             finally:
-                # Every run has settled: the writer commits what is queued and ends.
+                # Every run has settled: the writer commits what is queued and
+                # ends (it is shielded); the watcher has nothing left to watch.
                 persister.close()
+                system.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await persister.detach()

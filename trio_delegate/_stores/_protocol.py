@@ -1,28 +1,48 @@
-"""Durable stores of run records (contract §12): the protocol every store implements.
+"""Durable stores of run records (contract §12, §16): the protocol every store implements.
 
-A store keeps *records*, not live runs: what was admitted, how it ended, and
-the conversation needed to continue it. Live runs never migrate; a run that
-was live in a runtime that is gone is marked ``failed`` (interrupted) by the
-next runtime that opens the store.
+A store keeps *records*, not live runs: what was admitted, when it started,
+how it ended, and the conversation needed to continue it. Live runs never
+migrate; a run that was live in a runtime that is gone is marked ``failed``
+(interrupted) by the next runtime that notices.
+
+A store may be shared by several runtimes (processes on one host, or hosts
+of a fleet). Besides writing and reading records, the protocol lets a
+runtime see what the others did (:meth:`ResultStore.changes`), notice the
+ones that are gone (:meth:`ResultStore.sweep`) and leave requests on runs it
+does not own (:meth:`ResultStore.request_cancel`,
+:meth:`ResultStore.mark_observed`).
 """
 
 from __future__ import annotations
 
 import datetime
+import math
+import re
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, final, runtime_checkable
+from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 
+from .._checks import describe
+from .._errors import InvalidArgumentsError, StoreError
 from .._status import RunStatus
 
 __all__ = [
+    "DEFAULT_POLL_INTERVAL",
     "INTERRUPTED_ERROR_TYPE",
+    "MAX_POLL_INTERVAL",
+    "ChangeBatch",
     "ResultStore",
     "RunRecord",
     "StoreSnapshot",
     "StoredRun",
+    "check_cursor",
+    "check_poll_interval",
+    "check_runtime_id",
+    "check_wait_timeout",
     "interrupted",
+    "is_run_id",
+    "is_runtime_id",
     "terminal_index",
     "wall_clock_now",
 ]
@@ -30,10 +50,97 @@ __all__ = [
 #: ``error_type`` of a run that was live when its runtime's process ended.
 INTERRUPTED_ERROR_TYPE = "Interrupted"
 
+#: How often a runtime polls ``changes`` and ``sweep`` unless its store says otherwise.
+DEFAULT_POLL_INTERVAL: Final = 0.5
+#: Contract §16: another runtime's view trails a commit by at most one second.
+MAX_POLL_INTERVAL: Final = 1.0
+
+# Ids are made by the runtime (``_core._ids``): a prefix and 128 random bits
+# in lowercase hex. Anything else read from a store was not written by a
+# runtime, and must never reach a file name or a query unchecked.
+_RUN_ID: Final = re.compile(r"run_[0-9a-f]{32}")
+_RUNTIME_ID: Final = re.compile(r"rt_[0-9a-f]{32}")
+
+
+def is_run_id(value: object) -> bool:
+    """Whether *value* has the shape of a run id (``run_`` and 32 lowercase hex digits)."""
+    return type(value) is str and _RUN_ID.fullmatch(value) is not None
+
+
+def is_runtime_id(value: object) -> bool:
+    """Whether *value* has the shape of a runtime id (``rt_`` and 32 lowercase hex digits)."""
+    return type(value) is str and _RUNTIME_ID.fullmatch(value) is not None
+
 
 def wall_clock_now() -> str:
     """A wall-clock timestamp for people to read (no behaviour depends on it)."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def check_poll_interval(field: str, value: Any) -> float:
+    """Check a store's ``poll_interval``: a number of seconds in (0, 1].
+
+    Raises:
+        InvalidArgumentsError: it is not.
+    """
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and 0 < value <= MAX_POLL_INTERVAL
+    )
+    if not ok:
+        raise InvalidArgumentsError(
+            f"{field} must be a number of seconds > 0 and <= {MAX_POLL_INTERVAL:g} (another "
+            f"runtime's view may trail by at most one second), got {describe(value)}"
+        )
+    return float(value)
+
+
+def check_runtime_id(runtime_id: object, where: str, path: str | None) -> str:
+    """A runtime id given to a store, checked before it is used for anything.
+
+    Raises:
+        StoreError: it is not of the shape open_runtime makes.
+    """
+    if not is_runtime_id(runtime_id):
+        raise StoreError(
+            f"the store {where} was given {runtime_id!r} as a runtime id; a runtime id is rt_ "
+            "and 32 lowercase hex digits, as open_runtime makes them",
+            path=path,
+        )
+    assert isinstance(runtime_id, str)
+    return runtime_id
+
+
+def check_cursor(cursor: object, where: str | None) -> int:
+    """A cursor given to ``changes``/``wait_changes``, checked.
+
+    Raises:
+        StoreError: it is not a cursor a store returns (a whole number >= 0).
+    """
+    if type(cursor) is not int or cursor < 0:
+        raise StoreError(
+            f"the store {where or 'in memory'} was asked for changes after {cursor!r}, which "
+            "is not a cursor it returned (a whole number >= 0)",
+            path=where,
+        )
+    return cursor
+
+
+def check_wait_timeout(timeout: object, where: str | None) -> float:
+    """A ``wait_changes`` timeout, checked.
+
+    Raises:
+        StoreError: it is not a number of seconds >= 0.
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise StoreError(
+            f"wait_changes on the store {where or 'in memory'} needs a timeout in seconds "
+            f">= 0, got {timeout!r}",
+            path=where,
+        )
+    return float(timeout)
 
 
 @final
@@ -57,6 +164,13 @@ class RunRecord:
         transcript: the runner's transcript, if it gave one.
         admitted_at: wall-clock admission time (ISO 8601, UTC).
         ended_at: wall-clock end time, for a terminal run.
+        started_at: wall-clock time it started running, once it has.
+        deadline_at: Unix time (``time.time()`` scale) at which its child
+            deadline passes; ``None`` without a deadline or before it started.
+        cancel_requested: a cancellation was requested through the store (by
+            any runtime). Sticky: a store never clears it.
+        observed: its outcome was handed to its owner (a ``wait`` returned it)
+            in some runtime. Sticky: a store never clears it.
     """
 
     run_id: str
@@ -74,6 +188,10 @@ class RunRecord:
     transcript: tuple[Any, ...] | None = None
     admitted_at: str = ""
     ended_at: str | None = None
+    started_at: str | None = None
+    deadline_at: float | None = None
+    cancel_requested: bool = False
+    observed: bool = False
 
 
 @final
@@ -101,6 +219,22 @@ class StoreSnapshot:
     interrupted: tuple[str, ...]
 
 
+@final
+@attrs.frozen
+class ChangeBatch:
+    """The records changed after a cursor, as :meth:`ResultStore.changes` returns them.
+
+    Attributes:
+        cursor: the position to ask from next time (it covers every record
+            here, and never moves backwards).
+        records: each changed record once, in its current stored form, in
+            the order of their latest change (oldest first).
+    """
+
+    cursor: int
+    records: tuple[RunRecord, ...] = ()
+
+
 def interrupted(record: RunRecord) -> RunRecord:
     """*record* marked failed because its runtime's process ended while it was live."""
     return attrs.evolve(
@@ -119,10 +253,29 @@ def interrupted(record: RunRecord) -> RunRecord:
 class ResultStore(Protocol):
     """What a runtime needs from a durable store.
 
-    ``write`` may be called by many tasks at once; a store batches what is
-    pending into as few commits as it can (group commit). Every method is
-    a Trio checkpoint and raises ``StoreError`` on failure.
+    Every method is a Trio checkpoint and raises only ``StoreError``.
+
+    Records:
+
+    * ``write`` may be called by many tasks at once; a store commits each
+      call in one transaction (the runtime batches what is pending: group
+      commit). It never changes a record that is already terminal in the
+      store (a later write of that run is ignored), and never clears the
+      sticky ``cancel_requested`` and ``observed`` flags.
+    * What a store returns is equal to what was written (plain JSON data).
+
+    Sharing (contract §16):
+
+    * ``poll_interval``: how often (seconds, at most 1) a runtime calls
+      ``changes`` and ``sweep``.
+    * ``lease_seconds``: ``None`` where a runtime's liveness is exact
+      without a lease; else how long a runtime stays alive in the others'
+      eyes after its last successful ``sweep``. A runtime that cannot renew
+      its lease must stop its live runs before it runs out.
     """
+
+    poll_interval: float
+    lease_seconds: float | None
 
     async def attach(self, runtime_id: str) -> StoreSnapshot:
         """Register a runtime; mark the live runs of runtimes that are gone as interrupted."""
@@ -131,7 +284,7 @@ class ResultStore(Protocol):
         """Unregister a runtime that has settled all its runs."""
 
     async def write(self, records: Sequence[RunRecord]) -> None:
-        """Insert or replace *records*; durable when this returns."""
+        """Insert or replace *records* in one transaction; durable when this returns."""
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The record of *run_id*, or ``None``."""
@@ -140,6 +293,25 @@ class ResultStore(Protocol):
         self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
         """Records, newest admission first, filtered by status and owner."""
+
+    async def sweep(self, runtime_id: str) -> tuple[str, ...]:
+        """Renew *runtime_id*'s liveness; mark the live runs of gone runtimes interrupted.
+
+        Returns:
+            the ids it marked failed (interrupted).
+        """
+
+    async def changes(self, cursor: int | None) -> ChangeBatch:
+        """Every record written or flagged after *cursor* (``None``: the current position)."""
+
+    async def wait_changes(self, cursor: int, timeout: float) -> None:
+        """Return once changes after *cursor* may exist, or after *timeout* seconds."""
+
+    async def request_cancel(self, run_id: str) -> RunRecord | None:
+        """Set ``cancel_requested`` on a live run; the record as stored (``None``: unknown)."""
+
+    async def mark_observed(self, run_id: str) -> None:
+        """Set ``observed`` on *run_id* (nothing happens for an unknown run)."""
 
 
 def terminal_index(records: Iterable[RunRecord]) -> tuple[tuple[str, StoredRun], ...]:

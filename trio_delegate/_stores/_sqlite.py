@@ -1,4 +1,4 @@
-"""A durable store in one SQLite file (contract §12).
+"""A durable store in one SQLite file (contract §12, §16).
 
 Design:
 
@@ -8,11 +8,13 @@ Design:
 * WAL journal with ``synchronous=FULL``: a commit that returned survives a
   process kill and a power cut; the runtime batches pending writes into one
   commit (group commit), so throughput does not fall to one fsync per run;
-* plain JSON only: each row holds the record as JSON text produced by the
-  package's converter — a tampered or foreign file can fail to load, never
-  execute code;
+* plain JSON only (see ``_codec``): a tampered or foreign file can fail to
+  load, never execute code or name a file to touch;
 * a ``meta`` table with the schema version and forward migrations; a file
   that is not a trio_delegate store is refused, never modified;
+* every change takes the next number of a counter kept in ``meta``; writers
+  are serialised by SQLite, so a reader that asks for the changes after
+  number *n* never misses one;
 * the file is created with mode ``0600``; runtimes sharing it prove they are
   alive with kernel locks (see ``_liveness``).
 """
@@ -21,34 +23,57 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+import urllib.parse
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar, final
 
 import trio
 
 from .._checks import check_int, check_seconds
-from .._converter import converter
 from .._errors import StoreError
 from .._status import RunStatus
+from ._base import RecordReader, ThreadedStore
+from ._codec import (
+    EncodedRecord,
+    LiveHeads,
+    change_batch,
+    decode_row,
+    encode_record,
+    encode_state,
+    status_of,
+    with_head,
+)
 from ._liveness import RuntimeLock, lock_dir_for, runtime_is_gone
-from ._protocol import RunRecord, StoredRun, StoreSnapshot, interrupted
+from ._protocol import (
+    DEFAULT_POLL_INTERVAL,
+    ChangeBatch,
+    RunRecord,
+    StoredRun,
+    StoreSnapshot,
+    check_cursor,
+    check_poll_interval,
+    check_runtime_id,
+    check_wait_timeout,
+    interrupted,
+    is_run_id,
+    is_runtime_id,
+)
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "SQLiteReader", "SQLiteStore"]
 
 _APPLICATION: Final = "trio_delegate"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _LIVE = ("pending", "running")
 #: Store-side retention is applied after this many written records (and on attach).
 _PRUNE_EVERY: Final = 512
 _BUSY_TIMEOUT_MS: Final = 10_000
-# Built once: json.dumps with options builds a new encoder on every call.
-_RECORD_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 T = TypeVar("T")
+
+# -- schema -------------------------------------------------------------------------
 
 
 def _migrate_to_1(conn: sqlite3.Connection) -> None:
@@ -76,6 +101,58 @@ def _migrate_to_1(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO meta VALUES ('application', ?)", (_APPLICATION,))
 
 
+def _migrate_to_2(conn: sqlite3.Connection) -> None:
+    """Version 2: the changing part of a record in ``state``, sticky flags, change numbers.
+
+    Rows of version 1 keep their whole record in ``record`` and no ``state``;
+    they read the same (flags unset) and are numbered in admission order.
+    """
+    conn.execute("ALTER TABLE runs ADD COLUMN state TEXT")
+    conn.execute("ALTER TABLE runs ADD COLUMN seq INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE runs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE runs ADD COLUMN observed INTEGER NOT NULL DEFAULT 0")
+    conn.execute("UPDATE runs SET seq = rowid")
+    conn.execute("CREATE INDEX runs_by_seq ON runs (seq)")
+    conn.execute(
+        "INSERT INTO meta VALUES ('change_seq', (SELECT coalesce(max(rowid), 0) FROM runs))"
+    )
+
+
+#: _MIGRATIONS[n] brings a store from version n to n + 1.
+_MIGRATIONS: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {
+    0: _migrate_to_1,
+    1: _migrate_to_2,
+}
+
+_COLUMNS: Final = "record, state, cancel_requested, observed"
+
+_UPSERT: Final = """
+    INSERT INTO runs (run_id, runtime_id, owner, subagent, status, admitted_at, ended_at,
+                      record, state, seq, cancel_requested, observed)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (run_id) DO UPDATE SET
+        runtime_id = excluded.runtime_id,
+        owner = excluded.owner,
+        subagent = excluded.subagent,
+        status = excluded.status,
+        admitted_at = excluded.admitted_at,
+        ended_at = excluded.ended_at,
+        record = excluded.record,
+        state = excluded.state,
+        seq = excluded.seq,
+        cancel_requested = runs.cancel_requested OR excluded.cancel_requested,
+        observed = runs.observed OR excluded.observed
+    WHERE runs.status IN ('pending', 'running')
+"""
+# An upsert keeps the row's rowid, so rowid order stays admission order.
+
+_UPDATE_STATE: Final = """
+    UPDATE runs SET status = ?, ended_at = ?, state = ?, seq = ?,
+        cancel_requested = cancel_requested OR ?, observed = observed OR ?
+    WHERE run_id = ? AND status IN ('pending', 'running')
+"""
+
+
 @contextlib.contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any error.
@@ -94,107 +171,22 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
-#: _MIGRATIONS[n] brings a store from version n to n + 1.
-_MIGRATIONS: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {0: _migrate_to_1}
+def _reserve(conn: sqlite3.Connection, count: int) -> int:
+    """Take *count* change numbers (inside a write transaction); the first one."""
+    (last,) = conn.execute(
+        "UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'change_seq' "
+        "RETURNING CAST(value AS INTEGER)",
+        (count,),
+    ).fetchone()
+    return int(last) - count + 1
 
 
-@final
-class SQLiteStore:
-    """Run records in one SQLite file, shared safely by several processes.
-
-    Args:
-        path: the database file; it and its folder are created if missing
-            (file mode ``0600``, folder ``0700``).
-        retention_seconds: terminal runs that ended longer ago (wall clock)
-            are pruned; ``None`` keeps them by age.
-        max_rows: at most this many terminal runs are kept (oldest pruned
-            first); ``None`` for no bound. Live runs are never pruned.
-        max_bytes: an upper bound on the file's size; a write that would
-            exceed it fails with ``StoreError`` (as on a full disk).
-
-    Raises:
-        InvalidArgumentsError: a malformed argument.
-    """
-
-    __slots__ = (
-        "_conn",
-        "_limiter",
-        "_locks",
-        "_written",
-        "max_bytes",
-        "max_rows",
-        "path",
-        "retention_seconds",
-    )
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        retention_seconds: float | None = 30 * 24 * 3600.0,
-        max_rows: int | None = 100_000,
-        max_bytes: int | None = None,
-    ) -> None:
-        self.path = Path(path).expanduser().absolute()
-        self.retention_seconds = check_seconds(
-            "SQLiteStore.retention_seconds", retention_seconds, allow_zero=True, allow_none=True
-        )
-        self.max_rows = (
-            None if max_rows is None else check_int("SQLiteStore.max_rows", max_rows, minimum=1)
-        )
-        self.max_bytes = (
-            None
-            if max_bytes is None
-            else check_int("SQLiteStore.max_bytes", max_bytes, minimum=4096)
-        )
-        self._conn: sqlite3.Connection | None = None
-        self._limiter = trio.CapacityLimiter(1)
-        self._locks: dict[str, RuntimeLock] = {}
-        self._written = 0
-
-    def __repr__(self) -> str:
-        return f"<trio_delegate.SQLiteStore {str(self.path)!r}>"
-
-    # -- the ResultStore protocol ---------------------------------------------------
-
-    async def attach(self, runtime_id: str) -> StoreSnapshot:
-        return await self._run(self._attach_sync, runtime_id)
-
-    async def detach(self, runtime_id: str) -> None:
-        await self._run(self._detach_sync, runtime_id)
-
-    async def write(self, records: Sequence[RunRecord]) -> None:
-        await self._run(self._write_sync, list(records))
-
-    async def get(self, run_id: str) -> RunRecord | None:
-        return await self._run(self._get_sync, run_id)
-
-    async def list_runs(
-        self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
-    ) -> list[RunRecord]:
-        return await self._run(self._list_sync, status, owner, limit)
-
-    # -- plumbing ------------------------------------------------------------------------
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(self._guarded, fn, *args, limiter=self._limiter)
-
-    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run *fn* on the worker thread; turn every database failure into StoreError."""
-        try:
-            return fn(*args)
-        except StoreError:
-            raise
-        except sqlite3.DatabaseError as exc:
-            raise self._error(exc) from exc
-        except OSError as exc:
-            raise StoreError(
-                f"cannot use the store {self.path}: {exc.strerror or exc}; check that the "
-                "folder exists and is writable",
-                path=str(self.path),
-            ) from exc
-
-    def _error(self, exc: sqlite3.Error) -> StoreError:
+def _error_for(path: Path, exc: BaseException) -> StoreError:
+    """A StoreError for any failure of the store at *path*, naming the cause."""
+    if isinstance(exc, StoreError):
+        return exc
+    where = str(path)
+    if isinstance(exc, sqlite3.DatabaseError):
         text = str(exc)
         code = getattr(exc, "sqlite_errorname", "")
         if code == "SQLITE_FULL" or "full" in text:
@@ -215,7 +207,204 @@ class SQLiteStore:
         else:
             advice = "see the cause below"
             what = "failed"
-        return StoreError(f"the store {self.path} {what} ({text}): {advice}", path=str(self.path))
+        return StoreError(f"the store {where} {what} ({text}): {advice}", path=where)
+    if isinstance(exc, OSError):
+        return StoreError(
+            f"cannot use the store {where}: {exc.strerror or exc}; check that the folder "
+            "exists and is writable",
+            path=where,
+        )
+    return StoreError(
+        f"the store {where} failed unexpectedly ({type(exc).__name__}: {exc}); its "
+        "contents may have been changed by something else",
+        path=where,
+    )
+
+
+def _check_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The schema version of the store open on *conn*; 0 for an empty file.
+
+    Raises:
+        StoreError: the file belongs to something else, or to a newer version.
+    """
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return 0
+    meta: dict[str, str] = {}
+    if "meta" in tables:
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("application") != _APPLICATION:
+        raise StoreError(
+            f"the store {path} is an SQLite database of something else (tables: "
+            f"{', '.join(sorted(map(str, tables)))}), not a trio_delegate store; it was left "
+            "untouched: point the store at another file",
+            path=str(path),
+        )
+    try:
+        version = int(meta["schema_version"])
+    except (KeyError, ValueError, TypeError):
+        raise StoreError(
+            f"the store {path} has no readable schema version; it was left untouched: "
+            "restore it from a backup or use another file",
+            path=str(path),
+        ) from None
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the store {path} has schema version {version}, written by a newer "
+            f"trio_delegate (this one reads up to {SCHEMA_VERSION}): upgrade trio_delegate, "
+            "or use another file",
+            path=str(path),
+        )
+    return version
+
+
+def _tampered(where: str, run_id: object) -> StoreError:
+    return StoreError(
+        f"the store {where} holds a row (run id {run_id!r}) that was not written by a "
+        "runtime: its ids, owner or subagent are malformed; it was changed by something else",
+        path=where,
+    )
+
+
+def _check_not_empty(version: int, path: Path) -> None:
+    if version == 0:
+        raise StoreError(f"the file {path} holds no trio_delegate store", path=str(path))
+
+
+def _list_query(
+    columns: str, status: RunStatus | None, owner: str | None, limit: int
+) -> tuple[str, list[Any]]:
+    query = f"SELECT {columns} FROM runs"
+    clauses: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        clauses.append("status = ?")
+        params.append(status.value)
+    if owner is not None:
+        clauses.append("owner = ?")
+        params.append(owner)
+    if clauses:
+        query += " WHERE " + " AND ".join(clauses)
+    query += " ORDER BY rowid DESC LIMIT ?"
+    params.append(limit)
+    return query, params
+
+
+def _position(conn: sqlite3.Connection) -> int:
+    """The number of the latest change committed to the store."""
+    row = conn.execute(
+        "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'change_seq'"
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def _changes(conn: sqlite3.Connection, cursor: int | None, where: str) -> ChangeBatch:
+    """``ResultStore.changes`` on *conn*."""
+    if cursor is None:
+        return ChangeBatch(_position(conn))
+    check_cursor(cursor, where)
+    query = f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? ORDER BY seq"
+    return change_batch(cursor, conn.execute(query, (cursor,)).fetchall(), where)
+
+
+@final
+class SQLiteStore(ThreadedStore):
+    """Run records in one SQLite file, shared safely by several processes.
+
+    Args:
+        path: the database file; it and its folder are created if missing
+            (file mode ``0600``, folder ``0700``).
+        retention_seconds: terminal runs that ended longer ago (wall clock)
+            are pruned; ``None`` keeps them by age.
+        max_rows: at most this many terminal runs are kept (oldest pruned
+            first); ``None`` for no bound. Live runs are never pruned.
+        max_bytes: an upper bound on the file's size; a write that would
+            exceed it fails with ``StoreError`` (as on a full disk).
+        poll_interval: how often (seconds, at most 1) a runtime looks for
+            what other processes changed in the file.
+
+    Raises:
+        InvalidArgumentsError: a malformed argument.
+    """
+
+    __slots__ = (
+        "_conn",
+        "_heads",
+        "_limiter",
+        "_locks",
+        "_written",
+        "lease_seconds",
+        "max_bytes",
+        "max_rows",
+        "path",
+        "poll_interval",
+        "retention_seconds",
+    )
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        retention_seconds: float | None = 30 * 24 * 3600.0,
+        max_rows: int | None = 100_000,
+        max_bytes: int | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> None:
+        self.path = Path(path).expanduser().absolute()
+        self.retention_seconds = check_seconds(
+            "SQLiteStore.retention_seconds", retention_seconds, allow_zero=True, allow_none=True
+        )
+        self.max_rows = (
+            None if max_rows is None else check_int("SQLiteStore.max_rows", max_rows, minimum=1)
+        )
+        self.max_bytes = (
+            None
+            if max_bytes is None
+            else check_int("SQLiteStore.max_bytes", max_bytes, minimum=4096)
+        )
+        self.poll_interval = check_poll_interval("SQLiteStore.poll_interval", poll_interval)
+        #: Liveness is exact (kernel locks): no lease.
+        self.lease_seconds: float | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._limiter = trio.CapacityLimiter(1)
+        self._locks: dict[str, RuntimeLock] = {}
+        self._heads = LiveHeads()
+        self._written = 0
+
+    def __repr__(self) -> str:
+        return f"<trio_delegate.SQLiteStore {str(self.path)!r}>"
+
+    # -- the ResultStore protocol ---------------------------------------------------
+
+    async def wait_changes(self, cursor: int, timeout: float) -> None:
+        """Return once changes after *cursor* exist, or after *timeout* seconds (Trio clock).
+
+        The file is polled every ``poll_interval`` seconds.
+
+        Raises:
+            StoreError: the file cannot be read, or an argument is malformed.
+        """
+        where = str(self.path)
+        check_cursor(cursor, where)
+        timeout = check_wait_timeout(timeout, where)
+        await trio.lowlevel.checkpoint()
+        with trio.move_on_after(timeout):
+            # Other processes change the file: nothing here could set an Event.
+            while await self._run(self._position_sync) <= cursor:  # noqa: ASYNC110
+                await trio.sleep(self.poll_interval)
+
+    async def aclose(self) -> None:
+        """Release every lock this handle holds and close the file (idempotent).
+
+        Raises:
+            StoreError: a lock could not be released.
+        """
+        await self._run(self._close_sync)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _error(self, exc: Exception) -> StoreError:
+        return _error_for(self.path, exc)
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is not None:
@@ -242,7 +431,7 @@ class SQLiteStore:
 
     def _check_and_migrate(self, conn: sqlite3.Connection) -> None:
         with _transaction(conn):
-            version = self._version(conn)
+            version = _check_version(conn, self.path)
             while version < SCHEMA_VERSION:
                 _MIGRATIONS[version](conn)
                 version += 1
@@ -250,87 +439,91 @@ class SQLiteStore:
                     "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(version),)
                 )
 
-    def _version(self, conn: sqlite3.Connection) -> int:
-        tables = {
-            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
-        if not tables:
-            return 0
-        meta: dict[str, str] = {}
-        if "meta" in tables:
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        if meta.get("application") != _APPLICATION:
-            raise StoreError(
-                f"the store {self.path} is an SQLite database of something else (tables: "
-                f"{', '.join(sorted(tables))}), not a trio_delegate store; it was left "
-                "untouched: point the store at another file",
-                path=str(self.path),
-            )
-        try:
-            version = int(meta["schema_version"])
-        except (KeyError, ValueError):
-            raise StoreError(
-                f"the store {self.path} has no readable schema version; it was left "
-                "untouched: restore it from a backup or use another file",
-                path=str(self.path),
-            ) from None
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"the store {self.path} has schema version {version}, written by a newer "
-                f"trio_delegate (this one reads up to {SCHEMA_VERSION}): upgrade "
-                "trio_delegate, or use another file",
-                path=str(self.path),
-            )
-        return version
+    def _decode_rows(self, rows: list[Any]) -> list[RunRecord]:
+        where = str(self.path)
+        return [decode_row(row, where) for row in rows]
 
     # -- work on the thread --------------------------------------------------------------
 
     def _attach_sync(self, runtime_id: str) -> StoreSnapshot:
+        check_runtime_id(runtime_id, str(self.path), str(self.path))
+        if runtime_id in self._locks:
+            raise StoreError(
+                f"runtime {runtime_id} is already attached to the store {self.path}",
+                path=str(self.path),
+            )
         conn = self._connection()
-        lock_dir = lock_dir_for(self.path)
-        self._locks[runtime_id] = RuntimeLock(lock_dir, runtime_id)
+        self._locks[runtime_id] = RuntimeLock(lock_dir_for(self.path), runtime_id)
         try:
+            marked = self._mark_gone(conn)
             with _transaction(conn):
-                marked = self._mark_interrupted(conn, lock_dir)
                 self._prune(conn)
+            terminal = self._terminal(conn)
         except BaseException:
             self._release(runtime_id)
             raise
-        terminal = tuple(
-            (run_id, StoredRun(owner, subagent, RunStatus(status)))
-            for run_id, owner, subagent, status in conn.execute(
-                "SELECT run_id, owner, subagent, status FROM runs "
-                "WHERE status NOT IN (?, ?) ORDER BY rowid",
-                _LIVE,
-            )
-        )
         return StoreSnapshot(terminal, tuple(marked))
 
-    def _mark_interrupted(self, conn: sqlite3.Connection, lock_dir: Path) -> list[str]:
+    def _terminal(self, conn: sqlite3.Connection) -> tuple[tuple[str, StoredRun], ...]:
+        """Every terminal run in the file, oldest admission first."""
+        where = str(self.path)
+        terminal = []
+        for run_id, owner, subagent, status in conn.execute(
+            "SELECT run_id, owner, subagent, status FROM runs "
+            "WHERE status NOT IN (?, ?) ORDER BY rowid",
+            _LIVE,
+        ):
+            if not (is_run_id(run_id) and isinstance(owner, str) and isinstance(subagent, str)):
+                raise _tampered(where, run_id)
+            terminal.append((run_id, StoredRun(owner, subagent, status_of(status, where, run_id))))
+        return tuple(terminal)
+
+    def _mark_gone(self, conn: sqlite3.Connection) -> list[str]:
         """Mark failed every live run whose runtime is gone; return their ids."""
-        owners = [
-            row[0]
-            for row in conn.execute(
-                "SELECT DISTINCT runtime_id FROM runs WHERE status IN (?, ?)", _LIVE
-            )
-        ]
-        marked: list[str] = []
-        for rid in owners:
-            if not runtime_is_gone(lock_dir, rid):
-                continue
+        where = str(self.path)
+        lock_dir = lock_dir_for(self.path)
+        gone = []
+        for (runtime_id,) in conn.execute(
+            "SELECT DISTINCT runtime_id FROM runs WHERE status IN (?, ?)", _LIVE
+        ).fetchall():
+            if not is_runtime_id(runtime_id):
+                # Checked before any path is built from it: a tampered row must
+                # not name a lock file to take or remove.
+                raise StoreError(
+                    f"the store {where} holds a live run whose runtime id {runtime_id!r} was "
+                    "not written by a runtime; it was changed by something else (no lock "
+                    "file was touched)",
+                    path=where,
+                )
+            if runtime_id not in self._locks and runtime_is_gone(lock_dir, runtime_id):
+                gone.append(runtime_id)
+        if not gone:
+            return []
+        marks = ",".join("?" * len(gone))
+        with _transaction(conn):
             rows = conn.execute(
-                "SELECT record FROM runs WHERE runtime_id = ? AND status IN (?, ?)",
-                (rid, *_LIVE),
+                f"SELECT {_COLUMNS} FROM runs WHERE status IN (?, ?) "
+                f"AND runtime_id IN ({marks}) ORDER BY rowid",
+                (*_LIVE, *gone),
             ).fetchall()
-            for (text,) in rows:
-                record = interrupted(self._decode(text))
-                self._upsert(conn, record)
-                marked.append(record.run_id)
-        return marked
+            ended = [interrupted(record) for record in self._decode_rows(rows)]
+            if ended:
+                # Read in this transaction: their heads are the stored ones.
+                self._store(
+                    conn, [EncodedRecord(record, None, encode_state(record)) for record in ended]
+                )
+        return [record.run_id for record in ended]
 
     def _detach_sync(self, runtime_id: str) -> None:
         self._release(runtime_id)
         if not self._locks and self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _close_sync(self) -> None:
+        for runtime_id in list(self._locks):
+            self._release(runtime_id)
+        if self._conn is not None:
             self._conn.close()
             self._conn = None
 
@@ -340,75 +533,119 @@ class SQLiteStore:
             lock.release()
 
     def _write_sync(self, records: list[RunRecord]) -> None:
+        where = str(self.path)
+        heads = self._heads
+        encoded = [encode_record(record, where, heads) for record in records]
         conn = self._connection()
         with _transaction(conn):
-            self._upsert(conn, *records)
-            self._written += len(records)
+            self._store(conn, encoded)
+            self._written += len(encoded)
             if self._written >= _PRUNE_EVERY:
                 self._written = 0
                 self._prune(conn)
+        heads.committed(encoded)
+
+    def _store(self, conn: sqlite3.Connection, encoded: list[EncodedRecord]) -> None:
+        """Write *encoded* (inside a transaction), each with the next change number."""
+        seq = _reserve(conn, len(encoded))
+        known: list[tuple[EncodedRecord, int]] = []
+        whole: list[tuple[EncodedRecord, int]] = []
+        for item in encoded:
+            (whole if item.head is not None else known).append((item, seq))
+            seq += 1
+        if known:
+            cursor = conn.executemany(
+                _UPDATE_STATE,
+                [
+                    (
+                        item.record.status.value,
+                        item.record.ended_at,
+                        item.state,
+                        number,
+                        item.record.cancel_requested,
+                        item.record.observed,
+                        item.record.run_id,
+                    )
+                    for item, number in known
+                ],
+            )
+            if cursor.rowcount != len(known):
+                # Some rows were not live where this handle left them (ended by
+                # another runtime, or removed): write those records whole. The
+                # upsert leaves a terminal row alone and repeats the others.
+                where = str(self.path)
+                whole.extend((with_head(item, where), number) for item, number in known)
+        if whole:
+            conn.executemany(
+                _UPSERT,
+                [
+                    (
+                        item.record.run_id,
+                        item.record.runtime_id,
+                        item.record.owner,
+                        item.record.subagent,
+                        item.record.status.value,
+                        item.record.admitted_at,
+                        item.record.ended_at,
+                        item.head,
+                        item.state,
+                        number,
+                        item.record.cancel_requested,
+                        item.record.observed,
+                    )
+                    for item, number in whole
+                ],
+            )
 
     def _get_sync(self, run_id: str) -> RunRecord | None:
-        row = (
+        if not is_run_id(run_id):
+            return None
+        rows = (
             self._connection()
-            .execute("SELECT record FROM runs WHERE run_id = ?", (run_id,))
-            .fetchone()
+            .execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
+            .fetchall()
         )
-        return None if row is None else self._decode(row[0])
+        return self._decode_rows(rows)[0] if rows else None
 
     def _list_sync(
         self, status: RunStatus | None, owner: str | None, limit: int
     ) -> list[RunRecord]:
-        query = "SELECT record FROM runs"
-        clauses, params = [], []
-        if status is not None:
-            clauses.append("status = ?")
-            params.append(status.value)
-        if owner is not None:
-            clauses.append("owner = ?")
-            params.append(owner)
-        if clauses:
-            query += " WHERE " + " AND ".join(clauses)
-        query += " ORDER BY rowid DESC LIMIT ?"
-        rows = self._connection().execute(query, (*params, limit)).fetchall()
-        return [self._decode(text) for (text,) in rows]
+        query, params = _list_query(_COLUMNS, status, owner, limit)
+        return self._decode_rows(self._connection().execute(query, params).fetchall())
 
-    def _upsert(self, conn: sqlite3.Connection, *records: RunRecord) -> None:
-        # An upsert keeps the row's rowid, so rowid order stays admission order.
-        conn.executemany(
-            """
-            INSERT INTO runs (run_id, runtime_id, owner, subagent, status, admitted_at,
-                              ended_at, record)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (run_id) DO UPDATE SET
-                status = excluded.status,
-                ended_at = excluded.ended_at,
-                record = excluded.record
-            """,
-            [
-                (
-                    record.run_id,
-                    record.runtime_id,
-                    record.owner,
-                    record.subagent,
-                    record.status.value,
-                    record.admitted_at,
-                    record.ended_at,
-                    _RECORD_ENCODER.encode(converter.unstructure(record)),
+    def _sweep_sync(self, runtime_id: str) -> tuple[str, ...]:
+        check_runtime_id(runtime_id, str(self.path), str(self.path))
+        conn = self._connection()
+        lock = self._locks.get(runtime_id)
+        if lock is not None:
+            lock.renew()
+        return tuple(self._mark_gone(conn))
+
+    def _position_sync(self) -> int:
+        return _position(self._connection())
+
+    def _changes_sync(self, cursor: int | None) -> ChangeBatch:
+        return _changes(self._connection(), cursor, str(self.path))
+
+    def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None:
+        if not is_run_id(run_id):
+            return None
+        conn = self._connection()
+        with _transaction(conn):
+            row = conn.execute(
+                f"SELECT status, {flag} FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            status, already = row
+            live = status in _LIVE
+            if not already and (live or flag == "observed"):
+                conn.execute(
+                    f"UPDATE runs SET {flag} = 1, seq = ? WHERE run_id = ?",
+                    (_reserve(conn, 1), run_id),
                 )
-                for record in records
-            ],
-        )
-
-    def _decode(self, text: str) -> RunRecord:
-        try:
-            return converter.structure(json.loads(text), RunRecord)
-        except Exception as exc:
-            raise StoreError(
-                f"the store {self.path} holds a record that is not valid trio_delegate "
-                f"JSON ({type(exc).__name__}: {exc}); the file was changed by something else",
-                path=str(self.path),
-            ) from exc
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
+            return self._decode_rows(rows.fetchall())[0]
 
     def _prune(self, conn: sqlite3.Connection) -> None:
         """Apply store-side retention to terminal runs (live runs are never pruned)."""
@@ -430,3 +667,85 @@ class SQLiteStore:
                 """,
                 (*_LIVE, self.max_rows),
             )
+
+
+@final
+class SQLiteReader(RecordReader):
+    """Read the records of an SQLite store without ever writing to it.
+
+    For ``trio-delegate runs``: the file is opened read-only (``mode=ro``),
+    nothing is migrated and no lock is taken, so it works on a file and a
+    folder this process cannot write, and while another process holds the
+    write lock.
+
+    Args:
+        path: the store's file.
+    """
+
+    __slots__ = ("_columns", "path")
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self.path = Path(path).expanduser().absolute()
+        self._columns = _COLUMNS
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is not None:
+            conn: sqlite3.Connection = self._conn
+            return conn
+        try:
+            conn = self._open(immutable=False)
+        except sqlite3.OperationalError:
+            # A WAL file whose -shm is gone (no writer is active) and whose
+            # folder this process cannot write: SQLite cannot build the -shm
+            # it needs, but with no writer the file cannot change under us.
+            if Path(str(self.path) + "-wal").exists():
+                raise
+            conn = self._open(immutable=True)
+        self._conn = conn
+        return conn
+
+    def _open(self, *, immutable: bool) -> sqlite3.Connection:
+        uri = f"file:{urllib.parse.quote(str(self.path))}?mode=ro"
+        if immutable:
+            uri += "&immutable=1"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA query_only = ON")
+            version = _check_version(conn, self.path)
+            _check_not_empty(version, self.path)
+            if version < 2:
+                # Written before the state column and the flags existed.
+                self._columns = "record, NULL, 0, 0"
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _error(self, exc: Exception) -> StoreError:
+        return _error_for(self.path, exc)
+
+    def _get(self, run_id: str) -> RunRecord | None:
+        conn = self._connection()
+        rows = conn.execute(
+            f"SELECT {self._columns} FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchall()
+        return decode_row(rows[0], str(self.path)) if rows else None
+
+    def _list(self, status: RunStatus | None, owner: str | None, limit: int) -> list[RunRecord]:
+        query, params = _list_query(self._columns, status, owner, limit)
+        rows = self._connection().execute(query, params).fetchall()
+        where = str(self.path)
+        return [decode_row(row, where) for row in rows]
+
+    def _changes(self, cursor: int | None) -> ChangeBatch:
+        conn = self._connection()
+        if self._columns != _COLUMNS:
+            raise StoreError(
+                f"the store {self.path} was written by an older trio_delegate and keeps no "
+                "log of changes to follow; open it once with a runtime of this version to "
+                "migrate it, or read it with 'runs list'",
+                path=str(self.path),
+            )
+        return _changes(conn, cursor, str(self.path))

@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import secrets
+import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final, final
@@ -38,6 +39,8 @@ import attrs
 import mcp.types as mcp_types
 import trio
 from mcp.server import Server, ServerRequestContext
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from .. import (
     DelegationError,
@@ -87,6 +90,9 @@ DEFAULT_FOREGROUND_LIMIT_SECONDS: Final = 45.0
 #: asked for it with a progress token).
 DEFAULT_PROGRESS_INTERVAL_SECONDS: Final = 5.0
 
+#: The logger name of the log messages that announce a background run's end.
+_SETTLEMENT_LOGGER: Final = "trio_delegate.settled"
+
 #: The tools that run in the foreground unless told ``background``.
 _FOREGROUND_TOOLS: Final = ("delegate_task", "continue_subagent")
 
@@ -113,12 +119,21 @@ _ANNOTATIONS: Final = {
 
 
 @final
-@attrs.frozen
+@attrs.define(eq=False)
 class _Connection:
-    """What one connection works with: a parent and its tools."""
+    """What one connection works with: a parent and its tools.
+
+    Attributes:
+        session: the connection's MCP session, once a request has shown it
+            (the lifespan is entered before the session exists).
+        foreground: runs a foreground call is waiting for within its limit:
+            their ends reach the client as that call's answer.
+    """
 
     parent: Parent
     tools: DelegationTools
+    session: ServerSession | None = None
+    foreground: set[str] = attrs.Factory(set)
 
 
 @final
@@ -261,13 +276,18 @@ def _make_server(
 ) -> Server[Any]:
     @asynccontextmanager
     async def lifespan(server: Server[Any]) -> AsyncIterator[_Connection]:
-        async with session() as connection:
-            yield connection
+        async with session() as connection, trio.open_nursery() as nursery:
+            nursery.start_soon(_announce_settlements, connection)
+            try:
+                yield connection
+            finally:
+                nursery.cancel_scope.cancel()
 
     async def list_tools(
         ctx: ServerRequestContext[_Connection],
         params: mcp_types.PaginatedRequestParams | None,
     ) -> mcp_types.ListToolsResult:
+        ctx.lifespan_context.session = ctx.session
         return mcp_types.ListToolsResult(tools=_tool_list(ctx.lifespan_context.tools, limits))
 
     async def call_tool(
@@ -275,12 +295,15 @@ def _make_server(
         params: mcp_types.CallToolRequestParams,
     ) -> mcp_types.CallToolResult:
         connection = ctx.lifespan_context
+        connection.session = ctx.session
         arguments = params.arguments
         try:
-            if params.name in _FOREGROUND_TOOLS and _is_foreground(arguments):
-                assert arguments is not None
-                return await _foreground(ctx, connection, params.name, arguments, limits)
-            payload = await connection.tools.call(params.name, arguments)
+            # One execute_tool span for the call, however many tool calls serve it.
+            with connection.tools._traced_call(params.name):
+                if params.name in _FOREGROUND_TOOLS and _is_foreground(arguments):
+                    assert arguments is not None
+                    return await _foreground(ctx, connection, params.name, arguments, limits)
+                payload = await connection.tools.call(params.name, arguments)
         except DelegationError as exc:
             return error_result(exc)
         return success_result(payload)
@@ -340,6 +363,20 @@ async def _foreground(
     """
     handle = await connection.tools.call(name, {**arguments, "background": True})
     run_id = handle["run_id"]
+    connection.foreground.add(run_id)
+    try:
+        return await _foreground_wait(ctx, connection, handle, limits)
+    finally:
+        connection.foreground.discard(run_id)
+
+
+async def _foreground_wait(
+    ctx: ServerRequestContext[_Connection],
+    connection: _Connection,
+    handle: Mapping[str, Any],
+    limits: _Limits,
+) -> mcp_types.CallToolResult:
+    run_id = handle["run_id"]
     wait: dict[str, Any] = {"run_id": run_id}
     if limits.foreground_seconds is not None:
         wait["timeout"] = limits.foreground_seconds
@@ -371,6 +408,36 @@ async def _foreground(
         "finish."
     )
     return success_result(payload)
+
+
+async def _announce_settlements(connection: _Connection) -> None:
+    """Tell the client, as a log message, each time a background run of its own ends.
+
+    Clients that show server logs then surface it; the model still reads the
+    run with ``wait_subagent`` (a notice is never a result, nor observation).
+    """
+    async for handle in connection.parent.settled():
+        session = connection.session
+        if session is None or handle.run_id in connection.foreground:
+            continue  # no request yet, or a foreground call answers for it
+        data = {
+            "run_id": handle.run_id,
+            "subagent": handle.subagent,
+            "status": handle.status.value,
+            "message": (
+                f"background run {handle.run_id} ({handle.subagent}) ended "
+                f"{handle.status.value}: call wait_subagent to read its outcome"
+            ),
+        }
+        try:
+            with warnings.catch_warnings():
+                # MCP 2026-07-28 deprecates protocol logging (SEP-2577) but keeps
+                # it working through the deprecation window; it is the channel
+                # clients show today, so the notice still goes there.
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await session.send_log_message("info", data, logger=_SETTLEMENT_LOGGER)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return  # the client has gone
 
 
 async def _report_progress(

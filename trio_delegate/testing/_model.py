@@ -22,8 +22,12 @@ open, the result can depend on it. The model then raises
 ending (which cancels its nested runs) at the instant one of those runs acts,
 a nested admission whose ``max_live_runs`` verdict depends on other runs of
 the same instant, and a timed wait whose timeout ends at the instant the run
-changes status. Retention is not modelled: a run that would be evicted raises
-``ValueError``.
+changes status, and retention evicting by count one of several runs that
+ended at the same instant.
+
+Retention is modelled (contract §8): runs evicted by count or age answer
+``expired`` (or ``unknown`` once forgotten), or, with a store
+(``store=True``), from the store.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import copy
 import enum
 import json
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, NoReturn, final
 
@@ -40,6 +44,7 @@ import attrs
 
 from .._config import Config
 from .._core._parent import Parent
+from .._core._retention import TOMBSTONES_PER_RETAINED_RUN
 from .._errors import (
     DelegationError,
     RunFailedError,
@@ -227,6 +232,13 @@ class _Run:
     cause: str | None = None
     observed: bool = False
     replacements: list[_Run] = attrs.Factory(list)
+    # Retention: evicted from memory; ambiguous when which of several runs
+    # that ended together was evicted depends on Trio's order.
+    evicted: bool = False
+    ambiguous: bool = False
+    # contract §17: told by a wait (or run in the foreground, which tells itself).
+    told: bool = False
+    foreground: bool = False
     # The runner's progress.
     mode: _Mode = _Mode.IDLE
     script: Script | None = None
@@ -268,6 +280,8 @@ class LifecycleModel:
             read when a run starts, so assign them before).
         config: the runtime's config; ``Config()`` when omitted.
         now: the Trio clock time at which the runtime was opened.
+        store: whether the runtime has a durable store (evicted runs are
+            then answered from it).
 
     Runs are numbered ``0, 1, 2, …`` in the order top-level parents admitted
     them (nested runs have no number); parents likewise, in the order they
@@ -279,9 +293,16 @@ class LifecycleModel:
     """
 
     def __init__(
-        self, subagents: Iterable[Subagent], config: Config | None = None, *, now: float = 0.0
+        self,
+        subagents: Iterable[Subagent],
+        config: Config | None = None,
+        *,
+        now: float = 0.0,
+        store: bool = False,
     ) -> None:
         self._config = config if config is not None else Config()
+        # With a durable store, runs that retention evicted are answered from it.
+        self._store = store
         self._subagents: dict[str, Subagent] = {}
         for subagent in subagents:
             if not isinstance(subagent.runner, ScriptedRunner):
@@ -300,7 +321,10 @@ class LifecycleModel:
         self._all: list[_Run] = []
         self._running: dict[str, _Run] = {}
         self._live = 0
-        self._terminal_count = 0
+        # Retention (contract §8): terminal runs in the order they ended, and
+        # the owners of evicted ids, oldest first.
+        self._kept: deque[_Run] = deque()
+        self._tombstones: OrderedDict[str, str] = OrderedDict()
         self._trace = Trace()
         self._queue: deque[tuple[_Run, str]] = deque()
         self._queued: dict[str, int] = {}
@@ -345,6 +369,27 @@ class LifecycleModel:
         """The task of run *run*."""
         return self._top[run].task
 
+    def run_subagent(self, run: int) -> str:
+        """The subagent of run *run*."""
+        return self._top[run].subagent.name
+
+    def ended_at(self, run: int) -> float | None:
+        """When run *run* ended, if it did."""
+        return self._top[run].ended_at
+
+    def unobserved(self, parent: int) -> list[int]:
+        """``parent.unobserved()`` as run numbers, in no particular order among runs
+        that ended at one instant (contract §17)."""
+        return [
+            run.number
+            for run in self._parents[parent].runs
+            if run.number is not None and run.terminal and not run.told and not run.foreground
+        ]
+
+    def expire(self) -> None:
+        """Apply time-based retention now, as every lookup of the runtime does."""
+        self._expire(self._now)
+
     def peek_status(self, run: int) -> RunStatus:
         """Run *run*'s status, without the checks a real ``status`` call makes."""
         return self._top[run].status
@@ -374,6 +419,7 @@ class LifecycleModel:
             or not owner.strip()
             or len(owner) > _MAX_OWNER_CHARS
             or not owner.isprintable()
+            or "/" in owner
         ):
             return _error("invalid_arguments")
         if subagents is None:
@@ -486,12 +532,49 @@ class LifecycleModel:
         if isinstance(admitted, Answer):
             return admitted
         run = admitted
+        run.foreground = True
         self._begin_batch()
         self._drain()
         self._end_batch()
         if not self._run_until(lambda: run.terminal):
             return Answer("blocked", run.number)
         return self._outcome(run)
+
+    def continue_run(
+        self, parent: int, run: int | None, message: str, *, background: bool = False
+    ) -> Answer:
+        """``parent.continue_run(run_id, message, background=...)``.
+
+        The new run is of the earlier run's subagent; like :meth:`start` with
+        *background*, else like :meth:`delegate` (``"blocked"`` included).
+        """
+        p = self._parents[parent]
+        refused = self._refuse_closed(p)
+        if refused is not None:
+            return refused
+        found = self._lookup(p, run)
+        if isinstance(found, Answer):
+            return found
+        if not found.terminal:
+            return _error("invalid_arguments")
+        admitted = self._admit(p, found.subagent.name, message, None)
+        if isinstance(admitted, Answer):
+            return admitted
+        admitted.foreground = not background
+        handle = self._handle(admitted)  # an admission ack: the status at admission
+        self._begin_batch()
+        self._drain()
+        self._end_batch()
+        if background:
+            return handle
+        new = admitted
+        if not self._run_until(lambda: new.terminal):
+            return Answer("blocked", new.number)
+        return self._outcome(new)
+
+    def is_ambiguous(self, run: int) -> bool:
+        """Whether run *run*'s eviction depended on Trio's order (answers about it are open)."""
+        return self._top[run].ambiguous
 
     def status(self, parent: int, run: int | None) -> Answer:
         """``parent.status(run_id)``; *run* ``None`` stands for an id never issued."""
@@ -553,6 +636,8 @@ class LifecycleModel:
         found = self._lookup(p, run)
         if isinstance(found, Answer):
             return found
+        if found.evicted:  # answered from the store: it ended
+            return Answer("ack", found.number, status=found.status, cancel_requested=False)
         self._begin_batch()
         requested = self._request_cancel(found, (self._batch, 0))
         answer = Answer("ack", found.number, status=found.status, cancel_requested=requested)
@@ -682,12 +767,17 @@ class LifecycleModel:
             if not 0 <= replaces < len(self._top) or self._top[replaces].parent is not p:
                 return _error("invalid_arguments")
             replaced = self._top[replaces]
+            if replaced.ambiguous:
+                raise IndeterminateError(
+                    f"whether run {replaced.task!r} was evicted depends on Trio's order"
+                )
+            if replaced.evicted and self._resolved(replaced):
+                return _error("invalid_arguments")  # forgotten: nothing left to replace
             if replaced.status is RunStatus.COMPLETED or not replaced.terminal:
                 return _error("invalid_arguments")
         depth = p.depth + 1
         if depth > config.max_depth:
             return _error("limit_exceeded", subagent=name)
-        self._check_retention()
         accepted = self._live < config.max_live_runs
         if by is not None:
             self._batch_decisions.append((len(self._batch_log), by, self._live, accepted))
@@ -1116,20 +1206,22 @@ class LifecycleModel:
             self._settle_returned(run, value)
 
     def _settle_returned(self, run: _Run, value: Any) -> None:
+        """A returned value, held as canonical JSON (contract §5): checked, then decoded."""
         transcript = None
         if isinstance(value, Output):
             value, transcript = value.final_result, value.transcript
+        limit = self._config.max_nesting_depth
         try:
-            encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
             if transcript is not None:
-                json.dumps(transcript, allow_nan=False)
+                _canonical(list(transcript), limit)
+            encoded = _canonical(value, limit)
         except (TypeError, ValueError) as exc:
             self._settle(run, RunStatus.FAILED, cause=type(exc).__name__)
             return
         if len(encoded.encode()) > self._config.max_result_bytes:
             self._settle(run, RunStatus.FAILED, cause="LimitExceededError")
             return
-        self._settle(run, RunStatus.COMPLETED, result=value)
+        self._settle(run, RunStatus.COMPLETED, result=json.loads(encoded))
 
     def _settle_interrupted(self, run: _Run) -> None:
         requested = run.cancel_requested_at
@@ -1151,7 +1243,6 @@ class LifecycleModel:
         run.active_batch = self._batch
         run.changed_at = self._now
         self._live -= 1
-        self._terminal_count += 1
         self._batch_log.append(("settle", run))
         self._running.pop(run.key, None)
         p = run.parent
@@ -1163,11 +1254,39 @@ class LifecycleModel:
         if was_running:
             p.running -= 1
             self._launch_pending(p, run)
-        if self._terminal_count > self._config.retention_max_runs:
-            raise ValueError(
-                "more terminal runs than Config.retention_max_runs: the model does not "
-                "cover retention; raise the limit"
-            )
+        self._retain(run)
+
+    # -- retention (contract §8) ------------------------------------------------
+
+    def _retain(self, run: _Run) -> None:
+        """``Retention.add``: keep *run*; evict the oldest past the count, then by age."""
+        kept = self._kept
+        kept.append(run)
+        if len(kept) > self._config.retention_max_runs:
+            oldest = kept[0]
+            # Which of several runs that ended at one instant ended first can
+            # be Trio's choice: the one evicted is open.
+            twins = [other for other in kept if other.ended_at == oldest.ended_at]
+            if len(twins) > 1:
+                for other in twins:
+                    other.ambiguous = True
+            self._evict_oldest()
+        self._expire(run.ended_at if run.ended_at is not None else self._now)
+
+    def _expire(self, now: float) -> None:
+        """``Retention.expire``: evict every run that ended more than retention_seconds ago."""
+        kept = self._kept
+        seconds = self._config.retention_seconds
+        while kept and kept[0].ended_at is not None and now - kept[0].ended_at > seconds:
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        run = self._kept.popleft()
+        run.evicted = True
+        tombstones = self._tombstones
+        tombstones[run.key] = run.parent.owner
+        if len(tombstones) > TOMBSTONES_PER_RETAINED_RUN * self._config.retention_max_runs:
+            tombstones.popitem(last=False)
 
     # -- answers --------------------------------------------------------------
 
@@ -1176,20 +1295,22 @@ class LifecycleModel:
             return _error("runtime_closed")
         return None
 
-    def _check_retention(self) -> None:
-        horizon = self._now - self._config.retention_seconds
-        if any(run.ended_at is not None and run.ended_at < horizon for run in self._all):
-            raise ValueError(
-                "a terminal run is older than Config.retention_seconds: the model does not "
-                "cover retention; raise the limit"
-            )
-
     def _lookup(self, p: _Parent, number: int | None) -> _Run | Answer:
-        self._check_retention()
-        if number is not None and 0 <= number < len(self._top):
-            run = self._top[number]
-            if run.parent is p:
-                return run
+        """``Parent._find``: the run if its owner is *p*'s (contract §8), after expiring."""
+        self._expire(self._now)
+        if number is None or not 0 <= number < len(self._top):
+            return _error("unknown_run", run=number)
+        run = self._top[number]
+        if run.parent.owner != p.owner:
+            return _error("unknown_run", run=number)
+        if run.ambiguous:
+            raise IndeterminateError(
+                f"whether run {run.task!r} was evicted depends on Trio's order"
+            )
+        if not run.evicted or self._store:
+            return run
+        if self._tombstones.get(run.key) == p.owner:
+            return _error("expired_run", run=number)
         return _error("unknown_run", run=number)
 
     def _handle(self, run: _Run) -> Answer:
@@ -1197,6 +1318,7 @@ class LifecycleModel:
 
     def _outcome(self, run: _Run) -> Answer:
         """The answer a wait gives on a terminal run (observing a completed one)."""
+        run.told = True
         if run.status is RunStatus.COMPLETED:
             run.observed = True
             return Answer("result", run.number, run.subagent.name, final_result=run.result)
@@ -1227,3 +1349,26 @@ class LifecycleModel:
 
 def _error(kind: str, *, run: int | None = None, subagent: str | None = None) -> Answer:
     return Answer("error", run, subagent, error=kind)
+
+
+def _canonical(value: Any, max_depth: int) -> str:
+    """The canonical JSON text the runtime holds a value in (see ``trio_delegate._json``).
+
+    Raises:
+        TypeError: not JSON at all.
+        ValueError: too deep, NaN or infinity, or text that is not valid Unicode.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth + 1 > max_depth:
+                raise ValueError("too deep")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a lone surrogate") from None
+    return text

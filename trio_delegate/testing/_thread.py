@@ -20,6 +20,7 @@ from typing import Any, Generic, Self, TypeVar, TypeVarTuple, Unpack, final
 
 import attrs
 import trio
+import trio.testing
 
 __all__ = ["Entered", "TrioThread"]
 
@@ -241,7 +242,7 @@ class TrioThread:
         self._send = send
         self._token = trio.lowlevel.current_trio_token()
         self._ready.set()
-        async with receive:
+        async with receive, trio.open_nursery() as nursery:
             async for job in receive:
                 try:
                     value = await job.call()
@@ -252,6 +253,18 @@ class TrioThread:
                     )
                     raise
                 except BaseException as exc:
-                    job.future.set_exception(exc)
+                    nursery.start_soon(_report, job.future.set_exception, exc)
                 else:
-                    job.future.set_result(value)
+                    nursery.start_soon(_report, job.future.set_result, value)
+
+
+async def _report(answer: Callable[[Any], None], value: Any) -> None:
+    """Hand a call's outcome to the calling thread once the Trio run is idle.
+
+    The next call then always finds every task parked, whatever the calling
+    thread's timing: the order in which Trio runs tasks stays a function of
+    the calls alone, so a run under ``MockClock`` (and a seeded scheduler, as
+    pytest-trio sets up under Hypothesis) is reproducible.
+    """
+    await trio.testing.wait_all_tasks_blocked()
+    answer(value)

@@ -1,0 +1,228 @@
+"""Runtimes sharing a store (contract §16): a parent answers for every run of its owner.
+
+Two runtimes share one store here, as two processes or hosts would (each
+with a store handle of its own); the runs live in one of them, the other
+observes them through the store. Real time: the stores work on threads, and
+another runtime's news arrives by notification or by poll (≤ 1 s).
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import trio_delegate as td
+
+from .helpers import forever, slow_cleanup, sub
+from .stores import read_line, spawn_child
+
+LENIENT = td.Config(fail_closed=False)
+#: How long a change may take to reach the other runtime (contract: ≤ 1 s), plus slack.
+NEWS = 3.0
+
+
+class Hosts:
+    """Store handles of one store, one per "host"."""
+
+    def __init__(self, kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.request = request
+        self.memory = td.MemoryStore()
+        self.schema = ""
+        if kind == "postgres":
+            self.schema = request.getfixturevalue("pg_schema")
+            self.server = request.getfixturevalue("pg_server")
+
+    def store(self) -> Any:
+        if self.kind == "memory":
+            return self.memory
+        if self.kind == "sqlite":
+            return td.SQLiteStore(self.tmp_path / "runs.db")
+        return td.PostgresStore(self.server.dsn(), schema=self.schema)
+
+    def location(self) -> list[str]:
+        """What ``tests.store_child`` takes to open this store in another process."""
+        if self.kind == "sqlite":
+            return [str(self.tmp_path / "runs.db")]
+        return ["--schema", self.schema, self.server.dsn()]
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def hosts(request: pytest.FixtureRequest, tmp_path: Path) -> Hosts:
+    return Hosts(request.param, tmp_path, request)
+
+
+async def eventually(check: Callable[[], Any], within: float = NEWS) -> Any:
+    """*check()*'s value once it stops raising or returning a falsy value."""
+    with trio.fail_after(within):
+        while True:
+            try:
+                value = check()
+            except (td.DelegationError, AssertionError):
+                value = None
+            if value:
+                return value
+            await trio.sleep(0.02)
+
+
+def resolved(parent: td.Parent) -> bool:
+    parent.check_resolved()  # raises while something is unresolved
+    return True
+
+
+def gated(go: trio.Event, result: Any = "done") -> Any:
+    async def runner(ctx: td.ChildContext) -> Any:
+        await go.wait()
+        return result
+
+    return runner
+
+
+@asynccontextmanager
+async def runtime(store: Any, *subagents: td.Subagent, **kwargs: Any) -> AsyncIterator[td.Runtime]:
+    async with td.open_runtime(list(subagents), store=store, **kwargs) as rt:
+        yield rt
+
+
+async def test_a_parent_answers_for_its_owners_runs_in_another_runtime(hosts: Hosts) -> None:
+    go = trio.Event()
+    subagents = [sub("gated", gated(go, {"answer": 42}))]
+    async with (
+        runtime(hosts.store(), *subagents) as host_a,
+        runtime(hosts.store(), *subagents) as host_b,
+        host_a.open_parent("alice") as on_a,
+        host_b.open_parent("alice") as on_b,
+        host_b.open_parent("bob") as bob,
+    ):
+        handle = await on_a.start("gated", "the question")
+        # Host B's view trails host A by at most a notification or a poll.
+        seen = td.RunHandle(handle.run_id, "gated", td.RunStatus.RUNNING)
+        await eventually(lambda: on_b.status(handle.run_id) == seen)
+        # A wait reads the store itself: timeout=0 is the fresh answer.
+        assert await on_b.wait(handle.run_id, timeout=0) == seen
+        with pytest.raises(td.UnknownRunError):
+            bob.status(handle.run_id)  # another owner's run, on every host
+        with pytest.raises(td.UnknownRunError):
+            await bob.wait(handle.run_id, timeout=0)
+        go.set()
+        with trio.fail_after(NEWS):
+            result = await on_b.wait(handle.run_id)
+        assert result == td.RunResult(handle.run_id, "gated", "the question", {"answer": 42})
+        # Observed on host B: the parent that started it counts it as observed.
+        await eventually(lambda: resolved(on_a))
+
+
+async def test_a_cancel_from_another_runtime_stops_the_run_within_a_second(
+    hosts: Hosts,
+) -> None:
+    async with (
+        runtime(hosts.store(), sub("idle", forever), config=LENIENT) as host_a,
+        runtime(hosts.store(), sub("idle", forever), config=LENIENT) as host_b,
+        host_a.open_parent("alice") as on_a,
+        host_b.open_parent("alice") as on_b,
+    ):
+        handle = await on_a.start("idle", "t")
+        await eventually(lambda: on_b.status(handle.run_id).status is td.RunStatus.RUNNING)
+        ack = on_b.cancel(handle.run_id)
+        assert ack == td.CancelAck(handle.run_id, True, td.RunStatus.RUNNING)
+        started = trio.current_time()
+        with trio.fail_after(NEWS), pytest.raises(td.RunCancelledError):
+            await on_a.wait(handle.run_id)
+        assert trio.current_time() - started < 1.5
+        with trio.fail_after(NEWS), pytest.raises(td.RunCancelledError):
+            await on_b.wait(handle.run_id)
+        # Once the end has reached host B's view, a cancel finds it ended.
+        await eventually(lambda: on_b.cancel(handle.run_id).cancel_requested is False)
+
+
+async def test_a_wait_elsewhere_never_answers_running_past_the_deadline(
+    hosts: Hosts,
+) -> None:
+    # Past its 0.3 s deadline the run spends 1 s in shielded cleanup: it still
+    # reads running on its host, but a wait elsewhere waits for its end.
+    subagents = [sub("slow", slow_cleanup(1.0), timeout_seconds=0.3)]
+    async with (
+        runtime(hosts.store(), *subagents, config=LENIENT) as host_a,
+        runtime(hosts.store(), *subagents, config=LENIENT) as host_b,
+        host_a.open_parent("alice") as on_a,
+        host_b.open_parent("alice") as on_b,
+    ):
+        handle = await on_a.start("slow", "t")
+        await eventually(lambda: on_b.status(handle.run_id))
+        await trio.sleep(0.5)  # its deadline has passed; its cleanup has not
+        assert on_a.status(handle.run_id).status is td.RunStatus.RUNNING
+        with trio.fail_after(NEWS), pytest.raises(td.RunTimedOutError):
+            await on_b.wait(handle.run_id, timeout=0)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_runs_of_a_killed_process_are_interrupted_for_a_waiter_elsewhere(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    hosts = Hosts(kind, tmp_path, request)
+    process = await spawn_child(*hosts.location(), "start")
+    try:
+        run_id = await read_line(process)
+        async with (
+            runtime(hosts.store(), sub("forever", forever), config=LENIENT) as rt,
+            rt.open_parent("worker") as parent,  # the child's owner
+        ):
+            still = await parent.wait(run_id, timeout=0)
+            assert isinstance(still, td.RunHandle)
+            assert not still.status.is_terminal
+            process.send_signal(signal.SIGKILL)
+            started = trio.current_time()
+            with trio.fail_after(NEWS), pytest.raises(td.RunFailedError, match="interrupted"):
+                await parent.wait(run_id)
+            assert trio.current_time() - started < 2.0
+    finally:
+        process.kill()
+        with trio.move_on_after(10):
+            await process.wait()
+
+
+async def test_a_runtime_cut_off_from_postgres_stops_its_runs_within_its_lease(
+    pg_server: Any, pg_schema: str
+) -> None:
+    import psycopg
+
+    role, password = "cut_" + secrets.token_hex(6), secrets.token_hex(8)
+    with psycopg.connect(pg_server.admin_dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        admin.execute(f"GRANT CREATE ON DATABASE postgres TO {role}")
+        try:
+            dsn = f"postgresql://{role}:{password}@127.0.0.1:{pg_server.port}/postgres"
+            store = td.PostgresStore(dsn, schema=pg_schema, lease_seconds=2)
+            async with (
+                runtime(store, sub("idle", forever), config=LENIENT) as rt,
+                rt.open_parent("alice") as parent,
+            ):
+                handle = await parent.start("idle", "t")
+                # The host is cut off: it can neither reach the server nor get back in.
+                admin.execute(f"ALTER ROLE {role} NOLOGIN")
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                    [role],
+                )
+                started = trio.current_time()
+                with trio.fail_after(10), pytest.raises(td.RunCancelledError, match="lease"):
+                    await parent.wait(handle.run_id)
+                # Stopped before its lease ran out: nothing goes on that the fleet wrote off.
+                assert trio.current_time() - started < 2.0
+        finally:
+            admin.execute(f"ALTER ROLE {role} LOGIN")
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                [role],
+            )
+            admin.execute(f"DROP SCHEMA IF EXISTS {pg_schema} CASCADE")
+            admin.execute(f"REVOKE CREATE ON DATABASE postgres FROM {role}")
+            admin.execute(f"DROP ROLE {role}")

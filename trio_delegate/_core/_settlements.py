@@ -1,0 +1,116 @@
+"""Waking the parent (contract §17): which runs of a parent settled, and which
+of them nobody has been told about yet.
+
+Neither is observation (contract §7): a host may watch settlements to tell
+its model at the next turn, and the model still has to ``wait`` for each run
+before the parent may claim completion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, final
+
+import trio
+
+from .._results import RunHandle
+
+if TYPE_CHECKING:
+    from ._run import Run
+
+__all__ = ["SettledRuns", "Settlements"]
+
+
+@final
+class SettledRuns(AsyncIterator[RunHandle]):
+    """The runs of one parent as they settle: from :meth:`Parent.settled`.
+
+    An async iterator of ``RunHandle``\\ s with terminal statuses, in
+    settlement order, from the moment it was made; it ends once its parent
+    has closed (after the runs its close ended). Leave it early with
+    :meth:`aclose` (or ``async with``) so nothing more is kept for it.
+    """
+
+    __slots__ = ("_owner", "_receive")
+
+    def __init__(self, owner: Settlements, receive: trio.MemoryReceiveChannel[RunHandle]) -> None:
+        self._owner = owner
+        self._receive = receive
+
+    def __repr__(self) -> str:
+        return f"<trio_delegate settled runs of parent {self._owner.parent_owner!r}>"
+
+    def __aiter__(self) -> SettledRuns:
+        return self
+
+    async def __anext__(self) -> RunHandle:
+        try:
+            return await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        """Stop following the parent's settlements (idempotent)."""
+        self._owner.forget(self)
+        await self._receive.aclose()
+
+    async def __aenter__(self) -> SettledRuns:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+@final
+class Settlements:
+    """One parent's settlement stream and its unobserved runs."""
+
+    __slots__ = ("_closed", "_streams", "_unobserved", "parent_owner")
+
+    def __init__(self, parent_owner: str) -> None:
+        self.parent_owner = parent_owner
+        self._streams: dict[SettledRuns, trio.MemorySendChannel[RunHandle]] = {}
+        # Terminal runs whose outcome no wait has told, oldest settled first.
+        self._unobserved: dict[str, RunHandle] = {}
+        self._closed = False
+
+    def subscribe(self) -> SettledRuns:
+        """A new stream of the runs that settle from now on."""
+        send, receive = trio.open_memory_channel[RunHandle](math.inf)
+        stream = SettledRuns(self, receive)
+        if self._closed:
+            send.close()
+        else:
+            self._streams[stream] = send
+        return stream
+
+    def forget(self, stream: SettledRuns) -> None:
+        send = self._streams.pop(stream, None)
+        if send is not None:
+            send.close()
+
+    def settled(self, run: Run) -> None:
+        """*run* settled and its caller has its id: tell every stream."""
+        handle = run.handle()
+        if not run.foreground:
+            self._unobserved[run.run_id] = handle
+        for stream, send in list(self._streams.items()):
+            try:
+                send.send_nowait(handle)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._streams.pop(stream, None)  # its reader left
+
+    def told(self, run_id: str) -> None:
+        """A wait returned *run_id*'s result or raised its error."""
+        self._unobserved.pop(run_id, None)
+
+    def unobserved(self) -> tuple[RunHandle, ...]:
+        return tuple(self._unobserved.values())
+
+    def close(self) -> None:
+        """The parent closed and joined its runs: every stream ends."""
+        self._closed = True
+        streams, self._streams = self._streams, {}
+        for send in streams.values():
+            send.close()

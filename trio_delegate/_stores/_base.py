@@ -1,0 +1,233 @@
+"""What the stores on disk share: their methods on worker threads, and reading without writing."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import trio
+
+from .._errors import StoreError
+from .._status import RunStatus
+from ._protocol import ChangeBatch, RunRecord, StoreSnapshot
+
+__all__ = ["RecordReader", "ThreadedStore", "guarded"]
+
+T = TypeVar("T")
+
+
+def guarded(error: Callable[[Exception], StoreError], fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``; any failure but a StoreError comes out as ``error(exc)``, naming it."""
+    try:
+        return fn(*args)
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise error(exc) from exc
+
+
+class RecordReader(abc.ABC):
+    """Reads the records of a store without ever writing to it (``trio-delegate runs``).
+
+    A subclass opens its connection on first use (``_conn``) and says how to
+    read one record, a listing, and how to name a failure.
+    """
+
+    __slots__ = ("_conn",)
+
+    def __init__(self) -> None:
+        self._conn: Any = None
+
+    def get(self, run_id: str) -> RunRecord | None:
+        """The record of *run_id*, or ``None``.
+
+        Raises:
+            StoreError: the store cannot be read, or the row was tampered with.
+        """
+        return guarded(self._error, self._get, run_id)
+
+    def list_runs(
+        self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Records, newest admission first, filtered by status and owner.
+
+        Raises:
+            StoreError: the store cannot be read, or a row was tampered with.
+        """
+        return guarded(self._error, self._list, status, owner, limit)
+
+    def changes(self, cursor: int | None) -> ChangeBatch:
+        """Every record written or flagged after *cursor*, oldest change first.
+
+        As :meth:`ResultStore.changes`, read-only: ``trio-delegate runs watch``
+        follows a store with it.
+
+        Args:
+            cursor: a cursor an earlier call returned; ``None`` for the
+                current position (and no records).
+
+        Raises:
+            StoreError: the store cannot be read, keeps no change log (written
+                by an older version), or *cursor* is malformed.
+        """
+        return guarded(self._error, self._changes, cursor)
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    @abc.abstractmethod
+    def _get(self, run_id: str) -> RunRecord | None: ...
+
+    @abc.abstractmethod
+    def _list(self, status: RunStatus | None, owner: str | None, limit: int) -> list[RunRecord]: ...
+
+    @abc.abstractmethod
+    def _changes(self, cursor: int | None) -> ChangeBatch: ...
+
+    @abc.abstractmethod
+    def _error(self, exc: Exception) -> StoreError: ...
+
+
+class ThreadedStore(abc.ABC):
+    """The ``ResultStore`` methods of a store whose work runs on Trio worker threads.
+
+    Each method runs its ``_…_sync`` counterpart on a thread (as many at once
+    as ``_limiter`` allows), so the Trio loop never waits on a disk or a
+    network; every failure comes out as a ``StoreError`` naming its cause.
+    """
+
+    __slots__ = ()
+
+    _limiter: trio.CapacityLimiter
+
+    async def attach(self, runtime_id: str) -> StoreSnapshot:
+        """Register *runtime_id*; mark the live runs of gone runtimes as interrupted.
+
+        Returns:
+            every terminal run, and the ids this attachment marked interrupted.
+
+        Raises:
+            StoreError: the store cannot be used, or *runtime_id* is malformed
+                or attached already.
+        """
+        return await self._run(self._attach_sync, runtime_id)
+
+    async def detach(self, runtime_id: str) -> None:
+        """Unregister *runtime_id* (its runs are settled) and release its liveness.
+
+        Raises:
+            StoreError: the store failed while unregistering.
+        """
+        await self._run(self._detach_sync, runtime_id)
+
+    async def write(self, records: Sequence[RunRecord]) -> None:
+        """Insert or replace *records* in one transaction; durable when this returns.
+
+        A record already terminal in the store is left as it is; sticky flags
+        are never cleared.
+
+        Raises:
+            StoreError: nothing was written (it names the run whose record
+                cannot be encoded, where one cannot).
+        """
+        await self._run(self._write_sync, list(records))
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        """The record of *run_id*, or ``None``.
+
+        Raises:
+            StoreError: the store cannot be read, or the row was tampered with.
+        """
+        return await self._run(self._get_sync, run_id)
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Records, newest admission first, filtered by status and owner.
+
+        Raises:
+            StoreError: the store cannot be read, or a row was tampered with.
+        """
+        return await self._run(self._list_sync, status, owner, limit)
+
+    async def sweep(self, runtime_id: str) -> tuple[str, ...]:
+        """Renew *runtime_id*'s liveness; mark failed the live runs of gone runtimes.
+
+        Returns:
+            the ids marked failed (interrupted).
+
+        Raises:
+            StoreError: the store cannot be reached (liveness was not renewed),
+                or it holds a tampered runtime id.
+        """
+        return await self._run(self._sweep_sync, runtime_id)
+
+    async def changes(self, cursor: int | None) -> ChangeBatch:
+        """Every record written or flagged after *cursor*, oldest change first.
+
+        Args:
+            cursor: a cursor an earlier call returned; ``None`` for the
+                current position (and no records).
+
+        Raises:
+            StoreError: the store cannot be read, or *cursor* is malformed.
+        """
+        return await self._run(self._changes_sync, cursor)
+
+    async def request_cancel(self, run_id: str) -> RunRecord | None:
+        """Set ``cancel_requested`` on *run_id* if it is live.
+
+        Returns:
+            the record as stored, or ``None`` for an unknown run.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        return await self._run(self._flag_sync, run_id, "cancel_requested")
+
+    async def mark_observed(self, run_id: str) -> None:
+        """Set ``observed`` on *run_id* (an unknown run is left alone).
+
+        Raises:
+            StoreError: the store failed.
+        """
+        await self._run(self._flag_sync, run_id, "observed")
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(self._guarded, fn, *args, limiter=self._limiter)
+
+    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
+        return guarded(self._error, fn, *args)
+
+    @abc.abstractmethod
+    def _error(self, exc: Exception) -> StoreError: ...
+
+    @abc.abstractmethod
+    def _attach_sync(self, runtime_id: str) -> StoreSnapshot: ...
+
+    @abc.abstractmethod
+    def _detach_sync(self, runtime_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def _write_sync(self, records: list[RunRecord]) -> None: ...
+
+    @abc.abstractmethod
+    def _get_sync(self, run_id: str) -> RunRecord | None: ...
+
+    @abc.abstractmethod
+    def _list_sync(
+        self, status: RunStatus | None, owner: str | None, limit: int
+    ) -> list[RunRecord]: ...
+
+    @abc.abstractmethod
+    def _sweep_sync(self, runtime_id: str) -> tuple[str, ...]: ...
+
+    @abc.abstractmethod
+    def _changes_sync(self, cursor: int | None) -> ChangeBatch: ...
+
+    @abc.abstractmethod
+    def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None: ...

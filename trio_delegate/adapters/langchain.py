@@ -1,0 +1,194 @@
+"""LangChain: the delegation tools for an agent, and an agent as a subagent.
+
+Parent side — a Trio-owned parent's five tools as LangChain tools::
+
+    import trio_delegate as td
+    from langchain.agents import create_agent
+    from trio_delegate.adapters import asyncio_loop, run_asyncio
+    from trio_delegate.adapters import langchain as td_langchain
+
+    async with asyncio_loop(), td.open_runtime(subagents) as rt, rt.open_parent("agent") as parent:
+        agent = create_agent(model, td_langchain.tools(parent))
+        state = await run_asyncio(agent.ainvoke, {"messages": [("user", "Research the bug.")]})
+
+The tools are async only (``ainvoke``). A :class:`trio_delegate.DelegationError`
+in a tool is a ``ToolException`` the tool handles (``handle_tool_error``), so
+the model gets a ``ToolMessage`` with ``status="error"`` whose content is the
+error's ``to_payload()`` as JSON. A successful call's content is its result as
+JSON; the result itself is the message's ``artifact``.
+
+Child side — a ``create_agent`` graph (or any Runnable over messages) as a
+subagent's runner::
+
+    td.Subagent("researcher", td_langchain.runner(research_agent), timeout_seconds=120)
+
+Needs the ``langchain`` extra (``pip install 'trio-delegate[langchain]'``).
+"""
+
+from __future__ import annotations
+
+from . import _bridge  # noqa: F401  # isort: skip  (trio_asyncio before the framework)
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+try:
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        convert_to_messages,
+        convert_to_openai_messages,
+    )
+    from langchain_core.runnables import Runnable
+    from langchain_core.tools import BaseTool, StructuredTool, ToolException
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "trio_delegate.adapters.langchain needs LangChain: pip install 'trio-delegate[langchain]'"
+    ) from exc
+
+from .. import ChildContext, DelegationError, DelegationTools, Output, Parent
+from ._bridge import run_asyncio
+from ._common import (
+    ChildRunner,
+    call_tool,
+    error_payload_text,
+    history_error,
+    json_text,
+    plain_entry,
+    structured,
+)
+
+__all__ = ["history_messages", "runner", "tools"]
+
+
+def tools(parent: Parent) -> list[BaseTool]:
+    """The parent's five delegation tools as LangChain tools.
+
+    Hand them to ``create_agent(model, tools(parent))`` or ``model.bind_tools``.
+    They run on the parent through the asyncio bridge; run the agent from
+    Trio with :func:`trio_delegate.adapters.run_asyncio`.
+
+    Args:
+        parent: an open parent; the host owns it and its runs.
+
+    Returns:
+        ``delegate_task``, ``subagent_status``, ``wait_subagent``,
+        ``cancel_subagent`` and ``continue_subagent``, each with the JSON
+        Schema of contract §10 as its ``args_schema``.
+
+    Raises:
+        RuntimeClosedError: *parent* is closed.
+    """
+    delegation = parent.tools()
+    return [
+        StructuredTool(
+            name=definition.name,
+            description=definition.description,
+            args_schema=definition.parameters,
+            coroutine=_tool_coroutine(delegation, definition.name),
+            response_format="content_and_artifact",
+            # ToolException -> a ToolMessage with status="error" and the
+            # exception's text (the error payload) as its content.
+            handle_tool_error=True,
+        )
+        for definition in delegation.definitions()
+    ]
+
+
+def _tool_coroutine(delegation: DelegationTools, name: str) -> Any:
+    async def call(**arguments: Any) -> tuple[str, dict[str, Any]]:
+        try:
+            result = await call_tool(delegation, name, arguments)
+        except DelegationError as exc:
+            raise ToolException(error_payload_text(exc)) from exc
+        return json_text(result), result
+
+    call.__name__ = name
+    return call
+
+
+def runner(agent: Runnable[Any, Any], *, messages_key: str | None = "messages") -> ChildRunner:
+    """A subagent runner that runs a LangChain agent.
+
+    Each run calls ``agent.ainvoke`` on the asyncio bridge with the
+    conversation so far (``ctx.history``, :func:`history_messages`) followed
+    by ``ctx.task`` as a human message:
+
+    * with *messages_key* (default ``"messages"``, a ``create_agent`` graph),
+      the input is ``{messages_key: messages}`` and the output a state whose
+      *messages_key* holds the conversation; its ``structured_response`` (an
+      agent made with ``response_format=``) is the result, else the last
+      message's text;
+    * with ``messages_key=None`` (a chat model, or a chain over messages), the
+      input is the message list and the output the reply.
+
+    With ``ctx.final_schema``, a text answer that is JSON is parsed; the
+    runtime validates the result against the schema. The transcript is the
+    whole conversation as OpenAI-style message dicts, which this runner reads
+    back on a continuation. Cancelling the run (or its deadline) cancels the
+    agent; an exception from it fails the run, with it as the cause.
+
+    Args:
+        agent: a compiled ``create_agent`` graph or another Runnable.
+        messages_key: the state key of the conversation, or ``None``.
+
+    Returns:
+        ``async def runner(ctx) -> Output`` for ``trio_delegate.Subagent``.
+    """
+
+    async def run_agent(ctx: ChildContext) -> Output:
+        messages = [*history_messages(ctx.history), HumanMessage(ctx.task)]
+        if messages_key is None:
+            reply = await run_asyncio(agent.ainvoke, messages)
+            conversation = [*messages, *([reply] if isinstance(reply, BaseMessage) else [])]
+            answer = reply.text if isinstance(reply, BaseMessage) else reply
+        else:
+            state = await run_asyncio(agent.ainvoke, {messages_key: messages})
+            conversation = (
+                list(state.get(messages_key, messages)) if isinstance(state, Mapping) else messages
+            )
+            answer = _answer(state, conversation)
+        transcript = convert_to_openai_messages(conversation)
+        return Output(structured(answer, ctx.final_schema), transcript=transcript)
+
+    return run_agent
+
+
+def _answer(state: Any, conversation: Sequence[BaseMessage]) -> Any:
+    if isinstance(state, Mapping) and state.get("structured_response") is not None:
+        return state["structured_response"]
+    for message in reversed(conversation):
+        if isinstance(message, AIMessage):
+            return message.text
+    return state
+
+
+def history_messages(history: Sequence[Any]) -> list[BaseMessage]:
+    """``ctx.history`` as LangChain messages.
+
+    Entries are OpenAI-style message dicts (what this adapter writes as a
+    transcript) or plain ``{"role", "content"}`` entries (what the runtime
+    writes for a runner that gave no transcript); content that is not text
+    becomes its JSON text.
+
+    Args:
+        history: ``ctx.history`` of a run.
+
+    Returns:
+        the messages, in order.
+
+    Raises:
+        InvalidArgumentsError: an entry is neither (the run fails with it).
+    """
+    messages: list[BaseMessage] = []
+    for index, entry in enumerate(history):
+        plain = plain_entry(entry)
+        try:
+            if plain is not None:
+                messages.extend(convert_to_messages([{"role": plain[0], "content": plain[1]}]))
+            else:
+                messages.extend(convert_to_messages([entry]))
+        except (ValueError, TypeError, KeyError, NotImplementedError):
+            raise history_error("LangChain", index, entry, "OpenAI-style message dicts") from None
+    return messages
