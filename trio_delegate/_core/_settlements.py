@@ -92,14 +92,20 @@ class Settlements:
 
     def settled(self, run: Run) -> None:
         """*run* settled and its caller has its id: tell every stream."""
+        streams = self._streams
+        if run.foreground and not streams:
+            # Nobody to tell and nothing to keep: the common foreground case,
+            # on every run, builds no handle.
+            return
         handle = run.handle()
         if not run.foreground:
             self._unobserved[run.run_id] = handle
-        for stream, send in list(self._streams.items()):
-            try:
-                send.send_nowait(handle)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._streams.pop(stream, None)  # its reader left
+        if streams:
+            for stream, send in list(streams.items()):
+                try:
+                    send.send_nowait(handle)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    streams.pop(stream, None)  # its reader left
 
     def told(self, run_id: str) -> None:
         """A wait returned *run_id*'s result or raised its error."""
