@@ -742,7 +742,8 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _answer(self, run: Run) -> RunResult:
         """The result of a terminal run (observing it), or its error."""
-        self._settlements.told(run.run_id)
+        if not run.foreground:  # a foreground run is never kept as unobserved
+            self._settlements.told(run.run_id)
         if run.status is _COMPLETED:
             result = run.result()
             self._ledger.resolve(run.run_id)
