@@ -76,8 +76,8 @@ def _bounds(limits: tuple[float, float], unit: str = "x") -> tuple[str, str]:
 # -- 1, 2 and 9: foreground and background against raw Trio and asyncio ---------
 
 #: How closely passes must agree on a figure (see ``_model.reproduced``):
-#: instruction counts repeat to well under 1 %; CPU-time ratios to a few %.
-INSTRUCTIONS_TOLERANCE = 0.01
+#: instruction ratios repeat to about 1 %; CPU-time ratios to a few %.
+INSTRUCTIONS_TOLERANCE = 0.02
 TIME_RATIO_TOLERANCE = 0.05
 
 
