@@ -24,16 +24,22 @@ _PLOT_CAPTIONS = {
 }
 
 
-def _section(rows: Sequence[Row], machine: dict[str, str], plot_dir: str) -> str:
+def _section(rows: Sequence[Row], machine: dict[str, str], plot_dir: str, passes: int) -> str:
     lines = [
         BEGIN,
         "",
-        f"Measured on {time.strftime('%Y-%m-%d')} with `make bench-full` on:",
+        f"Measured on {time.strftime('%Y-%m-%d')} with `make bench-full` ({passes} passes of "
+        "the whole suite; a figure is shown only when every pass agreed on it) on:",
         "",
         "| machine | |",
         "|---|---|",
     ]
     lines += [f"| {key} | {value} |" for key, value in machine.items()]
+    lines += [
+        "",
+        "Rows 1 and 2 are judged on instructions per run (counted by callgrind); their "
+        "CPU-time figures depend on the host (see *How it is measured*).",
+    ]
     lines += ["", markdown_table(rows), ""]
     for key, caption in _PLOT_CAPTIONS.items():
         lines += [f"![{caption}]({plot_dir}/{PLOTS[key]})", ""]
@@ -42,14 +48,14 @@ def _section(rows: Sequence[Row], machine: dict[str, str], plot_dir: str) -> str
 
 
 def update_docs(
-    document: Path, rows: Sequence[Row], machine: dict[str, str], plot_dir: str
+    document: Path, rows: Sequence[Row], machine: dict[str, str], plot_dir: str, passes: int
 ) -> None:
     """Replace what lies between the markers of *document* with the new results."""
     text = document.read_text(encoding="utf-8")
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"{document} has no results markers ({BEGIN!r} … {END!r})")
-    new = text[:start] + _section(rows, machine, plot_dir) + text[end + len(END) :]
+    new = text[:start] + _section(rows, machine, plot_dir, passes) + text[end + len(END) :]
     document.write_text(new, encoding="utf-8")
 
 

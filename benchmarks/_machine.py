@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import sys
 from importlib import metadata
 
@@ -39,8 +40,16 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def _load() -> str:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "unknown"
+    return f"{one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min, when the run began)"
+
+
 def describe_machine() -> dict[str, str]:
-    """CPU, cores, memory, OS and the versions that matter for the figures."""
+    """CPU, cores, memory, OS, load and the versions that matter for the figures."""
     return {
         "cpu": _cpu_model(),
         "cores": str(os.cpu_count() or "unknown"),
@@ -49,4 +58,6 @@ def describe_machine() -> dict[str, str]:
         "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
         "trio": _version("trio"),
         "trio_delegate": _version("trio-delegate"),
+        "load average": _load(),
+        "valgrind": "found" if shutil.which("valgrind") else "not found",
     }

@@ -8,7 +8,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KIB", "MIB", "Options", "Row", "Sample", "Status", "judge", "paired_ratios"]
+__all__ = [
+    "KIB",
+    "MIB",
+    "Figure",
+    "Options",
+    "Row",
+    "Sample",
+    "Status",
+    "agree",
+    "judge",
+    "paired_ratios",
+    "reproduced",
+]
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -23,6 +35,7 @@ class Status(enum.Enum):
     INFO = "info"
     NOT_AVAILABLE = "not available"
     ERROR = "ERROR"
+    NOT_REPRODUCED = "did not reproduce"
 
     @property
     def breaks_build(self) -> bool:
@@ -44,6 +57,8 @@ class Options:
         memory_repetitions: fresh processes per kind for the memory row.
         retention_runs: sequential completed runs of the retention row.
         curve_sizes: live-run counts of the growth curves (full only).
+        passes: how many times the whole suite runs; a figure is published
+            only when every pass agrees on it (see :func:`reproduced`).
     """
 
     full: bool
@@ -55,6 +70,7 @@ class Options:
     memory_repetitions: int
     retention_runs: int
     curve_sizes: tuple[int, ...] = ()
+    passes: int = 1
 
     @classmethod
     def quick(cls) -> Options:
@@ -81,6 +97,7 @@ class Options:
             memory_repetitions=3,
             retention_runs=1_000_000,
             curve_sizes=(1_000, 3_000, 10_000, 30_000, 100_000),
+            passes=3,
         )
 
 
@@ -128,10 +145,50 @@ class Sample:
 
 
 def paired_ratios(measured: Sample, baseline: Sample) -> Sample:
-    """Per-repetition ratios of two samples taken side by side, in the same order."""
+    """Per-repetition ratios of two samples taken side by side, in the same order.
+
+    Its median, the median of the paired ratios, is the figure a row reports:
+    each repetition's ratio compares two measurements taken back to back, so
+    a slow spell of the machine moves both sides of a ratio, not one side of
+    a ratio of medians.
+    """
     if len(measured.values) != len(baseline.values):
         raise ValueError("paired samples must have the same number of repetitions")
     return Sample(tuple(m / b for m, b in zip(measured.values, baseline.values, strict=True)))
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number a row publishes, and how closely passes must agree on it.
+
+    Attributes:
+        name: what it is ("ratio", "µs per call", ...), for the notes.
+        value: the number.
+        tolerance: the largest disagreement between passes that still
+            counts as the same figure: relative to the median of the passes
+            (0.05 is 5 %), or in the figure's own unit when *absolute*.
+        absolute: whether *tolerance* is in the figure's unit.
+    """
+
+    name: str
+    value: float
+    tolerance: float
+    absolute: bool = False
+
+
+def agree(values: Sequence[float], tolerance: float, *, absolute: bool = False) -> bool:
+    """Whether *values* (one per pass) lie within *tolerance* of each other.
+
+    Relative: the spread (largest minus smallest) is at most *tolerance*
+    times the magnitude of their median. Absolute: the spread is at most
+    *tolerance*.
+    """
+    if not values:
+        raise ValueError("agreement needs at least one value")
+    spread = max(values) - min(values)
+    if absolute:
+        return spread <= tolerance
+    return spread <= tolerance * abs(statistics.median(values))
 
 
 def judge(value: float, target: float | None, bound: float | None) -> Status:
@@ -163,6 +220,7 @@ class Row:
     bound: str = ""
     note: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    figures: tuple[Figure, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -176,4 +234,81 @@ class Row:
             "bound": self.bound,
             "note": self.note,
             "data": self.data,
+            "figures": {figure.name: figure.value for figure in self.figures},
         }
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def reproduced(passes: Sequence[Sequence[Row]]) -> list[Row]:
+    """One row per number, from passes of the whole suite: what may be published.
+
+    A row whose figures every pass agrees on (:func:`agree`, each within its
+    tolerance) is published as measured by the pass whose first figure is
+    the median, with the passes' figures in its note. A row on which the
+    passes disagree is published without its figures: its status is
+    ``did not reproduce`` and its note lists what each pass measured. Rows
+    without figures (errors, slots not built) come from the first pass.
+    """
+    if not passes:
+        raise ValueError("reproduction needs at least one pass")
+    published: list[Row] = []
+    for first in passes[0]:
+        rows = [row for rows in passes for row in rows if row.number == first.number]
+        if len(passes) == 1 or not first.figures or len(rows) != len(passes):
+            published.append(first)
+            continue
+        names = [figure.name for figure in first.figures]
+        by_name = {
+            name: [next(f.value for f in row.figures if f.name == name) for row in rows]
+            for name in names
+            if all(any(f.name == name for f in row.figures) for row in rows)
+        }
+        disagreeing = [
+            figure.name
+            for figure in first.figures
+            if figure.name not in by_name
+            or not agree(by_name[figure.name], figure.tolerance, absolute=figure.absolute)
+        ]
+        listing = "; ".join(
+            f"{name}: {' / '.join(_fmt(value) for value in values)}"
+            for name, values in by_name.items()
+        )
+        if disagreeing:
+            published.append(
+                Row(
+                    first.number,
+                    first.title,
+                    Status.NOT_REPRODUCED,
+                    target=first.target,
+                    bound=first.bound,
+                    measured="not published",
+                    comparison=f"{len(passes)} passes disagree on {', '.join(disagreeing)}",
+                    note=f"figures of the {len(passes)} passes: {listing}",
+                    data={"passes": [row.to_json() for row in rows]},
+                    figures=first.figures,
+                )
+            )
+            continue
+        primary = by_name[names[0]]
+        order = sorted(range(len(rows)), key=primary.__getitem__)
+        chosen = rows[order[(len(rows) - 1) // 2]]
+        note = f"reproduced in {len(passes)} passes ({listing})"
+        published.append(
+            Row(
+                chosen.number,
+                chosen.title,
+                chosen.status,
+                baseline=chosen.baseline,
+                measured=chosen.measured,
+                comparison=chosen.comparison,
+                target=chosen.target,
+                bound=chosen.bound,
+                note=f"{chosen.note}; {note}" if chosen.note else note,
+                data=chosen.data | {"passes": [row.to_json() for row in rows]},
+                figures=chosen.figures,
+            )
+        )
+    return published

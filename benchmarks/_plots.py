@@ -21,6 +21,7 @@ PLOTS = {
 _LABELS = {
     "bare": "bare Trio",
     "scoped": "scoped Trio",
+    "checkpointed": "scoped Trio, checkpointing start",
     "delegate": "trio_delegate",
     "asyncio": "asyncio reference",
 }
@@ -76,7 +77,7 @@ def _memory(plt: Any, live: dict[int, Any], path: Path) -> None:
 def _time(plt: Any, background: dict[str, Any], live: dict[int, Any], path: Path) -> None:
     figure, (start_axes, close_axes) = plt.subplots(1, 2, figsize=(11, 4.2))
     sizes = background.get("sizes", [])
-    for kind in (*_KINDS, "asyncio"):
+    for kind in (*_KINDS, "checkpointed", "asyncio"):
         if kind in background:
             start_axes.plot(sizes, background[kind], marker="o", label=_LABELS[kind])
     start_axes.set_xscale("log")

@@ -11,6 +11,9 @@ JSON object on stdout. The parent side is :func:`run_probe`.
 * ``retention`` — ``runs`` sequential foreground delegations under the
   default config, sampling resident memory, live Python objects and the
   time per run ``samples`` times.
+* ``count`` — one timed scenario (see :data:`COUNTED`) of ``runs`` runs after
+  a warm-up, and nothing else: run under ``valgrind --tool=callgrind`` by
+  :mod:`benchmarks._instructions` to count the instructions it executes.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import os
 import subprocess
 import sys
 import tracemalloc
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -31,7 +36,7 @@ import trio_delegate as td
 from . import _delegate, _trio_baselines
 from ._timing import clock
 
-__all__ = ["resident_bytes", "run_probe"]
+__all__ = ["COUNTED", "resident_bytes", "run_probe"]
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -146,6 +151,28 @@ def _retention(runs: int, samples: int) -> dict[str, Any]:
     return {"runs": runs, "points": trio.run(_sequential, runs, samples)}
 
 
+#: The scenarios whose instructions are counted, by name: the timed scenarios
+#: of rows 1 and 2 and their baselines.
+COUNTED: dict[str, Callable[[int], Awaitable[float]]] = {
+    "delegate-foreground": _delegate.foreground,
+    "scoped-foreground": partial(_trio_baselines.foreground, "scoped"),
+    "delegate-background": _delegate.background,
+    "scoped-background": partial(_trio_baselines.background, "scoped", checkpoint=True),
+}
+
+#: Runs of the warm-up before a counted scenario: first-use work (caches,
+#: lazily built helpers) is not counted, as the timed rows discard a round.
+COUNT_WARMUP = 200
+
+
+def _count(scenario: str, runs: int) -> dict[str, Any]:
+    counted = COUNTED[scenario]
+    trio.run(counted, COUNT_WARMUP)
+    gc.collect()
+    trio.run(counted, runs)
+    return {"scenario": scenario, "runs": runs}
+
+
 def run_probe(probe: str, **arguments: Any) -> dict[str, Any]:
     """Run one probe in a fresh interpreter and return its JSON answer."""
     completed = subprocess.run(
@@ -170,6 +197,8 @@ def main(argv: list[str]) -> None:
         result = _live(arguments["kind"], arguments["runs"], arguments["traced"])
     elif probe == "retention":
         result = _retention(arguments["runs"], arguments["samples"])
+    elif probe == "count":
+        result = _count(arguments["scenario"], arguments["runs"])
     else:
         raise SystemExit(f"unknown probe {probe!r}")
     _answer(result)

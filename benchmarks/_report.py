@@ -19,6 +19,7 @@ _STYLES = {
     Status.ERROR: "bold red",
     Status.INFO: "cyan",
     Status.NOT_AVAILABLE: "dim",
+    Status.NOT_REPRODUCED: "magenta",
 }
 
 _COLUMNS = ("#", "scenario", "baseline", "trio_delegate", "ratio", "target", "must not exceed")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import trio
 
-from . import _asyncio_ref, _delegate, _trio_baselines
-from ._model import KIB, MIB, Options, Row, Sample, Status, judge, paired_ratios
+from . import _asyncio_ref, _delegate, _instructions, _trio_baselines
+from ._model import KIB, MIB, Figure, Options, Row, Sample, Status, judge, paired_ratios
 from ._probe import run_probe
 from ._slots import slot_rows
 from ._timing import interleaved
@@ -24,6 +25,13 @@ CLOSE_RATIO = (1.5, 2.0)
 MEMORY_OVER_BARE_KIB = (1.5, 2.5)
 #: How much resident memory may still grow once the retention window is full.
 RETENTION_FLAT_MIB = 2.0
+
+#: How closely passes must agree on the figures of rows 3 to 5 (see
+#: ``_model.reproduced``): a close time in fresh processes varies more than
+#: an in-process ratio; memory figures are compared in their own unit.
+CLOSE_RATIO_TOLERANCE = 0.10
+MEMORY_TOLERANCE_KIB = 0.25
+RETENTION_TOLERANCE_MIB = 1.0
 
 _LIVE_KINDS = ("bare", "scoped", "delegate")
 
@@ -67,6 +75,23 @@ def _bounds(limits: tuple[float, float], unit: str = "x") -> tuple[str, str]:
 
 # -- 1, 2 and 9: foreground and background against raw Trio and asyncio ---------
 
+#: How closely passes must agree on a figure (see ``_model.reproduced``):
+#: instruction ratios repeat to about 1 %; CPU-time ratios to a few %.
+INSTRUCTIONS_TOLERANCE = 0.02
+TIME_RATIO_TOLERANCE = 0.05
+
+
+def _instruction_ratio(
+    options: Options, measured: str, baseline: str
+) -> tuple[float, float, float] | None:
+    """(measured, baseline, ratio) in instructions per run, or None without valgrind."""
+    if not _instructions.available():
+        return None
+    sizes = _instructions.FULL_SIZES if options.full else _instructions.SIZES
+    _progress(f"   instructions (callgrind, {sizes[0]:,} -> {sizes[1]:,} runs): {measured}")
+    counted = _instructions.per_run([baseline, measured], sizes)
+    return counted[measured], counted[baseline], counted[measured] / counted[baseline]
+
 
 def _per_child_rows(
     number: str,
@@ -75,41 +100,58 @@ def _per_child_rows(
     children: int,
     limits: tuple[float, float],
     samples: dict[str, Sample],
+    baseline: str,
+    baseline_label: str,
+    instructions: tuple[float, float, float] | None,
 ) -> list[Row]:
     us = {name: sample.scaled(1e6) for name, sample in samples.items()}
-    ratio = paired_ratios(us["delegate"], us["scoped"])
+    ratio = paired_ratios(us["delegate"], us[baseline])
     over_bare = paired_ratios(us["delegate"], us["bare"])
-    note = f"{over_bare.median:.2f}x bare; µs per child, median [min-max] of the repetitions"
-    checkpoint = us.pop("checkpoint", None)
-    if checkpoint is not None:
-        net = Sample.of(
-            [
-                (delegate - cost) / scoped
-                for delegate, cost, scoped in zip(
-                    us["delegate"].values, checkpoint.values, us["scoped"].values, strict=True
-                )
-            ]
-        )
+    note = (
+        f"{over_bare.median:.2f}x bare; µs per child (CPU time), median [min-max] of "
+        "the repetitions; ratios are medians of paired repetitions"
+    )
+    if baseline != "scoped":
+        plain = paired_ratios(us["delegate"], us["scoped"])
+        note += f"; {plain.median:.2f}x scoped without the checkpoint per start"
+    figures = [Figure("CPU-time ratio", ratio.median, TIME_RATIO_TOLERANCE)]
+    comparison = f"{_ratio(ratio)} {baseline_label} (CPU time)"
+    judged = ratio.median
+    if instructions is not None:
+        measured_ir, baseline_ir, ir_ratio = instructions
+        figures.insert(0, Figure("instruction ratio", ir_ratio, INSTRUCTIONS_TOLERANCE))
+        comparison = f"{ir_ratio:.2f}x {baseline_label} (instructions)\n" + comparison
         note += (
-            f"; includes one checkpoint per start ({checkpoint.median:.1f} µs: every async "
-            f"call is a checkpoint, contract §2), {net.median:.2f}x scoped without it"
+            f"; instructions per run (callgrind): trio_delegate {measured_ir:,.0f}, "
+            f"{baseline_label} {baseline_ir:,.0f}; the verdict is on instructions"
         )
+        judged = ir_ratio
+    else:
+        note += "; valgrind not found: the verdict is on CPU time"
     target, bound = _bounds(limits)
     data: dict[str, Any] = {name: sample.to_json() for name, sample in us.items()}
     data["unit"] = "µs per child"
     data["children"] = children
-    data["ratio_vs_scoped"] = ratio.to_json()
+    data["baseline"] = baseline
+    data["ratio_vs_baseline"] = ratio.to_json()
+    if instructions is not None:
+        data["instructions_per_run"] = {"delegate": instructions[0], baseline: instructions[1]}
+    baselines = [f"{baseline_label} {_us(us[baseline])}"]
+    if baseline != "scoped":
+        baselines.append(f"scoped {_us(us['scoped'])}")
+    baselines.append(f"bare {_us(us['bare'])}")
     main = Row(
         number,
         title,
-        judge(ratio.median, *limits),
-        baseline=f"scoped {_us(us['scoped'])}\nbare {_us(us['bare'])}",
+        judge(judged, *limits),
+        baseline="\n".join(baselines),
         measured=_us(us["delegate"]),
-        comparison=f"{_ratio(ratio)} scoped",
+        comparison=comparison,
         target=target,
         bound=bound,
         note=note,
         data=data,
+        figures=tuple(figures),
     )
     asyncio_vs_scoped = paired_ratios(us["asyncio"], us["scoped"])
     delegate_vs_asyncio = paired_ratios(us["delegate"], us["asyncio"])
@@ -122,7 +164,7 @@ def _per_child_rows(
         comparison=f"asyncio {_ratio(asyncio_vs_scoped)} scoped",
         note=(
             f"trio_delegate {delegate_vs_asyncio.median:.2f}x the asyncio reference "
-            "(benchmarks/_asyncio_ref.py)"
+            "(benchmarks/_asyncio_ref.py), CPU time"
         ),
         data={
             "asyncio": us["asyncio"].to_json(),
@@ -130,6 +172,7 @@ def _per_child_rows(
             "asyncio_vs_scoped": asyncio_vs_scoped.to_json(),
             "delegate_vs_asyncio": delegate_vs_asyncio.to_json(),
         },
+        figures=(Figure("asyncio ratio", asyncio_vs_scoped.median, TIME_RATIO_TOLERANCE),),
     )
     return [main, reference]
 
@@ -137,11 +180,12 @@ def _per_child_rows(
 def foreground_rows(options: Options) -> list[Row]:
     n = options.foreground_children
     _progress(f"1, 9a: {n:,} foreground children x {options.repetitions} repetitions")
+    # The first two run back to back in every repetition (see round_order).
     samples = interleaved(
         {
-            "bare": lambda: trio.run(_trio_baselines.foreground, "bare", n),
             "scoped": lambda: trio.run(_trio_baselines.foreground, "scoped", n),
             "delegate": lambda: trio.run(_delegate.foreground, n),
+            "bare": lambda: trio.run(_trio_baselines.foreground, "bare", n),
             "asyncio": lambda: _asyncio_ref.foreground(n),
         },
         options.repetitions,
@@ -154,27 +198,30 @@ def foreground_rows(options: Options) -> list[Row]:
         n,
         FOREGROUND_RATIO,
         samples,
+        "scoped",
+        "scoped",
+        _instruction_ratio(options, "delegate-foreground", "scoped-foreground"),
     )
 
 
-def _background_samples(
-    children: int, repetitions: int, *, checkpoint: bool = False
-) -> dict[str, Sample]:
+def _background_samples(children: int, repetitions: int) -> dict[str, Sample]:
     contenders: dict[str, Callable[[], float]] = {
-        "bare": lambda: trio.run(_trio_baselines.background, "bare", children),
-        "scoped": lambda: trio.run(_trio_baselines.background, "scoped", children),
+        # The pair first: they run back to back in every repetition.
+        "checkpointed": lambda: trio.run(
+            partial(_trio_baselines.background, "scoped", children, checkpoint=True)
+        ),
         "delegate": lambda: trio.run(_delegate.background, children),
+        "scoped": lambda: trio.run(_trio_baselines.background, "scoped", children),
+        "bare": lambda: trio.run(_trio_baselines.background, "bare", children),
         "asyncio": lambda: _asyncio_ref.background(children),
     }
-    if checkpoint:
-        contenders["checkpoint"] = lambda: trio.run(_trio_baselines.checkpoints, children)
     return interleaved(contenders, repetitions, per=children)
 
 
 def background_rows(options: Options) -> list[Row]:
     n = options.background_children
     _progress(f"2, 9b: {n:,} background starts, then waits x {options.repetitions} repetitions")
-    samples = _background_samples(n, options.repetitions, checkpoint=True)
+    samples = _background_samples(n, options.repetitions)
     return _per_child_rows(
         "2",
         "9b",
@@ -182,6 +229,9 @@ def background_rows(options: Options) -> list[Row]:
         n,
         BACKGROUND_RATIO,
         samples,
+        "checkpointed",
+        "scoped+checkpoint",
+        _instruction_ratio(options, "delegate-background", "scoped-background"),
     )
 
 
@@ -260,6 +310,7 @@ def _close_row(n: int, probes: dict[str, Any]) -> Row:
             "rss_live_mib": {kind: sample.to_json() for kind, sample in rss.items()},
             "ratio_vs_scoped": ratio.to_json(),
         },
+        figures=(Figure("close ratio", ratio.median, CLOSE_RATIO_TOLERANCE),),
     )
 
 
@@ -300,6 +351,10 @@ def _memory_row(n: int, probes: dict[str, Any]) -> Row:
             "traced_over_bare_kib": traced_over,
             "rss_over_bare_kib": rss_over,
         },
+        figures=(
+            Figure("KiB over bare, traced", traced_over, MEMORY_TOLERANCE_KIB, absolute=True),
+            Figure("KiB over bare, RSS", rss_over, MEMORY_TOLERANCE_KIB, absolute=True),
+        ),
     )
 
 
@@ -353,6 +408,7 @@ def retention_row(options: Options, results: Results) -> Row:
             "object_growth": object_growth,
             "us_per_run": per_run.to_json(),
         },
+        figures=(Figure("RSS growth, MiB", growth_mib, RETENTION_TOLERANCE_MIB, absolute=True),),
     )
 
 
@@ -374,8 +430,8 @@ def _guarded(
         results.rows[row.number] = row
 
 
-def measure_all(options: Options) -> Results:
-    """Measure every row (and, for the full suite, the growth curves)."""
+def measure_all(options: Options, *, curves: bool = True) -> Results:
+    """Measure every row (and, for the full suite with *curves*, the growth curves)."""
     results = Results()
     _guarded(
         results,
@@ -395,7 +451,7 @@ def measure_all(options: Options) -> Results:
     _guarded(results, [("5", "Retention")], lambda: retention_row(options, results))
     for row in slot_rows(options):
         results.rows[row.number] = row
-    if options.full:
+    if options.full and curves:
         sizes = (1_000, 10_000, 100_000)
         try:
             results.curves["background"] = background_curve(options, sizes)

@@ -35,7 +35,7 @@ import trio
 import trio_delegate as td
 from trio_delegate._stores._protocol import DEFAULT_POLL_INTERVAL
 
-from ._model import Options, Row, Status, paired_ratios
+from ._model import Figure, Options, Row, Status, paired_ratios
 from ._stores import concurrent_runs
 from ._timing import interleaved
 
@@ -82,9 +82,10 @@ def _level(options: Options, dsn: str, number: str, live: int, quick: int, full:
 
         samples = interleaved(
             {
-                "none": lambda: concurrent_runs(live, runs, lambda: None, []),
+                # The pair the row's first ratio compares: back to back in every repetition.
                 "sqlite": lambda: concurrent_runs(live, runs, sqlite_store, []),
                 "postgres": lambda: concurrent_runs(live, runs, postgres_store, []),
+                "none": lambda: concurrent_runs(live, runs, lambda: None, []),
             },
             repetitions,
             per=runs,
@@ -118,6 +119,7 @@ def _level(options: Options, dsn: str, number: str, live: int, quick: int, full:
             "postgres_over_sqlite": over_sqlite.to_json(),
             "postgres_over_none": over_none.to_json(),
         },
+        figures=(Figure("ratio to SQLiteStore", over_sqlite.median, 0.15),),
     )
 
 
@@ -211,6 +213,8 @@ def _latency_table_row(
             "postgres_ms": [value * 1e3 for value in postgres],
             "sqlite_ms": [value * 1e3 for value in sqlite],
         },
+        # Latencies of single changes: only their order of magnitude reproduces.
+        figures=(Figure("PostgreSQL p50 ms", _percentile(postgres, 0.5) * 1e3, 0.5),),
     )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import trio
 
 from . import _delegate
-from ._model import Options, Row, Status, judge, paired_ratios
+from ._model import Figure, Options, Row, Status, judge, paired_ratios
 from ._timing import interleaved
 
 __all__ = ["OFF_RATIO", "bench"]
@@ -121,6 +121,7 @@ def bench(options: Options) -> list[Row]:
             bound=f"≤ {bound:g}x",
             note=f"µs per run, {runs:,} runs per process, one fresh process per contender",
             data={"runs": runs, **{m: s.to_json() for m, s in us.items()}, "off": off.to_json()},
+            figures=(Figure("off ratio", off.median, 0.05),),
         ),
         Row(
             "11b",
@@ -132,6 +133,7 @@ def bench(options: Options) -> list[Row]:
             note=f"+{us['on'].median - us['off'].median:.1f} µs per run for its span, its "
             "events and its metrics",
             data={"on_vs_off": on.to_json()},
+            figures=(Figure("on ratio", on.median, 0.10),),
         ),
     ]
 

@@ -300,3 +300,19 @@ async def test_result_size_counts_escapes(autojump_clock: trio.testing.MockClock
         assert (await parent.delegate("fits", "t")).final_result == value
         with pytest.raises(td.RunFailedError):
             await parent.delegate("over", "t")
+
+
+async def test_max_result_bytes_counts_a_none_result_as_null(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # None is the JSON null: four bytes, checked against the limit like any result.
+    async with open_parent_lenient(
+        sub("acts", returning(None)), config=td.Config(max_result_bytes=3, fail_closed=False)
+    ) as parent:
+        with pytest.raises(td.RunFailedError) as info:
+            await parent.delegate("acts", "t")
+        assert isinstance(info.value.__cause__, td.LimitExceededError)
+    async with open_parent(
+        sub("acts", returning(None)), config=td.Config(max_result_bytes=4, fail_closed=False)
+    ) as parent:
+        assert (await parent.delegate("acts", "t")).final_result is None

@@ -6,6 +6,10 @@ SQLite file.
 
 from __future__ import annotations
 
+import datetime
+import os
+import re
+import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +19,12 @@ import trio
 import trio.testing
 
 import trio_delegate as td
-from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE, StoredRun, StoreSnapshot
+from trio_delegate._stores._protocol import (
+    INTERRUPTED_ERROR_TYPE,
+    StoredRun,
+    StoreSnapshot,
+    wall_clock_now,
+)
 
 from .stores import WrappedStore, runtime_id
 
@@ -312,6 +321,92 @@ async def test_cancelled_caller_still_gets_its_handle_once_admission_committed()
             assert record is not None
 
 
+class GatedStore(FailingStore):
+    """A real store whose writes wait, once armed, until the gate opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: trio.Event | None = None
+        self.writing = trio.Event()
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        if self.gate is not None:
+            self.writing.set()
+            await self.gate.wait()
+        await super().write(records)
+
+
+async def test_cancelled_caller_waits_for_its_admission_and_gets_its_handle() -> None:
+    store = GatedStore()
+    config = td.Config(fail_closed=False)
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        gate = store.gate = trio.Event()
+        handles: list[td.RunHandle] = []
+        scope = trio.CancelScope()
+
+        async def cancel_then_open() -> None:
+            await store.writing.wait()
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert not handles  # cancelled, and still waiting for the commit
+            gate.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_then_open)
+            with scope:
+                handles.append(await p.start("forever", "t"))
+                await trio.lowlevel.checkpoint()  # the cancellation lands here
+                pytest.fail("not reached")  # pragma: no cover
+        assert scope.cancelled_caught
+        [handle] = handles
+        assert rt.live_runs == 1
+        assert await store.get(handle.run_id) is not None
+
+
+def test_keyboard_interrupt_ends_a_main_task_waiting_for_its_admission() -> None:
+    store = GatedStore()
+    returned: list[td.RunHandle] = []
+
+    async def main() -> None:
+        config = td.Config(fail_closed=False)
+        async with (
+            td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+            rt.open_parent("a") as p,
+            trio.open_nursery() as nursery,
+        ):
+            gate = store.gate = trio.Event()
+
+            async def interrupt() -> None:
+                await store.writing.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                # From a thread, so that the signal lands while Trio's loop
+                # waits: Trio then delivers it to the main task.
+                await trio.to_thread.run_sync(os.kill, os.getpid(), signal.SIGINT)
+                # Had the interrupt waited for the commit, open the gate: the
+                # start would then return, which the test would see.
+                await trio.testing.wait_all_tasks_blocked()
+                gate.set()
+
+            nursery.start_soon(interrupt)
+            try:
+                returned.append(await p.start("forever", "t"))
+            finally:
+                gate.set()
+
+    # Trio delivers SIGINT as a KeyboardInterrupt only over the default handler.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(BaseExceptionGroup) as info:
+            trio.run(main)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert info.group_contains(KeyboardInterrupt)
+    assert returned == []  # it ended the wait: the start never returned
+
+
 async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
     config = td.Config(max_concurrent_runs=64, max_live_runs=1000)
 
@@ -334,3 +429,24 @@ async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
     assert 400 <= stats.records <= 600
     assert stats.commits < stats.records / 2
     assert stats.largest_batch > 10
+
+
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00")
+
+
+async def test_records_carry_wall_clock_times_to_the_millisecond(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    before = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    async with td.open_runtime(SUBAGENTS, store=store) as rt, rt.open_parent("a") as p:
+        result = await p.delegate("echo", "t")
+        record = await store.get(result.run_id)
+    after = datetime.datetime.now(datetime.UTC)
+    assert record is not None
+    assert record.ended_at is not None
+    assert _STAMP.fullmatch(wall_clock_now())
+    for stamp in (record.admitted_at, record.ended_at):
+        assert _STAMP.fullmatch(stamp), stamp
+        assert before <= datetime.datetime.fromisoformat(stamp) <= after
+    assert record.admitted_at <= record.ended_at

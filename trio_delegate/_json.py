@@ -23,6 +23,7 @@ __all__ = [
     "IMMUTABLE_SCALARS",
     "CanonicalJson",
     "JsonProblem",
+    "NULL",
     "SMALL_NODES",
     "TooDeep",
     "check_nesting",
@@ -42,6 +43,13 @@ SMALL_NODES: Final = 2_000
 
 #: Types whose values are never copied: nobody can change them.
 IMMUTABLE_SCALARS: Final = (str, int, float, bool, type(None))
+
+#: What nests: the containers a JSON value is walked through. Built once:
+#: ``dict | list | tuple`` written in an ``isinstance`` call builds a new union
+#: on every call, which costs more than the check itself.
+_CONTAINERS: Final = dict | list | tuple
+
+_new = object.__new__
 
 # Built once: json.dumps with options builds a new encoder on every call.
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -96,7 +104,7 @@ def check_nesting(value: Any, max_depth: int, max_items: int | None = None) -> N
         JsonProblem: naming the depth or the count and the limit, or a
             container that cannot be read (its methods raise).
     """
-    if not isinstance(value, dict | list | tuple):
+    if not isinstance(value, _CONTAINERS):
         return
     try:
         _check_shape(value, max_depth, max_items)
@@ -122,7 +130,7 @@ def _check_shape(value: Any, max_depth: int, max_items: int | None) -> None:
                 raise JsonProblem(f"it holds more than {max_items} values")
         children = item.values() if isinstance(item, dict) else item
         for child in children:
-            if isinstance(child, dict | list | tuple):
+            if isinstance(child, _CONTAINERS):
                 push((child, depth + 1))
 
 
@@ -133,7 +141,7 @@ def is_small(value: Any, nodes: int = SMALL_NODES) -> bool:
     checked and encoded on the event loop at once; a larger one on a worker
     thread, so that no step of the loop takes long.
     """
-    if not isinstance(value, dict | list | tuple):
+    if not isinstance(value, _CONTAINERS):
         return True
     stack = [value]
     pop, push = stack.pop, stack.append
@@ -143,7 +151,7 @@ def is_small(value: Any, nodes: int = SMALL_NODES) -> bool:
         if nodes < 0:
             return False
         for child in item.values() if isinstance(item, dict) else item:
-            if isinstance(child, dict | list | tuple):
+            if isinstance(child, _CONTAINERS):
                 push(child)
     return True
 
@@ -167,6 +175,15 @@ def encode(value: Any, *, max_depth: int) -> tuple[str, int]:
             text = _ENCODER.encode(value)
         except ValueError as exc:
             raise JsonProblem(f"it holds a number JSON cannot hold: {exc}") from None
+    return _sized(text)
+
+
+def _sized(text: str) -> tuple[str, int]:
+    """*text* and its size in bytes of UTF-8.
+
+    Raises:
+        JsonProblem: *text* holds a lone surrogate.
+    """
     if text.isascii():
         return text, len(text)
     problem = text_problem(text)
@@ -190,15 +207,20 @@ class CanonicalJson:
     Attributes:
         text: the canonical JSON text.
         size: its length in bytes of UTF-8.
+        immutable: whether the value is an immutable scalar (``null``
+            included), so that :attr:`scalar` is every copy of it.
+        scalar: that value, when *immutable*; ``None`` otherwise.
     """
 
-    __slots__ = ("_value", "size", "text")
+    __slots__ = ("immutable", "scalar", "size", "text")
 
-    def __init__(self, text: str, size: int, value: Any = None) -> None:
+    def __init__(self, text: str, size: int, immutable: bool = False, scalar: Any = None) -> None:
         self.text = text
         self.size = size
-        # Set only for an immutable scalar, which needs no decoding.
-        self._value = value
+        self.immutable = immutable
+        # Kept only for an immutable scalar, which needs no decoding. A plain
+        # attribute, so that the hot path reads it without a call (copy()).
+        self.scalar = scalar
 
     @classmethod
     def of(cls, value: Any, *, max_depth: int) -> CanonicalJson:
@@ -208,27 +230,36 @@ class CanonicalJson:
             TypeError, JsonProblem: see :func:`encode`.
         """
         if value is None:  # the result of many a runner that only acts
-            return _NULL
+            return NULL
+        if type(value) is str:
+            # The usual result of a language-model subagent, and most often
+            # ASCII: escaped and measured without encode()'s general path.
+            text = encode_basestring(value)
+            if text.isascii():
+                # Every ASCII string result comes this way: made without a
+                # call to __init__ (one Python frame less per such run).
+                canonical = _new(cls)
+                canonical.text = text
+                canonical.size = len(text)
+                canonical.immutable = True
+                canonical.scalar = value
+                return canonical
+            return cls(*_sized(text), True, value)
         text, size = encode(value, max_depth=max_depth)
         if type(value) in IMMUTABLE_SCALARS:
             # Only a scalar round-trips unchanged (a tuple comes back a list).
-            return cls(text, size, value)
+            return cls(text, size, True, value)
         return cls(text, size)
-
-    @property
-    def is_scalar(self) -> bool:
-        """Whether the value is an immutable scalar (copies of it are itself)."""
-        return self._value is not None or self.text == "null"
 
     def copy(self) -> Any:
         """A fresh copy of the value, as JSON would decode it."""
-        value = self._value
-        if value is not None or self.text == "null":
-            return value
+        if self.immutable:
+            return self.scalar
         return json.loads(self.text)
 
     def __repr__(self) -> str:
         return f"CanonicalJson({self.text[:60]!r})"
 
 
-_NULL: Final = CanonicalJson("null", 4)
+#: The canonical ``null``: one object for every ``None``.
+NULL: Final = CanonicalJson("null", 4, True, None)

@@ -30,22 +30,24 @@ class Retention:
         "_evicted",
         "_kept",
         "_max_runs",
-        "_oldest_end",
-        "_seconds",
         "_tombstone_limit",
         "_tombstones",
+        "oldest_end",
+        "seconds",
     )
 
     def __init__(self, seconds: float, max_runs: int, evicted: Callable[[Run], None]) -> None:
         self._evicted = evicted
-        self._seconds = seconds
+        #: ``retention_seconds``.
+        self.seconds = seconds
         self._max_runs = max_runs
         self._tombstone_limit = TOMBSTONES_PER_RETAINED_RUN * max_runs
         # Terminal runs, oldest ended first (runs end in clock order).
         self._kept: deque[Run] = deque()
-        # ended_at of the first kept run (inf when none): expire() runs before
-        # every admission and lookup, and usually has nothing to do.
-        self._oldest_end = math.inf
+        #: ended_at of the first kept run (inf when none). Lookups test
+        #: ``now - oldest_end > seconds`` (expire()'s own test) before calling
+        #: expire(), which runs on every lookup and usually has nothing to do.
+        self.oldest_end = math.inf
         # run id -> the owner it belonged to
         self._tombstones: OrderedDict[str, str] = OrderedDict()
 
@@ -59,17 +61,17 @@ class Retention:
         assert ended_at is not None
         kept = self._kept
         if not kept:
-            self._oldest_end = ended_at
+            self.oldest_end = ended_at
         kept.append(run)
         if len(kept) > self._max_runs:
             self._evict_oldest()
-        if ended_at - self._oldest_end > self._seconds:
+        if ended_at - self.oldest_end > self.seconds:
             self.expire(ended_at)
 
     def expire(self, now: float) -> None:
         """Evict every run that ended more than ``retention_seconds`` before *now*."""
-        seconds = self._seconds
-        while now - self._oldest_end > seconds:
+        seconds = self.seconds
+        while now - self.oldest_end > seconds:
             self._evict_oldest()
 
     def evicted_owner(self, run_id: str) -> str | None:
@@ -83,9 +85,9 @@ class Retention:
         if kept:
             ended_at = kept[0].ended_at
             assert ended_at is not None
-            self._oldest_end = ended_at
+            self.oldest_end = ended_at
         else:
-            self._oldest_end = math.inf
+            self.oldest_end = math.inf
         self._tombstones[run_id] = run.owner
         if len(self._tombstones) > self._tombstone_limit:
             self._tombstones.popitem(last=False)

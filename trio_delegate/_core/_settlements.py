@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from .._results import RunHandle
+from .._status import RunStatus
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -71,8 +72,11 @@ class Settlements:
     def __init__(self, parent_owner: str) -> None:
         self.parent_owner = parent_owner
         self._streams: dict[SettledRuns, trio.MemorySendChannel[RunHandle]] = {}
-        # Terminal runs whose outcome no wait has told, oldest settled first.
-        self._unobserved: dict[str, RunHandle] = {}
+        # Terminal runs whose outcome no wait has told, oldest settled first,
+        # as (run id, subagent, status): a plain tuple costs a fraction of a
+        # RunHandle to make, on every background run; unobserved() makes the
+        # handles when asked.
+        self._unobserved: dict[str, tuple[str, str, RunStatus]] = {}
         self._closed = False
 
     def subscribe(self) -> SettledRuns:
@@ -92,21 +96,23 @@ class Settlements:
 
     def settled(self, run: Run) -> None:
         """*run* settled and its caller has its id: tell every stream."""
-        handle = run.handle()
+        streams = self._streams
         if not run.foreground:
-            self._unobserved[run.run_id] = handle
-        for stream, send in list(self._streams.items()):
-            try:
-                send.send_nowait(handle)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._streams.pop(stream, None)  # its reader left
+            self._unobserved[run.run_id] = (run.run_id, run.subagent.name, run.status)
+        if streams:
+            handle = run.handle()
+            for stream, send in list(streams.items()):
+                try:
+                    send.send_nowait(handle)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    streams.pop(stream, None)  # its reader left
 
     def told(self, run_id: str) -> None:
         """A wait returned *run_id*'s result or raised its error."""
         self._unobserved.pop(run_id, None)
 
     def unobserved(self) -> tuple[RunHandle, ...]:
-        return tuple(self._unobserved.values())
+        return tuple(RunHandle(*entry) for entry in self._unobserved.values())
 
     def close(self) -> None:
         """The parent closed and joined its runs: every stream ends."""
