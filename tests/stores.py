@@ -5,15 +5,13 @@ from __future__ import annotations
 import secrets
 import subprocess
 import sys
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import trio
 
 import trio_delegate as td
-
-T = TypeVar("T")
 
 KINDS = ("memory", "sqlite", "postgres")
 
@@ -159,52 +157,3 @@ class WrappedStore:
 
     async def mark_observed(self, run_id: str) -> None:
         await self.inner.mark_observed(run_id)
-
-
-class StillClockStore(WrappedStore):
-    """A store whose calls keep one task runnable until they return.
-
-    ``SQLiteStore`` works on a worker thread; a task waiting for a thread
-    counts as blocked, so a ``MockClock`` would jump ahead while the disk
-    works. Spinning on checkpoints meanwhile keeps virtual time still, as it
-    is for every other operation of the machine.
-    """
-
-    async def _still(self, call: Awaitable[T]) -> T:
-        done = False
-
-        async def spin() -> None:
-            # A busy wait on purpose: a task waiting on an Event would be blocked.
-            while not done:
-                await trio.lowlevel.checkpoint()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(spin)
-            try:
-                return await call
-            finally:
-                done = True
-
-    async def attach(self, runtime_id: str) -> td.StoreSnapshot:
-        return await self._still(super().attach(runtime_id))
-
-    async def detach(self, runtime_id: str) -> None:
-        await self._still(super().detach(runtime_id))
-
-    async def write(self, records: Sequence[td.RunRecord]) -> None:
-        await self._still(super().write(records))
-
-    async def get(self, run_id: str) -> td.RunRecord | None:
-        return await self._still(super().get(run_id))
-
-    async def sweep(self, runtime_id: str) -> tuple[str, ...]:
-        return await self._still(super().sweep(runtime_id))
-
-    async def changes(self, cursor: int | None) -> td.ChangeBatch:
-        return await self._still(super().changes(cursor))
-
-    async def request_cancel(self, run_id: str) -> td.RunRecord | None:
-        return await self._still(super().request_cancel(run_id))
-
-    async def mark_observed(self, run_id: str) -> None:
-        await self._still(super().mark_observed(run_id))

@@ -13,7 +13,6 @@ import trio.testing
 import trio_delegate as td
 
 from .helpers import forever, raising, sleeping, sub
-from .stores import StillClockStore
 
 S = td.RunStatus
 SUBAGENTS = [
@@ -35,7 +34,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> td.ResultStore | No
         return td.MemoryStore()
     if request.param == "sqlite":
         # The disk's worker thread must not let the mock clock run ahead.
-        return StillClockStore(td.SQLiteStore(tmp_path / "runs.db"))
+        return td.SQLiteStore(tmp_path / "runs.db")
     return None
 
 

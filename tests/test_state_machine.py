@@ -52,7 +52,7 @@ import trio_delegate as td
 import trio_delegate.testing as tdt
 from trio_delegate.testing import Answer, IndeterminateError, LifecycleModel
 
-from .stores import StillClockStore, WrappedStore
+from .stores import WrappedStore
 
 S = td.RunStatus
 T = TypeVar("T")
@@ -419,7 +419,7 @@ class RuntimeMachine(RuleBasedStateMachine):
             store = self.gated = GatedStore()
         elif setup.store == "sqlite":
             self.folder = Path(tempfile.mkdtemp(prefix="trio-delegate-machine-"))
-            store = StillClockStore(td.SQLiteStore(self.folder / "runs.db"))
+            store = td.SQLiteStore(self.folder / "runs.db")
         self.runtime = self.host.enter(
             td.open_runtime(subagents, config=setup.config(), store=store)
         )

@@ -60,6 +60,7 @@ from ._checks import BriefDict, BriefList, describe
 from ._converter import converter, to_json_ready
 from ._errors import InvalidArgumentsError
 from ._json import CanonicalJson, JsonProblem, TooDeep, check_nesting, text_problem
+from ._threads import run_sync
 from ._typeschema import is_structured_type, schema_for_type
 
 __all__ = [
@@ -394,7 +395,7 @@ class ResultSchema:
             else:
                 self.structure(value)
                 return
-        await trio.to_thread.run_sync(self._check_copy, result)
+        await run_sync(self._check_copy, result)
 
     def _check_copy(self, result: CanonicalJson) -> None:
         value = _checkable(result)
@@ -439,7 +440,7 @@ def _checkable(result: CanonicalJson) -> Any:
     JSON objects decode straight into :class:`BriefDict`; the decoder has no
     such hook for arrays, so they are replaced afterwards, without recursion.
     """
-    if result.is_scalar:
+    if result.immutable:
         return result.copy()
     value = json.loads(result.text, object_pairs_hook=BriefDict)
     if type(value) is list:

@@ -28,6 +28,7 @@ from .._json import NULL, CanonicalJson, JsonProblem, is_small
 from .._results import Output
 from .._schema import SchemaMismatch
 from .._status import RunStatus
+from .._threads import run_sync
 from ._context import ChildContext
 from ._groups import open_transparent_nursery
 from ._run import Outcome, failed
@@ -185,7 +186,7 @@ class _Deferred:
         try:
             outcome = self._encoded
             if outcome is None:
-                outcome = await trio.to_thread.run_sync(
+                outcome = await run_sync(
                     _encode, self._run, self._config, self._value, self._entries
                 )
             schema = self._run.schema

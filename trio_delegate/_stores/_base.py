@@ -10,6 +10,7 @@ import trio
 
 from .._errors import StoreError
 from .._status import RunStatus
+from .._threads import run_sync
 from ._protocol import ChangeBatch, RunRecord, StoreSnapshot
 
 __all__ = ["RecordReader", "ThreadedStore", "guarded"]
@@ -198,7 +199,7 @@ class ThreadedStore(abc.ABC):
         await self._run(self._flag_sync, run_id, "observed")
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(self._guarded, fn, *args, limiter=self._limiter)
+        return await run_sync(self._guarded, fn, *args, limiter=self._limiter)
 
     def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
         return guarded(self._error, fn, *args)

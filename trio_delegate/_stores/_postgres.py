@@ -39,6 +39,7 @@ import trio
 from .._checks import check_int, check_seconds, describe
 from .._errors import InvalidArgumentsError, StoreError
 from .._status import RunStatus
+from .._threads import run_sync
 from ._base import RecordReader, ThreadedStore
 from ._codec import (
     EncodedRecord,
@@ -1029,7 +1030,7 @@ class PostgresStore(ThreadedStore):
         # descriptor is closed under it; a lost connection has no socket left.
         with contextlib.suppress(OSError, ValueError, pg.OperationalError):
             trio.lowlevel.notify_closing(listener.fileno())
-        await trio.to_thread.run_sync(listener.close)
+        await run_sync(listener.close)
 
 
 def postgres_error(
