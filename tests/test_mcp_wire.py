@@ -19,9 +19,12 @@ import trio
 
 pytest.importorskip("mcp")
 
+import anyio
 import mcp_types as types
+import pydantic
+from mcp.shared.message import SessionMessage
 
-from trio_delegate.mcp._wire import reread
+from trio_delegate.mcp._wire import mended, reread
 
 PY = sys.executable
 
@@ -89,6 +92,46 @@ def test_without_an_id_nothing_is_answered() -> None:
     # A notification, or an id nested where it cannot be told from a value.
     assert reread('{"jsonrpc":"2.0","method":"x","params":' + "[" * 50_000) is None
     assert reread('{"params":{"a":1},"id":5,"jsonrpc":"2.0","method":' + "[" * 50_000) is None
+
+
+def rejected(line: str) -> pydantic.ValidationError:
+    """What the SDK's transport hands on for a line its parser rejects."""
+    try:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except pydantic.ValidationError as exc:
+        return exc
+    raise AssertionError(f"the SDK's parser read {line!r}")
+
+
+async def test_the_stream_passes_on_what_it_mends_and_ends_with_its_source() -> None:
+    source_in, source = anyio.create_memory_object_stream[Any](10)
+    to_client, client = anyio.create_memory_object_stream[Any](10)
+    with source, to_client, client:
+        await source_in.send(rejected(call_line(2, '{"task":"\\ud800"}').decode()))
+        await source_in.send(rejected(call_line(3, "[" * 50_000).decode()))
+        other = ValueError("not about a line")
+        await source_in.send(other)
+        await source_in.aclose()
+        async with mended(source, to_client) as readable:
+            items = [item async for item in readable]
+        answer = client.receive_nowait().message
+    first, second = items
+    assert isinstance(first, SessionMessage)
+    assert isinstance(first.message, types.JSONRPCRequest)
+    assert second is other
+    assert isinstance(answer, types.JSONRPCError)
+    assert answer.id == 3
+
+
+async def test_an_answer_for_a_closed_connection_is_dropped_quietly() -> None:
+    source_in, source = anyio.create_memory_object_stream[Any](10)
+    to_client, client = anyio.create_memory_object_stream[Any](10)
+    with source, to_client:
+        await client.aclose()  # the client is gone
+        await source_in.send(rejected(call_line(3, "[" * 50_000).decode()))
+        await source_in.aclose()
+        async with mended(source, to_client) as readable:
+            assert [item async for item in readable] == []
 
 
 # -- through a real server process ---------------------------------------------------

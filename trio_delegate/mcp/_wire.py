@@ -60,33 +60,39 @@ async def mended(
         *read_stream* does.
     """
     send, receive = anyio.create_memory_object_stream[Incoming](0)
-    async with anyio.create_task_group() as group:
-        group.start_soon(_pump, read_stream, write_stream, send)
-        try:
-            yield receive
-        finally:
-            group.cancel_scope.cancel()
+    with receive:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_pump, read_stream, write_stream, send)
+            try:
+                yield receive
+            finally:
+                group.cancel_scope.cancel()
 
 
 async def _pump(
     read_stream: Any, write_stream: Any, send: MemoryObjectSendStream[Incoming]
 ) -> None:
     async with send:
-        async for item in read_stream:
-            if isinstance(item, pydantic.ValidationError):
-                line = _rejected_line(item)
-                if line is not None:
-                    outcome = reread(line)
-                    if isinstance(outcome, types.JSONRPCError):
-                        logger.warning(
-                            "answered a line it could not read: %s", outcome.error.message
-                        )
-                        await write_stream.send(SessionMessage(outcome))
-                        continue
-                    if outcome is not None:
-                        await send.send(SessionMessage(outcome))
-                        continue
-            await send.send(item)
+        try:
+            async for item in read_stream:
+                if isinstance(item, pydantic.ValidationError):
+                    line = _rejected_line(item)
+                    if line is not None:
+                        outcome = reread(line)
+                        if isinstance(outcome, types.JSONRPCError):
+                            logger.warning(
+                                "answered a line it could not read: %s", outcome.error.message
+                            )
+                            await write_stream.send(SessionMessage(outcome))
+                            continue
+                        if outcome is not None:
+                            await send.send(SessionMessage(outcome))
+                            continue
+                await send.send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            # The connection is ending (the server stopped reading, or the
+            # way to the client closed): nothing is left to answer.
+            logger.debug("the connection ended while a line was passed on")
 
 
 def _rejected_line(exc: pydantic.ValidationError) -> str | None:
