@@ -98,6 +98,9 @@ INLINE_STEPS: Final = 500
 #: Results larger than this (bytes of JSON) are checked on a worker thread
 #: from the start: an error message alone repeats the value.
 INLINE_BYTES: Final = 64 * 1024
+#: Real seconds a check on a worker thread keeps a ``MockClock`` still: a
+#: longer one lets virtual time move, so that the run's deadline stops it.
+RUNAWAY_SECONDS: Final = 0.5
 #: How often a check on a worker thread looks for its run's cancellation.
 CANCEL_CHECK_STEPS: Final = 1_000
 #: Keyword evaluations after which a check gives up: the schema is too costly
@@ -397,7 +400,7 @@ class ResultSchema:
             else:
                 self.structure(value)
                 return
-        await run_sync(self._check_copy, result)
+        await run_sync(self._check_copy, result, still_for=RUNAWAY_SECONDS)
 
     def _check_copy(self, result: CanonicalJson) -> None:
         value = _checkable(result)
