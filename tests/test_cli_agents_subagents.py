@@ -349,4 +349,4 @@ async def test_an_answer_nested_too_deep_for_a_schema_fails_the_run_by_name(
             with pytest.raises(td.RunFailedError) as info:
                 await parent.wait(handle.run_id)
     assert isinstance(info.value.__cause__, td.CommandFailedError)
-    assert "nested too deeply" in str(info.value)
+    assert "nests too deeply to read" in str(info.value)

@@ -98,6 +98,16 @@ async def test_output_that_is_not_json_when_json_is_due_fails(tmp_path: Path) ->
         assert "'plain words'" in str(info.value)
 
 
+async def test_output_nested_too_deeply_to_read_fails_by_name(tmp_path: Path) -> None:
+    command = script(tmp_path, "deep", "print('[' * 100_000 + ']' * 100_000)")
+    sub = td.Subagent("deep", td.CommandRunner(command), final_schema={"type": "array"})
+    async with open_parent_lenient(sub) as parent:
+        with pytest.raises(td.RunFailedError) as info:
+            await parent.delegate("deep", "go")
+        assert info.value.error_type == "CommandFailedError"
+        assert "not JSON (it nests too deeply to read)" in str(info.value)
+
+
 async def test_nonzero_exit_fails_with_exit_code_and_the_end_of_stderr(tmp_path: Path) -> None:
     command = script(
         tmp_path,

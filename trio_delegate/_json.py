@@ -197,6 +197,20 @@ def decode(text: str) -> Any:
     return json.loads(text)
 
 
+def parse(text: str, **options: Any) -> Any:
+    """``json.loads(text, **options)`` for text from outside (a model, a process).
+
+    Raises:
+        ValueError: *text* is not JSON; :class:`TooDeep` (a ``ValueError`` too)
+            when it nests past what Python's parser reads, which
+            ``json.loads`` reports as ``RecursionError``.
+    """
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        raise TooDeep("it nests too deeply to read") from None
+
+
 @final
 class CanonicalJson:
     """A JSON value held once, as canonical text, and handed out as fresh copies.

@@ -30,6 +30,7 @@ from typing import Any, Final, Literal, final
 import attrs
 
 from .._core._context import ChildContext
+from .._json import parse
 from .._results import Output
 from ._command import CommandFailedError, Finished, json_file, quote, run_process
 
@@ -170,8 +171,8 @@ def _json_lines(finished: Finished) -> list[dict[str, Any]]:
     events = []
     for line in text.splitlines():
         try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
+            value = parse(line)
+        except ValueError:
             continue
         if isinstance(value, dict):
             events.append(value)
@@ -235,13 +236,7 @@ def _codex_result(ctx: ChildContext, finished: Finished) -> tuple[Any, str | Non
     if ctx.final_schema is None:
         return answer, session
     try:
-        return json.loads(answer), session
-    except RecursionError:
-        raise finished.failure(
-            ctx,
-            "answered with JSON nested too deeply to read, but the run has a final_schema; "
-            f"its answer began {quote(answer)!r}",
-        ) from None
+        return parse(answer), session
     except ValueError as exc:
         raise finished.failure(
             ctx,

@@ -37,6 +37,7 @@ import trio
 from .._checks import describe
 from .._core._context import ChildContext
 from .._errors import DelegationError, InvalidArgumentsError, LimitExceededError
+from .._json import parse
 
 __all__ = [
     "CommandFailedError",
@@ -237,7 +238,7 @@ class CommandRunner:
         if ctx.final_schema is None:
             return text
         try:
-            return json.loads(text)
+            return parse(text)
         except ValueError as exc:
             raise finished.failure(
                 ctx,

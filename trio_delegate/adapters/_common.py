@@ -18,6 +18,7 @@ from .. import (
     Output,
     RunHandle,
 )
+from .._json import parse
 from ._bridge import call_trio
 
 __all__ = [
@@ -114,7 +115,7 @@ def structured(value: Any, final_schema: Mapping[str, Any] | None) -> Any:
 
     if final_schema is not None and isinstance(value, str):
         try:
-            value = json.loads(value, parse_constant=_reject_constant)
+            value = parse(value, parse_constant=_reject_constant)
         except ValueError:
             return value
     try:

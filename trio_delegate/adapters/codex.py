@@ -26,7 +26,6 @@ The parent side needs the ``mcp`` extra, the child side the ``codex`` extra
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from .. import ChildContext, DelegationError, Output
 from .._cli._agents import session_and_prompt, transcript
 from .._cli._mcp_config import DEFAULT_SERVER_NAME, codex_config_toml, serve_command
 from .._cli._server_config import load_server_config
+from .._json import parse
 
 if TYPE_CHECKING:
     from openai_codex import CodexConfig, TurnHandle
@@ -191,7 +191,7 @@ def runner(
 
 def _json(ctx: ChildContext, text: str) -> Any:
     try:
-        return json.loads(text)
+        return parse(text)
     except ValueError as exc:
         raise CodexRunError(
             f"the Codex turn answered with text that is not JSON ({exc}), but the run has a "

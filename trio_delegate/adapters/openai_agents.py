@@ -55,6 +55,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import ChildContext, DelegationError, DelegationTools, Output, Parent
+from .._json import parse
 from ._bridge import run_asyncio
 from ._common import (
     ChildRunner,
@@ -157,7 +158,7 @@ class _SchemaOutput(AgentOutputSchemaBase):
 
     def validate_json(self, json_str: str) -> Any:
         try:
-            return json.loads(json_str)
+            return parse(json_str)
         except ValueError as exc:
             raise ModelBehaviorError(f"the final output is not JSON: {exc}") from exc
 
