@@ -450,3 +450,58 @@ async def test_records_carry_wall_clock_times_to_the_millisecond(
         assert _STAMP.fullmatch(stamp), stamp
         assert before <= datetime.datetime.fromisoformat(stamp) <= after
     assert record.admitted_at <= record.ended_at
+
+
+class _ReadBack(WrappedStore):
+    """A MemoryStore that keeps every record its runtimes' watchers read back."""
+
+    ignores_writes = True
+
+    def __init__(self, inner: td.MemoryStore) -> None:
+        super().__init__(inner)
+        self.read_back: list[td.RunRecord] = []
+
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> td.ChangeBatch:
+        assert isinstance(self.inner, td.MemoryStore)
+        batch = await self.inner.changes(cursor, ignore_writes_of=ignore_writes_of)
+        self.read_back.extend(batch.records)
+        return batch
+
+    async def wait_changes(
+        self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
+    ) -> None:
+        assert isinstance(self.inner, td.MemoryStore)
+        await self.inner.wait_changes(cursor, timeout, ignore_writes_of=ignore_writes_of)
+
+
+async def test_a_runtime_reads_back_only_what_others_changed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    shared = td.MemoryStore()
+    store = _ReadBack(shared)
+    async with (
+        td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=store) as runtime,
+        runtime.open_parent() as parent,
+    ):
+        for index in range(5):
+            await parent.delegate("echo", f"mine {index}")
+        handle = await parent.start("forever", "mine, running")
+        await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(5)
+        # Its own records (admissions, starts, ends) are no news to it.
+        assert store.read_back == []
+        async with (
+            td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=shared) as other,
+            other.open_parent() as elsewhere,
+        ):
+            theirs = await elsewhere.delegate("echo", "theirs")
+            # A request from elsewhere on its own run is news.
+            elsewhere.cancel(handle.run_id)
+            await trio.sleep(1)
+        seen = {record.run_id for record in store.read_back}
+        assert theirs.run_id in seen
+        assert handle.run_id in seen
+        with pytest.raises(td.RunCancelledError):
+            await parent.wait(handle.run_id)  # it read the request and applied it

@@ -35,7 +35,7 @@ import trio
 from .._errors import StoreError
 from .._status import RunStatus
 from .._stores._memory import MemoryStore
-from .._stores._protocol import ResultStore, RunRecord, StoredRun
+from .._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun
 from ._run import Outcome, conversation, safe_message
 
 if TYPE_CHECKING:
@@ -203,6 +203,7 @@ class Persister:
         "_dead",
         "_flagged",
         "_flags",
+        "_ignores_writes",
         "_index",
         "_receive",
         "_renewal",
@@ -220,6 +221,9 @@ class Persister:
     def __init__(self, store: ResultStore, runtime_id: str) -> None:
         self.store = store
         self.runtime_id = runtime_id
+        # A store that can leave out what this runtime wrote itself spares the
+        # watcher reading every record it wrote back (and waking for them).
+        self._ignores_writes = getattr(store, "ignores_writes", False) is True
         self.stats = WriteStats()
         self._stamp = _WallStamp()
         self.events: RunEvents | None = None
@@ -530,6 +534,15 @@ class Persister:
                 nursery.start_soon(self._guard_lease, host, lease - margin)
             await self._watch(host, cursor, interval, in_process)
 
+    async def _changes(self, cursor: int) -> ChangeBatch:
+        """The changes after *cursor* this runtime did not write itself, where the store can
+        leave those out (it knows them already); else every change."""
+        if self._ignores_writes:
+            return await self.store.changes(  # type: ignore[call-arg]
+                cursor, ignore_writes_of=self.runtime_id
+            )
+        return await self.store.changes(cursor)
+
     async def _guard_lease(self, host: WatchHost, within: float) -> None:
         """Stop the runtime's live runs when no sweep has renewed its lease for *within* s.
 
@@ -556,7 +569,7 @@ class Persister:
                 self._renewed_at = trio.current_time()
                 self._renewal.set()
             try:
-                batch = await store.changes(cursor)
+                batch = await self._changes(cursor)
             except Exception:
                 pass
             else:
@@ -571,7 +584,13 @@ class Persister:
 
         async def changed(nursery: trio.Nursery) -> None:
             with contextlib.suppress(Exception):  # the poll goes on regardless
-                await store.wait_changes(cursor, interval)
+                if self._ignores_writes:
+                    # This runtime's own writes are no news to it.
+                    await store.wait_changes(  # type: ignore[call-arg]
+                        cursor, interval, ignore_writes_of=self.runtime_id
+                    )
+                else:
+                    await store.wait_changes(cursor, interval)
             nursery.cancel_scope.cancel()
 
         async def flagged(nursery: trio.Nursery) -> None:

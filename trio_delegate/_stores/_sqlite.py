@@ -65,7 +65,7 @@ from ._protocol import (
 __all__ = ["SCHEMA_VERSION", "SQLiteReader", "SQLiteStore"]
 
 _APPLICATION: Final = "trio_delegate"
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 _LIVE = ("pending", "running")
 #: Store-side retention is applied after this many written records (and on attach).
 _PRUNE_EVERY: Final = 512
@@ -118,18 +118,39 @@ def _migrate_to_2(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migrate_to_3(conn: sqlite3.Connection) -> None:
+    """Version 3: ``writer``, the runtime whose own write made a row's latest change.
+
+    ``NULL`` where anything else made it (a flag, an interruption, or a write
+    that left flags the runtime had not seen): a runtime reads back only
+    changes it did not make itself (see ``changes``). Rows of version 2 read
+    as changed by someone else.
+    """
+    conn.execute("ALTER TABLE runs ADD COLUMN writer TEXT")
+
+
 #: _MIGRATIONS[n] brings a store from version n to n + 1.
 _MIGRATIONS: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {
     0: _migrate_to_1,
     1: _migrate_to_2,
+    2: _migrate_to_3,
 }
 
 _COLUMNS: Final = "record, state, cancel_requested, observed"
 
+#: The changes after a number that a given runtime did not write itself.
+_FOREIGN_CHANGES: Final = (
+    f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? AND writer IS NOT ? ORDER BY seq"
+)
+
+# A row's ``writer`` is the runtime whose record made its latest change, unless
+# the row keeps a flag that record did not carry: then the change holds news
+# for that runtime too, and the writer is unknown (NULL). (SQLite evaluates
+# every expression of an update with the row's values before it.)
 _UPSERT: Final = """
     INSERT INTO runs (run_id, runtime_id, owner, subagent, status, admitted_at, ended_at,
-                      record, state, seq, cancel_requested, observed)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      record, state, seq, cancel_requested, observed, writer)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (run_id) DO UPDATE SET
         runtime_id = excluded.runtime_id,
         owner = excluded.owner,
@@ -141,15 +162,19 @@ _UPSERT: Final = """
         state = excluded.state,
         seq = excluded.seq,
         cancel_requested = runs.cancel_requested OR excluded.cancel_requested,
-        observed = runs.observed OR excluded.observed
+        observed = runs.observed OR excluded.observed,
+        writer = CASE WHEN runs.cancel_requested > excluded.cancel_requested
+                        OR runs.observed > excluded.observed
+                      THEN NULL ELSE excluded.writer END
     WHERE runs.status IN ('pending', 'running')
 """
 # An upsert keeps the row's rowid, so rowid order stays admission order.
 
 _UPDATE_STATE: Final = """
-    UPDATE runs SET status = ?, ended_at = ?, state = ?, seq = ?,
-        cancel_requested = cancel_requested OR ?, observed = observed OR ?
-    WHERE run_id = ? AND status IN ('pending', 'running')
+    UPDATE runs SET status = ?1, ended_at = ?2, state = ?3, seq = ?4,
+        cancel_requested = cancel_requested OR ?5, observed = observed OR ?6,
+        writer = CASE WHEN cancel_requested > ?5 OR observed > ?6 THEN NULL ELSE ?8 END
+    WHERE run_id = ?7 AND status IN ('pending', 'running')
 """
 
 
@@ -298,13 +323,26 @@ def _position(conn: sqlite3.Connection) -> int:
     return int(row[0]) if row is not None else 0
 
 
-def _changes(conn: sqlite3.Connection, cursor: int | None, where: str) -> ChangeBatch:
-    """``ResultStore.changes`` on *conn*."""
+def _changes(
+    conn: sqlite3.Connection, cursor: int | None, where: str, ignore: str | None = None
+) -> ChangeBatch:
+    """``ResultStore.changes`` on *conn*, leaving out what runtime *ignore* wrote itself."""
     if cursor is None:
         return ChangeBatch(_position(conn))
     check_cursor(cursor, where)
-    query = f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? ORDER BY seq"
-    return change_batch(cursor, conn.execute(query, (cursor,)).fetchall(), where)
+    if ignore is None:
+        query = f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? ORDER BY seq"
+        return change_batch(cursor, conn.execute(query, (cursor,)).fetchall(), where)
+    # One read transaction: the position covers exactly the rows read, the
+    # ones left out included.
+    conn.execute("BEGIN")
+    try:
+        rows = conn.execute(_FOREIGN_CHANGES, (cursor, ignore)).fetchall()
+        position = _position(conn)
+    finally:
+        conn.execute("COMMIT")
+    batch = change_batch(cursor, rows, where)
+    return ChangeBatch(max(batch.cursor, position), batch.records)
 
 
 @final
@@ -376,10 +414,38 @@ class SQLiteStore(ThreadedStore):
 
     # -- the ResultStore protocol ---------------------------------------------------
 
-    async def wait_changes(self, cursor: int, timeout: float) -> None:
+    #: ``changes`` and ``wait_changes`` take ``ignore_writes_of``.
+    ignores_writes: Final = True
+
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> ChangeBatch:
+        """Every record written or flagged after *cursor*, oldest change first.
+
+        Args:
+            cursor: a cursor an earlier call returned; ``None`` for the
+                current position (and no records).
+            ignore_writes_of: a runtime id: leave out the changes that
+                runtime's own writes made (see ``ResultStore``); the cursor
+                still moves past them.
+
+        Raises:
+            StoreError: the file cannot be read, or *cursor* is malformed.
+        """
+        return await self._run(self._changes_sync, cursor, ignore_writes_of)
+
+    async def wait_changes(
+        self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
+    ) -> None:
         """Return once changes after *cursor* exist, or after *timeout* seconds (Trio clock).
 
         The file is polled every ``poll_interval`` seconds.
+
+        Args:
+            cursor: a cursor ``changes`` returned.
+            timeout: seconds to wait at most.
+            ignore_writes_of: a runtime id: its own writes are no change for
+                this wait (see ``ResultStore``).
 
         Raises:
             StoreError: the file cannot be read, or an argument is malformed.
@@ -390,7 +456,7 @@ class SQLiteStore(ThreadedStore):
         await trio.lowlevel.checkpoint()
         with trio.move_on_after(timeout):
             # Other processes change the file: nothing here could set an Event.
-            while await self._run(self._position_sync) <= cursor:  # noqa: ASYNC110
+            while not await self._run(self._changed_sync, cursor, ignore_writes_of):  # noqa: ASYNC110
                 await trio.sleep(self.poll_interval)
 
     async def aclose(self) -> None:
@@ -510,7 +576,9 @@ class SQLiteStore(ThreadedStore):
             if ended:
                 # Read in this transaction: their heads are the stored ones.
                 self._store(
-                    conn, [EncodedRecord(record, None, encode_state(record)) for record in ended]
+                    conn,
+                    [EncodedRecord(record, None, encode_state(record)) for record in ended],
+                    own=False,
                 )
         return [record.run_id for record in ended]
 
@@ -538,15 +606,19 @@ class SQLiteStore(ThreadedStore):
         encoded = [encode_record(record, where, heads) for record in records]
         conn = self._connection()
         with _transaction(conn):
-            self._store(conn, encoded)
+            self._store(conn, encoded, own=True)
             self._written += len(encoded)
             if self._written >= _PRUNE_EVERY:
                 self._written = 0
                 self._prune(conn)
         heads.committed(encoded)
 
-    def _store(self, conn: sqlite3.Connection, encoded: list[EncodedRecord]) -> None:
-        """Write *encoded* (inside a transaction), each with the next change number."""
+    def _store(self, conn: sqlite3.Connection, encoded: list[EncodedRecord], *, own: bool) -> None:
+        """Write *encoded* (inside a transaction), each with the next change number.
+
+        *own*: the records are written by the runtimes they name (``writer``);
+        else by someone else (an interruption).
+        """
         seq = _reserve(conn, len(encoded))
         known: list[tuple[EncodedRecord, int]] = []
         whole: list[tuple[EncodedRecord, int]] = []
@@ -565,6 +637,7 @@ class SQLiteStore(ThreadedStore):
                         item.record.cancel_requested,
                         item.record.observed,
                         item.record.run_id,
+                        item.record.runtime_id if own else None,
                     )
                     for item, number in known
                 ],
@@ -592,6 +665,7 @@ class SQLiteStore(ThreadedStore):
                         number,
                         item.record.cancel_requested,
                         item.record.observed,
+                        item.record.runtime_id if own else None,
                     )
                     for item, number in whole
                 ],
@@ -621,11 +695,17 @@ class SQLiteStore(ThreadedStore):
             lock.renew()
         return tuple(self._mark_gone(conn))
 
-    def _position_sync(self) -> int:
-        return _position(self._connection())
+    def _changed_sync(self, cursor: int, ignore: str | None) -> bool:
+        conn = self._connection()
+        if ignore is None:
+            return _position(conn) > cursor
+        row = conn.execute(
+            "SELECT 1 FROM runs WHERE seq > ? AND writer IS NOT ? LIMIT 1", (cursor, ignore)
+        ).fetchone()
+        return row is not None
 
-    def _changes_sync(self, cursor: int | None) -> ChangeBatch:
-        return _changes(self._connection(), cursor, str(self.path))
+    def _changes_sync(self, cursor: int | None, ignore: str | None = None) -> ChangeBatch:
+        return _changes(self._connection(), cursor, str(self.path), ignore)
 
     def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None:
         if not is_run_id(run_id):
@@ -641,7 +721,7 @@ class SQLiteStore(ThreadedStore):
             live = status in _LIVE
             if not already and (live or flag == "observed"):
                 conn.execute(
-                    f"UPDATE runs SET {flag} = 1, seq = ? WHERE run_id = ?",
+                    f"UPDATE runs SET {flag} = 1, seq = ?, writer = NULL WHERE run_id = ?",
                     (_reserve(conn, 1), run_id),
                 )
             rows = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
