@@ -19,6 +19,7 @@ import trio
 import trio.testing
 
 import trio_delegate as td
+from trio_delegate._core._persistence import RUNNING_RECORD_DELAY
 from trio_delegate._stores._protocol import (
     INTERRUPTED_ERROR_TYPE,
     StoredRun,
@@ -505,3 +506,80 @@ async def test_a_runtime_reads_back_only_what_others_changed(
         assert handle.run_id in seen
         with pytest.raises(td.RunCancelledError):
             await parent.wait(handle.run_id)  # it read the request and applied it
+
+
+class _Writes(WrappedStore):
+    """A MemoryStore that keeps the status of every record written, by run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: dict[str, list[td.RunStatus]] = {}
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        await self.inner.write(records)
+        for record in records:
+            self.written.setdefault(record.run_id, []).append(record.status)
+
+
+async def test_a_run_that_keeps_running_is_recorded_running_within_the_delay(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = _Writes()
+    async with (
+        td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=store) as runtime,
+        runtime.open_parent() as parent,
+    ):
+        handle = await parent.start("forever", "keeps running")
+        started = trio.current_time()
+        await trio.testing.wait_all_tasks_blocked()
+        # Held for a batch to go with; none comes, so the delay writes it.
+        await trio.sleep(RUNNING_RECORD_DELAY * 0.9)
+        assert store.written[handle.run_id] == [td.RunStatus.PENDING]
+        await trio.sleep(RUNNING_RECORD_DELAY * 0.2)
+        assert store.written[handle.run_id] == [td.RunStatus.PENDING, td.RunStatus.RUNNING]
+        assert trio.current_time() - started < 1  # contract §16
+        stored = await store.get(handle.run_id)
+        assert stored is not None
+        assert stored.status is td.RunStatus.RUNNING
+        assert stored.started_at is not None
+        assert stored.deadline_at is None  # "forever" has no timeout
+        parent.cancel(handle.run_id)
+
+
+async def test_a_running_record_goes_with_the_next_batch_someone_waits_for(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = _Writes()
+    async with (
+        td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=store) as runtime,
+        runtime.open_parent() as parent,
+    ):
+        first = await parent.start("forever", "keeps running")
+        started = trio.current_time()
+        await parent.delegate("echo", "next")  # two batches waited for
+        assert trio.current_time() == started  # no delay was waited out
+        assert store.written[first.run_id] == [td.RunStatus.PENDING, td.RunStatus.RUNNING]
+        stored = await store.get(first.run_id)
+        assert stored is not None
+        assert stored.status is td.RunStatus.RUNNING
+        parent.cancel(first.run_id)
+
+
+async def test_a_run_that_ends_before_its_running_record_is_written_needs_none(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = _Writes()
+    async with (
+        td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=store) as runtime,
+        runtime.open_parent() as parent,
+    ):
+        results = [await parent.delegate("echo", f"quick {index}") for index in range(5)]
+        handles = [await parent.start("echo", f"background {index}") for index in range(5)]
+        for handle in handles:
+            await parent.wait(handle.run_id)
+    ids = [result.run_id for result in results] + [handle.run_id for handle in handles]
+    for run_id in ids:
+        assert store.written[run_id] == [td.RunStatus.PENDING, td.RunStatus.COMPLETED]
+        stored = await store.get(run_id)
+        assert stored is not None
+        assert stored.started_at is not None  # the end record says when it started

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ._events import RunEvents
     from ._run import Run
 
-__all__ = ["Persister", "WatchHost", "WriteStats", "history_of"]
+__all__ = ["RUNNING_RECORD_DELAY", "Persister", "WatchHost", "WriteStats", "history_of"]
 
 #: A write that fails after this many seconds failed for the store's sake
 #: (timeouts), not for one of its records: its batch is not split further.
@@ -51,6 +51,11 @@ _SLOW_FAILURE_SECONDS: Final = 0.5
 
 #: At most this many runs found only in the store are remembered for lookups.
 _INDEX_LIMIT: Final = 100_000
+
+#: A run's ``running`` record waits at most this long (seconds) for a batch to
+#: go with: other runtimes' views may trail by at most 1 s (contract §16),
+#: which leaves the poll interval (at most 0.5 s by default) and then some.
+RUNNING_RECORD_DELAY: Final = 0.25
 
 _Done = Callable[[StoreError | None], None]
 
@@ -203,6 +208,9 @@ class Persister:
         "_dead",
         "_flagged",
         "_flags",
+        "_flush_at",
+        "_held",
+        "_idle",
         "_ignores_writes",
         "_index",
         "_receive",
@@ -230,6 +238,11 @@ class Persister:
         self._send, self._receive = trio.open_memory_channel[_Pending](math.inf)
         # The batch being written, answered if the writer is stopped mid-way.
         self._writing: list[_Pending] = []
+        # Runs whose running record is held for the next batch (see started),
+        # when it is due at the latest, and the writer's wait for records.
+        self._held: dict[str, Run] = {}
+        self._flush_at = math.inf
+        self._idle: trio.CancelScope | None = None
         # Set once the writer can write no more: every later write is
         # answered with it at once.
         self._dead: StoreError | None = None
@@ -286,13 +299,26 @@ class Persister:
         receive = self._receive
         try:
             with trio.CancelScope(shield=True):
-                async for first in receive:
-                    batch = self._writing = [first]
+                while True:
+                    batch = self._writing = []
+                    with trio.CancelScope(deadline=self._flush_at) as idle:
+                        # started() brings the deadline forward when it holds a record.
+                        self._idle = idle
+                        try:
+                            batch.append(await receive.receive())
+                        except trio.EndOfChannel:
+                            break
+                    self._idle = None
                     while True:
                         try:
                             batch.append(receive.receive_nowait())
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
+                    # Held running records go with this batch (before it: a
+                    # run's later record, queued since, wins).
+                    batch[:0] = self._take_held()
+                    if not batch:
+                        continue  # the held runs had all ended
                     # A run's records queue in lifecycle order: its latest one
                     # holds everything the earlier ones said (a run that started
                     # and ended before the commit needs one row, not three).
@@ -418,6 +444,12 @@ class Persister:
             done(store_error(exc, f"record run {run.run_id}", run.run_id))
             return
         run.history_record = None  # the terminal record has taken it
+        held = self._held
+        if held and held.pop(run.run_id, None) is not None and not held:
+            # The end record says when it started; nothing is held any more.
+            self._flush_at = math.inf
+            if self._idle is not None:
+                self._idle.deadline = math.inf
         self._submit(record, done)
 
     def started(self, run: Run, now: float) -> None:
@@ -425,12 +457,35 @@ class Persister:
 
         Other runtimes sharing the store then read ``running`` for it, and
         never answer "running" past its deadline. Not a durability point:
-        nobody waits for this record.
+        nobody waits for this record, so it is held until the next batch is
+        written, or for ``RUNNING_RECORD_DELAY`` seconds at most. A run that
+        ends before then needs none: its end record says when it started.
         """
         run.started_at = self._stamp()
         if run.deadline != math.inf:
             run.deadline_at = time.time() + (run.deadline - now)
-        self._submit(self.record_of(run, RunStatus.RUNNING, None), _ignore)
+        if self._dead is not None:
+            return  # nothing more is written
+        held = self._held
+        if not held:
+            self._flush_at = now + RUNNING_RECORD_DELAY
+            idle = self._idle
+            if idle is not None:
+                idle.deadline = self._flush_at
+        held[run.run_id] = run
+
+    def _take_held(self) -> list[_Pending]:
+        """The running records of the held runs that are still running."""
+        self._flush_at = math.inf
+        held = self._held
+        if not held:
+            return []
+        self._held = {}
+        return [
+            (self.record_of(run, RunStatus.RUNNING, None), _ignore)
+            for run in held.values()
+            if run.status is RunStatus.RUNNING
+        ]
 
     def record_of(self, run: Run, status: RunStatus, outcome: Outcome | None) -> RunRecord:
         """The record of *run* with *status* (and, for an end, its *outcome*).
