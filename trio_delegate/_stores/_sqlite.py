@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import itertools
 import os
 import sqlite3
 import urllib.parse
@@ -118,15 +119,27 @@ def _migrate_to_2(conn: sqlite3.Connection) -> None:
     )
 
 
+#: How many rows are terminal, counted (the ``terminal_rows`` kept in ``meta``
+#: says the same without reading them).
+_COUNT_TERMINAL: Final = "SELECT count(*) FROM runs WHERE status NOT IN ('pending', 'running')"
+
+
 def _migrate_to_3(conn: sqlite3.Connection) -> None:
     """Version 3: ``writer``, the runtime whose own write made a row's latest change.
 
     ``NULL`` where anything else made it (a flag, an interruption, or a write
     that left flags the runtime had not seen): a runtime reads back only
     changes it did not make itself (see ``changes``). Rows of version 2 read
-    as changed by someone else.
+    as changed by someone else. Also an index of terminal runs by end time
+    and their number in ``meta`` (``terminal_rows``), for pruning.
     """
     conn.execute("ALTER TABLE runs ADD COLUMN writer TEXT")
+    # Pruning by age reads only the terminal runs that ended before the cutoff,
+    # and pruning by count reads the number kept here instead of counting.
+    conn.execute(
+        "CREATE INDEX runs_ended ON runs (ended_at) WHERE status NOT IN ('pending', 'running')"
+    )
+    conn.execute(f"INSERT INTO meta VALUES ('terminal_rows', ({_COUNT_TERMINAL}))")
 
 
 #: _MIGRATIONS[n] brings a store from version n to n + 1.
@@ -194,6 +207,17 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+#: An encoded record and its change number.
+_Numbered = tuple[EncodedRecord, int]
+
+
+def _count_terminal(conn: sqlite3.Connection, more: int) -> None:
+    """Add *more* (may be negative) to the number of terminal rows kept in meta."""
+    conn.execute(
+        "UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'terminal_rows'", (more,)
+    )
 
 
 def _reserve(conn: sqlite3.Connection, count: int) -> int:
@@ -523,6 +547,11 @@ class SQLiteStore(ThreadedStore):
         try:
             marked = self._mark_gone(conn)
             with _transaction(conn):
+                # Counted afresh now and then: the count follows every change
+                # this package makes, not a row deleted by hand.
+                conn.execute(
+                    f"UPDATE meta SET value = ({_COUNT_TERMINAL}) WHERE key = 'terminal_rows'"
+                )
                 self._prune(conn)
             terminal = self._terminal(conn)
         except BaseException:
@@ -620,56 +649,84 @@ class SQLiteStore(ThreadedStore):
         else by someone else (an interruption).
         """
         seq = _reserve(conn, len(encoded))
-        known: list[tuple[EncodedRecord, int]] = []
-        whole: list[tuple[EncodedRecord, int]] = []
+        # Records whose head the row holds already, live and ended; and whole
+        # ones, in their order (a new row's rowid is its place in admission order).
+        groups: tuple[list[_Numbered], list[_Numbered]] = ([], [])
+        whole: list[_Numbered] = []
         for item in encoded:
-            (whole if item.head is not None else known).append((item, seq))
+            if item.head is None:
+                groups[item.record.status.is_terminal].append((item, seq))
+            else:
+                whole.append((item, seq))
             seq += 1
-        if known:
-            cursor = conn.executemany(
-                _UPDATE_STATE,
-                [
-                    (
-                        item.record.status.value,
-                        item.record.ended_at,
-                        item.state,
-                        number,
-                        item.record.cancel_requested,
-                        item.record.observed,
-                        item.record.run_id,
-                        item.record.runtime_id if own else None,
-                    )
-                    for item, number in known
-                ],
-            )
-            if cursor.rowcount != len(known):
+        # Rows that became terminal, for the count kept in meta: every
+        # statement changes only a live row (or adds a new one).
+        became_terminal = 0
+        for ended, known in enumerate(groups):
+            if not known:
+                continue
+            changed = self._update_states(conn, known, own)
+            became_terminal += changed if ended else 0
+            if changed != len(known):
                 # Some rows were not live where this handle left them (ended by
                 # another runtime, or removed): write those records whole. The
                 # upsert leaves a terminal row alone and repeats the others.
                 where = str(self.path)
                 whole.extend((with_head(item, where), number) for item, number in known)
-        if whole:
-            conn.executemany(
-                _UPSERT,
-                [
-                    (
-                        item.record.run_id,
-                        item.record.runtime_id,
-                        item.record.owner,
-                        item.record.subagent,
-                        item.record.status.value,
-                        item.record.admitted_at,
-                        item.record.ended_at,
-                        item.head,
-                        item.state,
-                        number,
-                        item.record.cancel_requested,
-                        item.record.observed,
-                        item.record.runtime_id if own else None,
-                    )
-                    for item, number in whole
-                ],
-            )
+        # One statement per stretch of live or of ended records, so that the
+        # rows that became terminal can be counted.
+        for ended, stretch in itertools.groupby(
+            whole, lambda pair: pair[0].record.status.is_terminal
+        ):
+            changed = self._upsert(conn, list(stretch), own)
+            became_terminal += changed if ended else 0
+        if became_terminal:
+            _count_terminal(conn, became_terminal)
+
+    @staticmethod
+    def _update_states(conn: sqlite3.Connection, known: list[_Numbered], own: bool) -> int:
+        """Rewrite the state of *known* rows that are live; how many were."""
+        return conn.executemany(
+            _UPDATE_STATE,
+            [
+                (
+                    item.record.status.value,
+                    item.record.ended_at,
+                    item.state,
+                    number,
+                    item.record.cancel_requested,
+                    item.record.observed,
+                    item.record.run_id,
+                    item.record.runtime_id if own else None,
+                )
+                for item, number in known
+            ],
+        ).rowcount
+
+    @staticmethod
+    def _upsert(conn: sqlite3.Connection, whole: list[_Numbered], own: bool) -> int:
+        """Insert or rewrite the rows of *whole* (never a terminal one); how many changed."""
+        return conn.executemany(
+            _UPSERT,
+            [
+                (
+                    item.record.run_id,
+                    item.record.runtime_id,
+                    item.record.owner,
+                    item.record.subagent,
+                    item.record.status.value,
+                    item.record.admitted_at,
+                    item.record.ended_at,
+                    item.head,
+                    item.state,
+                    number,
+                    item.record.cancel_requested,
+                    item.record.observed,
+                    item.record.runtime_id if own else None,
+                )
+                for item, number in whole
+            ],
+        ).rowcount
 
     def _get_sync(self, run_id: str) -> RunRecord | None:
         if not is_run_id(run_id):
@@ -728,25 +785,41 @@ class SQLiteStore(ThreadedStore):
             return self._decode_rows(rows.fetchall())[0]
 
     def _prune(self, conn: sqlite3.Connection) -> None:
-        """Apply store-side retention to terminal runs (live runs are never pruned)."""
+        """Apply store-side retention to terminal runs (live runs are never pruned).
+
+        By age through the index of terminal runs by end time; by number from
+        the count kept in meta, deleting only the excess, oldest admitted first.
+        (The status tests are literals: SQLite uses a partial index only for
+        a query it can prove is within it.)
+        """
+        removed = 0
         if self.retention_seconds is not None:
             cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(
                 seconds=self.retention_seconds
             )
-            conn.execute(
-                "DELETE FROM runs WHERE status NOT IN (?, ?) AND ended_at < ?",
-                (*_LIVE, cutoff.isoformat(timespec="milliseconds")),
-            )
+            removed += conn.execute(
+                "DELETE FROM runs WHERE status NOT IN ('pending', 'running') AND ended_at < ?",
+                (cutoff.isoformat(timespec="milliseconds"),),
+            ).rowcount
         if self.max_rows is not None:
-            conn.execute(
-                """
-                DELETE FROM runs WHERE rowid IN (
-                    SELECT rowid FROM runs WHERE status NOT IN (?, ?)
-                    ORDER BY rowid DESC LIMIT -1 OFFSET ?
-                )
-                """,
-                (*_LIVE, self.max_rows),
-            )
+            row = conn.execute(
+                "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'terminal_rows'"
+            ).fetchone()
+            excess = (int(row[0]) if row is not None else 0) - removed - self.max_rows
+            if excess > 0:
+                # In rowid (admission) order from the oldest: it stops after the
+                # excess, past the few live runs among them.
+                removed += conn.execute(
+                    """
+                    DELETE FROM runs WHERE rowid IN (
+                        SELECT rowid FROM runs NOT INDEXED
+                        WHERE status NOT IN ('pending', 'running') ORDER BY rowid LIMIT ?
+                    )
+                    """,
+                    (excess,),
+                ).rowcount
+        if removed:
+            _count_terminal(conn, -removed)
 
 
 @final
