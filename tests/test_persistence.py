@@ -583,3 +583,28 @@ async def test_a_run_that_ends_before_its_running_record_is_written_needs_none(
         stored = await store.get(run_id)
         assert stored is not None
         assert stored.started_at is not None  # the end record says when it started
+
+
+async def test_a_result_and_transcript_are_written_as_their_canonical_text(
+    make_store: StoreFactory,
+) -> None:
+    nested = {"rows": [{"n": n, "text": f"é {n}", "half": n / 2} for n in range(50)]}
+    said = [{"role": "user", "content": "go"}, {"role": "assistant", "content": nested}]
+
+    async def talker(ctx: td.ChildContext) -> td.Output:
+        await trio.lowlevel.checkpoint()
+        return td.Output(nested, transcript=said)
+
+    store = make_store()
+    async with (
+        td.open_runtime([td.Subagent("talker", talker)], store=store) as runtime,
+        runtime.open_parent() as parent,
+    ):
+        result = await parent.delegate("talker", "go")
+    assert result.final_result == nested
+    stored = await store.get(result.run_id)
+    assert stored is not None
+    # Read back as plain JSON data, equal to what the runner gave.
+    assert stored.final_result == nested
+    assert stored.transcript == tuple(said)
+    assert type(stored.final_result) is dict

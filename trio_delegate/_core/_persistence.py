@@ -27,7 +27,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast, final
 
 import attrs
 import trio
@@ -35,7 +35,9 @@ import trio
 from .._errors import StoreError
 from .._status import RunStatus
 from .._stores._memory import MemoryStore
+from .._stores._postgres import PostgresStore
 from .._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun
+from .._stores._sqlite import SQLiteStore
 from ._run import Outcome, conversation, safe_message
 
 if TYPE_CHECKING:
@@ -85,6 +87,9 @@ class WriteStats:
     def mean_batch(self) -> float:
         return self.records / self.commits if self.commits else 0.0
 
+
+#: The stores whose encoder splices canonical JSON text in as it is.
+_SPLICING: Final = (MemoryStore, SQLiteStore, PostgresStore)
 
 #: A record waiting for the writer, and who to tell when it is committed.
 _Pending = tuple[RunRecord, _Done]
@@ -218,6 +223,7 @@ class Persister:
         "_renewed_at",
         "_schemas",
         "_send",
+        "_splices",
         "_stamp",
         "_writing",
         "events",
@@ -232,6 +238,10 @@ class Persister:
         # A store that can leave out what this runtime wrote itself spares the
         # watcher reading every record it wrote back (and waking for them).
         self._ignores_writes = getattr(store, "ignores_writes", False) is True
+        # The stores of this package take a result or transcript as the
+        # canonical JSON text the runtime holds (see _codec.encode_state);
+        # any other store gets plain JSON data, as the protocol says.
+        self._splices = isinstance(store, _SPLICING)
         self.stats = WriteStats()
         self._stamp = _WallStamp()
         self.events: RunEvents | None = None
@@ -502,10 +512,16 @@ class Persister:
         if outcome is not None:
             error_type, error_message = outcome.error_details(run.timeout)
             result = outcome.result
-            if result is not None:
-                final_result = result.scalar if result.immutable else result.copy()
-            if outcome.transcript is not None:
-                transcript = tuple(outcome.transcript.copy())
+            if self._splices:
+                # The store splices the canonical text in: nothing decoded here
+                # to be encoded again there.
+                final_result = result
+                transcript = cast(Any, outcome.transcript)
+            else:
+                if result is not None:
+                    final_result = result.scalar if result.immutable else result.copy()
+                if outcome.transcript is not None:
+                    transcript = tuple(outcome.transcript.copy())
             ended_at = self._stamp()
         history = run.history_record
         if history is None:
