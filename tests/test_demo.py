@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import shlex
 import subprocess
 import sys
 import time
@@ -29,6 +31,7 @@ from trio_delegate._cli._demo_view import (
     format_event,
 )
 from trio_delegate._cli._main import main
+from trio_delegate._cli._self import installed_script, shell_command
 
 
 @attrs.define
@@ -417,7 +420,33 @@ def test_demo_command_writes_the_database(
 ) -> None:
     db = tmp_path / "demo" / "runs.db"
     assert main(["demo", "--no-live", "--speed", "100", "--db", str(db)]) == 0
-    assert f"The runs are recorded in {db}" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"The runs are recorded in {db}" in said
+    # The command it suggests names the same store, and runs as written.
+    suggested = shlex.split(said.rsplit("see them with ", 1)[1])
+    assert suggested[-4:] == ["runs", "list", "--db", str(db)]
+    listed_by_hand = subprocess.run(
+        [*suggested, "--json"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert len(json.loads(listed_by_hand.stdout)) == 8
     assert main(["runs", "list", "--db", str(db), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert len(listed) == 8
+
+
+def test_the_suggested_command_runs_without_an_activated_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = installed_script()
+    assert script is not None, "the tests run from an installation with its script"
+    # Not on PATH (a .venv that is not activated): the script's own path,
+    # relative from a folder above it, absolute from elsewhere.
+    monkeypatch.setenv("PATH", os.defpath)
+    monkeypatch.chdir(script.parent.parent)
+    assert shell_command("runs", "list") == f"{Path(script.parent.name, script.name)} runs list"
+    monkeypatch.chdir(tmp_path)
+    assert shell_command("runs", "list") == f"{script} runs list"
+    # On PATH: the plain name.
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.defpath}")
+    expected = "trio-delegate runs list --db 'a b.db'"
+    assert shell_command("runs", "list", "--db", "a b.db") == expected

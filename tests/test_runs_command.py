@@ -95,6 +95,25 @@ def test_runs_show_unknown_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "no run 'run_nope'" in capsys.readouterr().err
 
 
+def test_runs_echo_a_huge_argument_briefly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.db"
+    trio.run(fill, db)
+    assert main(["runs", "show", "run_" + "a" * 100_000, "--db", str(db)]) == 1
+    said = capsys.readouterr().err
+    assert "no run 'run_aaa" in said
+    assert len(said) < 300
+    for limit in ("9" * 5_000, "9" * 30):
+        with pytest.raises(SystemExit) as info:
+            main(["runs", "list", "--limit", limit, "--db", str(db)])
+        assert info.value.code == 2
+        said = capsys.readouterr().err
+        assert "--limit" in said
+        assert len(said) < 1_000
+    assert "from 1 to 1,000,000" in said
+
+
 def test_runs_without_a_store_creates_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

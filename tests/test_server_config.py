@@ -326,6 +326,28 @@ def test_a_missing_file(tmp_path: Path) -> None:
         load_server_config(tmp_path / "absent.toml")
 
 
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"x = " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "nests arrays or inline tables"),
+        (b"[runtime]\nmax_concurrent_runs = " + b"9" * 5_000 + b"\n", "holds a number"),
+        (b"\xff\xfe[runtime]\n", "is not UTF-8 text"),
+        (b"#" + b"x" * (2 * 1024 * 1024) + b"\n", "is larger than 1024 KiB"),
+        (b'[runtime]\nstore = "\\ud800"\n', "is not valid TOML"),
+    ],
+    ids=["deep", "huge-number", "not-utf8", "too-large", "surrogate"],
+)
+def test_a_hostile_file_is_a_config_error(tmp_path: Path, data: bytes, fragment: str) -> None:
+    path = tmp_path / "server.toml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as info:
+        load_server_config(path)
+    message = str(info.value)
+    assert fragment in message
+    assert "\n  fix: " in message
+    assert len(message) < 1_000
+
+
 def test_serve_with_a_bad_configuration_exits_2_before_serving(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,6 +8,7 @@ from one run to the next.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import trio_delegate as td
 from trio_delegate._threads import run_sync
 
 from .helpers import sleeping, sub
+from .hostile_strategies import _exponential_refs
 
 #: Large enough that the result is checked and encoded on a worker thread.
 BIG = list(range(20_000))
@@ -91,3 +93,23 @@ async def test_an_error_on_the_thread_comes_out_as_itself() -> None:
 
     with pytest.raises(KeyError, match="nope"):
         await run_sync(fail)
+
+
+async def test_a_runaway_check_still_meets_its_virtual_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Checking this result would take minutes: past RUNAWAY_SECONDS of real
+    # time the clock may move again, and the run's deadline stops the check.
+    schema = _exponential_refs(40)
+    async with (
+        td.open_runtime(
+            [sub("worker", sleeping(1, "a" * 30 + "b"), timeout_seconds=5)],
+            config=td.Config(fail_closed=False),
+        ) as rt,
+        rt.open_parent("root") as parent,
+    ):
+        started = time.monotonic()
+        with pytest.raises(td.RunTimedOutError):
+            await parent.delegate("worker", "costly", final_schema=schema)
+        assert trio.current_time() == 5.0  # its deadline, 5 s after it started
+        assert time.monotonic() - started < 30

@@ -15,11 +15,18 @@ move, and ``wait_all_tasks_blocked`` returns only once the thread is done.
 Everything else about ``trio.to_thread.run_sync`` is kept: the limiter, the
 caller's cancellation as the thread sees it (``trio.from_thread``), and the
 result or exception.
+
+Computation that may run away (a result checked against a costly schema)
+keeps the clock still only for a bounded real time (*still_for*): past it,
+the clock moves as it would while anything else blocks, so that a virtual
+deadline still stops the work, as a real deadline would.
 """
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 from collections.abc import Callable
 from typing import TypeVar, TypeVarTuple, Unpack
 
@@ -36,8 +43,16 @@ async def run_sync(
     fn: Callable[[Unpack[Ts]], T],
     *args: *Ts,
     limiter: trio.CapacityLimiter | None = None,
+    still_for: float | None = None,
 ) -> T:
     """``await trio.to_thread.run_sync(fn, *args, limiter=limiter)``, keeping a mock clock still.
+
+    Args:
+        fn: the function to call on a worker thread.
+        args: its arguments.
+        limiter: as for ``trio.to_thread.run_sync``.
+        still_for: real seconds for which a mock clock is kept still; ``None``
+            for as long as the thread works.
 
     Raises:
         whatever *fn* raised; ``trio.Cancelled`` as ``trio.to_thread.run_sync``
@@ -46,6 +61,7 @@ async def run_sync(
     if not _on_mock_clock():
         return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
     done = False
+    until = math.inf if still_for is None else time.perf_counter() + still_for
 
     async def work() -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
@@ -54,7 +70,7 @@ async def run_sync(
         # A busy wait on purpose: a task waiting on an Event would be blocked.
         # Shielded, so that the caller's cancellation cannot stop it early
         # while the thread (which is not abandoned) still runs.
-        while not done:
+        while not done and time.perf_counter() < until:
             await trio.lowlevel.cancel_shielded_checkpoint()
 
     async with trio.open_nursery() as nursery:

@@ -55,6 +55,8 @@ from .._stores._protocol import ResultStore
 from .._stores._sqlite import SQLiteStore
 from .._subagent import Runner, Subagent
 from ._demo_view import Event, LiveReporter, PlainReporter, Reporter, RunRow, Summary, short_id
+from ._runs import DEFAULT_DB
+from ._self import shell_command
 
 __all__ = ["FlakyCheckError", "PacedClock", "Stopwatch", "pick_reporter", "play", "run_demo"]
 
@@ -667,7 +669,9 @@ def run_demo(
         print(f"trio-delegate demo: {exc}; pass --db PATH or --no-store", file=err)
         return 1
     if db is not None:
-        print(f"The runs are recorded in {db}: see them with 'trio-delegate runs list'.", file=out)
+        where = () if Path(db) == DEFAULT_DB else ("--db", str(db))
+        command = shell_command("runs", "list", *where)
+        print(f"The runs are recorded in {db}: see them with {command}", file=out)
     if summary.resolved:
         return 0
     print(f"trio-delegate demo: the fail-closed check failed: {summary.verdict}", file=err)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from ._self import installed_script
 from ._server_config import DEFAULT_FOREGROUND_LIMIT_SECONDS, ConfigError, load_server_config
 
 __all__ = [
@@ -91,10 +92,10 @@ def serve_command(config: str | os.PathLike[str]) -> list[str]:
             "'trio-delegate[mcp]' (from a checkout: -e '.[mcp]')",
         )
     config_path = str(path.resolve())
-    python = Path(sys.executable).absolute()
-    script = python.parent / "trio-delegate"
-    if script.is_file() and os.access(script, os.X_OK):
+    script = installed_script()
+    if script is not None:
         return [str(script), "serve", "--config", config_path]
+    python = Path(sys.executable).absolute()
     return [str(python), "-m", "trio_delegate", "serve", "--config", config_path]
 
 

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .._checks import describe
 from .._converter import converter
 from .._errors import DelegationError, StoreError
 from .._status import RunStatus
@@ -58,6 +59,9 @@ _MAX_INTERVAL: Final = 60.0
 
 #: Where ``trio-delegate demo`` records its runs, and where ``runs`` looks by default.
 DEFAULT_DB = Path(".trio-delegate") / "runs.db"
+#: Most runs one listing shows: more would not fit a terminal, nor a store's
+#: integer types.
+MAX_LIMIT = 1_000_000
 
 STATUS_STYLE = {
     RunStatus.PENDING: "yellow",
@@ -238,9 +242,12 @@ def _positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+        raise argparse.ArgumentTypeError(f"not a whole number: {describe(text)}") from None
+    if not 1 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"must be from 1 to {MAX_LIMIT:,}, got {describe(value)}; narrow the listing "
+            "with --status or --owner instead"
+        )
     return value
 
 
@@ -358,7 +365,7 @@ def _show(args: argparse.Namespace) -> int:
     finally:
         reader.close()
     if record is None:
-        print(f"trio-delegate: no run {_shown(repr(args.run_id))} in {_shown(name)}", file=err)
+        print(f"trio-delegate: no run {_shown(describe(args.run_id))} in {_shown(name)}", file=err)
         return 1
     fields = plain(record)
     if args.json:

@@ -104,6 +104,10 @@ class ServerConfig:
     progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS
 
 
+#: Largest configuration file read: far above any real one.
+MAX_CONFIG_BYTES: Final = 1024 * 1024
+
+
 def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
     """Read and check a server configuration file.
 
@@ -146,15 +150,38 @@ class _Loader:
 
     def read(self) -> dict[str, Any]:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            with self.path.open("rb") as file:
+                data = file.read(MAX_CONFIG_BYTES + 1)
         except FileNotFoundError:
             self.fail(None, "no such file", "pass the path of an existing TOML file to --config")
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
             self.fail(None, f"cannot be read: {exc}", "check the path and its permissions")
+        if len(data) > MAX_CONFIG_BYTES:
+            self.fail(
+                None,
+                f"is larger than {MAX_CONFIG_BYTES // 1024} KiB",
+                "pass the server's configuration file, not another file",
+            )
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self.fail(None, f"is not UTF-8 text: {exc}", "save it as UTF-8, as TOML requires")
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             self.fail(None, f"is not valid TOML: {exc}", "fix the syntax at that place")
+        except RecursionError:
+            # tomllib parses nested arrays and inline tables recursively.
+            self.fail(
+                None,
+                "nests arrays or inline tables too deeply to read",
+                "a server configuration needs a few levels at most: flatten it",
+            )
+        except ValueError as exc:
+            # An integer with more digits than Python converts (4,300 by default).
+            self.fail(
+                None, f"holds a number that cannot be read: {str(exc)[:200]}", "write it shorter"
+            )
 
     def store_only(self) -> Path | str | None:
         runtime = self.read().get("runtime", {})

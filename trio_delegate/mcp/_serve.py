@@ -21,6 +21,7 @@ from ._server import (
     build_server,
     logger,
 )
+from ._wire import mended
 
 __all__ = ["serve_stdio"]
 
@@ -134,7 +135,8 @@ async def _serve(
 
                 nursery.start_soon(watch, signals)
             read_stream, write_stream = streams
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            async with mended(read_stream, write_stream) as readable:
+                await server.run(readable, write_stream, server.create_initialization_options())
             nursery.cancel_scope.cancel()
         if received is not None:
             # The connection's runs are settled and their processes gone;
