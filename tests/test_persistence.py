@@ -10,7 +10,8 @@ import datetime
 import os
 import re
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -453,6 +454,16 @@ async def test_records_carry_wall_clock_times_to_the_millisecond(
     assert record.admitted_at <= record.ended_at
 
 
+@asynccontextmanager
+async def _opened(store: td.ResultStore) -> AsyncIterator[td.Parent]:
+    """A parent of a runtime on *store* that does not check for unresolved work."""
+    async with (
+        td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=store) as runtime,
+        runtime.open_parent() as parent,
+    ):
+        yield parent
+
+
 class _ReadBack(WrappedStore):
     """A MemoryStore that keeps every record its runtimes' watchers read back."""
 
@@ -482,10 +493,7 @@ async def test_a_runtime_reads_back_only_what_others_changed(
 ) -> None:
     shared = td.MemoryStore()
     store = _ReadBack(shared)
-    async with (
-        td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=store) as runtime,
-        runtime.open_parent() as parent,
-    ):
+    async with _opened(store) as parent:
         for index in range(5):
             await parent.delegate("echo", f"mine {index}")
         handle = await parent.start("forever", "mine, running")
@@ -525,10 +533,7 @@ async def test_a_run_that_keeps_running_is_recorded_running_within_the_delay(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store = _Writes()
-    async with (
-        td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=store) as runtime,
-        runtime.open_parent() as parent,
-    ):
+    async with _opened(store) as parent:
         handle = await parent.start("forever", "keeps running")
         started = trio.current_time()
         await trio.testing.wait_all_tasks_blocked()
@@ -550,10 +555,7 @@ async def test_a_running_record_goes_with_the_next_batch_someone_waits_for(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store = _Writes()
-    async with (
-        td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=store) as runtime,
-        runtime.open_parent() as parent,
-    ):
+    async with _opened(store) as parent:
         first = await parent.start("forever", "keeps running")
         started = trio.current_time()
         await parent.delegate("echo", "next")  # two batches waited for
@@ -569,10 +571,7 @@ async def test_a_run_that_ends_before_its_running_record_is_written_needs_none(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store = _Writes()
-    async with (
-        td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=store) as runtime,
-        runtime.open_parent() as parent,
-    ):
+    async with _opened(store) as parent:
         results = [await parent.delegate("echo", f"quick {index}") for index in range(5)]
         handles = [await parent.start("echo", f"background {index}") for index in range(5)]
         for handle in handles:

@@ -604,26 +604,6 @@ class PostgresStore(ThreadedStore):
         if not self._locks:
             await self._close_listener()
 
-    #: ``changes`` and ``wait_changes`` take ``ignore_writes_of``.
-    ignores_writes: Final = True
-
-    async def changes(
-        self, cursor: int | None, *, ignore_writes_of: str | None = None
-    ) -> ChangeBatch:
-        """Every record written or flagged after *cursor*, oldest change first.
-
-        Args:
-            cursor: a cursor an earlier call returned; ``None`` for the
-                current position (and no records).
-            ignore_writes_of: a runtime id: leave out the changes that
-                runtime's own writes made (see ``ResultStore``); the cursor
-                still moves past them.
-
-        Raises:
-            StoreError: the server cannot be reached, or *cursor* is malformed.
-        """
-        return await self._run(self._changes_sync, cursor, ignore_writes_of)
-
     async def wait_changes(
         self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
     ) -> None:
@@ -1010,7 +990,7 @@ class PostgresStore(ThreadedStore):
     def _position(self, conn: psycopg.Connection[Any]) -> int:
         return _position(conn, self._sql)
 
-    def _changes_sync(self, cursor: int | None, ignore: str | None = None) -> ChangeBatch:
+    def _changes_sync(self, cursor: int | None, ignore: str | None) -> ChangeBatch:
         if cursor is None:
             return ChangeBatch(self._transact(self._position))
         check_cursor(cursor, self._where)

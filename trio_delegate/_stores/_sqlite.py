@@ -438,26 +438,6 @@ class SQLiteStore(ThreadedStore):
 
     # -- the ResultStore protocol ---------------------------------------------------
 
-    #: ``changes`` and ``wait_changes`` take ``ignore_writes_of``.
-    ignores_writes: Final = True
-
-    async def changes(
-        self, cursor: int | None, *, ignore_writes_of: str | None = None
-    ) -> ChangeBatch:
-        """Every record written or flagged after *cursor*, oldest change first.
-
-        Args:
-            cursor: a cursor an earlier call returned; ``None`` for the
-                current position (and no records).
-            ignore_writes_of: a runtime id: leave out the changes that
-                runtime's own writes made (see ``ResultStore``); the cursor
-                still moves past them.
-
-        Raises:
-            StoreError: the file cannot be read, or *cursor* is malformed.
-        """
-        return await self._run(self._changes_sync, cursor, ignore_writes_of)
-
     async def wait_changes(
         self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
     ) -> None:
@@ -761,7 +741,7 @@ class SQLiteStore(ThreadedStore):
         ).fetchone()
         return row is not None
 
-    def _changes_sync(self, cursor: int | None, ignore: str | None = None) -> ChangeBatch:
+    def _changes_sync(self, cursor: int | None, ignore: str | None) -> ChangeBatch:
         return _changes(self._connection(), cursor, str(self.path), ignore)
 
     def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None:
