@@ -9,6 +9,7 @@ the CLI is left behind.
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -304,3 +305,48 @@ async def test_a_history_from_elsewhere_is_written_out_ahead_of_the_message(
                 done = await parent.continue_run(first.run_id, "the next message")
         assert isinstance(done, td.RunResult)
         assert done.final_result == "answered"
+
+
+# -- what a CLI writes that no parser reads ---------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def fake_cli(tmp_path: Path, lines: list[str]) -> str:
+    """An executable that prints *lines* whatever its arguments, as a CLI would."""
+    script = tmp_path / "fake-cli"
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.stdin.read()\n"
+        f"for line in {lines!r}:\n    print(line)\n"
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+async def test_a_line_nested_too_deep_is_skipped_like_any_other_non_json(
+    tmp_path: Path,
+) -> None:
+    result = {"type": "result", "subtype": "success", "result": "fine", "session_id": "s-1"}
+    program = fake_cli(tmp_path, [DEEP, json.dumps(result)])
+    subagent = td.Subagent("agent", AgentCLIRunner("claude", program))
+    with trio.fail_after(30):
+        async with parent_for(subagent) as parent:
+            assert (await parent.delegate("agent", "anything")).final_result == "fine"
+
+
+async def test_an_answer_nested_too_deep_for_a_schema_fails_the_run_by_name(
+    tmp_path: Path,
+) -> None:
+    events = [
+        {"type": "thread.started", "thread_id": "t-1"},
+        {"type": "item.completed", "item": {"type": "agent_message", "text": DEEP}},
+    ]
+    program = fake_cli(tmp_path, [json.dumps(event) for event in events])
+    subagent = td.Subagent("agent", AgentCLIRunner("codex", program))
+    with trio.fail_after(30):
+        async with parent_for(subagent, failing=True) as parent:
+            handle = await parent.start("agent", "count", final_schema=SCHEMA)
+            with pytest.raises(td.RunFailedError) as info:
+                await parent.wait(handle.run_id)
+    assert isinstance(info.value.__cause__, td.CommandFailedError)
+    assert "nested too deeply" in str(info.value)

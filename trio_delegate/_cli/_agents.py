@@ -171,7 +171,7 @@ def _json_lines(finished: Finished) -> list[dict[str, Any]]:
     for line in text.splitlines():
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
             continue
         if isinstance(value, dict):
             events.append(value)
@@ -236,6 +236,12 @@ def _codex_result(ctx: ChildContext, finished: Finished) -> tuple[Any, str | Non
         return answer, session
     try:
         return json.loads(answer), session
+    except RecursionError:
+        raise finished.failure(
+            ctx,
+            "answered with JSON nested too deeply to read, but the run has a final_schema; "
+            f"its answer began {quote(answer)!r}",
+        ) from None
     except ValueError as exc:
         raise finished.failure(
             ctx,
