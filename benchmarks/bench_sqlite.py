@@ -142,7 +142,7 @@ def _split(batches: int) -> dict[str, dict[str, float]]:
                 encoded = [encode_record(record, where, heads) for record in records]
                 encoded_at = time.perf_counter()
                 conn.execute("BEGIN IMMEDIATE")
-                store._store(conn, encoded)
+                store._store(conn, encoded, own=True)
                 stored_at = time.perf_counter()
                 conn.execute("COMMIT")
                 committed_at = time.perf_counter()

@@ -10,7 +10,8 @@ import datetime
 import os
 import re
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import trio
 import trio.testing
 
 import trio_delegate as td
+from trio_delegate._core._persistence import RUNNING_RECORD_DELAY
 from trio_delegate._stores._protocol import (
     INTERRUPTED_ERROR_TYPE,
     StoredRun,
@@ -450,3 +452,158 @@ async def test_records_carry_wall_clock_times_to_the_millisecond(
         assert _STAMP.fullmatch(stamp), stamp
         assert before <= datetime.datetime.fromisoformat(stamp) <= after
     assert record.admitted_at <= record.ended_at
+
+
+@asynccontextmanager
+async def _opened(store: td.ResultStore) -> AsyncIterator[td.Parent]:
+    """A parent of a runtime on *store* that does not check for unresolved work."""
+    async with (
+        td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=store) as runtime,
+        runtime.open_parent() as parent,
+    ):
+        yield parent
+
+
+class _ReadBack(WrappedStore):
+    """A MemoryStore that keeps every record its runtimes' watchers read back."""
+
+    ignores_writes = True
+
+    def __init__(self, inner: td.MemoryStore) -> None:
+        super().__init__(inner)
+        self.read_back: list[td.RunRecord] = []
+
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> td.ChangeBatch:
+        assert isinstance(self.inner, td.MemoryStore)
+        batch = await self.inner.changes(cursor, ignore_writes_of=ignore_writes_of)
+        self.read_back.extend(batch.records)
+        return batch
+
+    async def wait_changes(
+        self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
+    ) -> None:
+        assert isinstance(self.inner, td.MemoryStore)
+        await self.inner.wait_changes(cursor, timeout, ignore_writes_of=ignore_writes_of)
+
+
+async def test_a_runtime_reads_back_only_what_others_changed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    shared = td.MemoryStore()
+    store = _ReadBack(shared)
+    async with _opened(store) as parent:
+        for index in range(5):
+            await parent.delegate("echo", f"mine {index}")
+        handle = await parent.start("forever", "mine, running")
+        await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(5)
+        # Its own records (admissions, starts, ends) are no news to it.
+        assert store.read_back == []
+        async with (
+            td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False), store=shared) as other,
+            other.open_parent() as elsewhere,
+        ):
+            theirs = await elsewhere.delegate("echo", "theirs")
+            # A request from elsewhere on its own run is news.
+            elsewhere.cancel(handle.run_id)
+            await trio.sleep(1)
+        seen = {record.run_id for record in store.read_back}
+        assert theirs.run_id in seen
+        assert handle.run_id in seen
+        with pytest.raises(td.RunCancelledError):
+            await parent.wait(handle.run_id)  # it read the request and applied it
+
+
+class _Writes(WrappedStore):
+    """A MemoryStore that keeps the status of every record written, by run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: dict[str, list[td.RunStatus]] = {}
+
+    async def write(self, records: Sequence[td.RunRecord]) -> None:
+        await self.inner.write(records)
+        for record in records:
+            self.written.setdefault(record.run_id, []).append(record.status)
+
+
+async def test_a_run_that_keeps_running_is_recorded_running_within_the_delay(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = _Writes()
+    async with _opened(store) as parent:
+        handle = await parent.start("forever", "keeps running")
+        started = trio.current_time()
+        await trio.testing.wait_all_tasks_blocked()
+        # Held for a batch to go with; none comes, so the delay writes it.
+        await trio.sleep(RUNNING_RECORD_DELAY * 0.9)
+        assert store.written[handle.run_id] == [td.RunStatus.PENDING]
+        await trio.sleep(RUNNING_RECORD_DELAY * 0.2)
+        assert store.written[handle.run_id] == [td.RunStatus.PENDING, td.RunStatus.RUNNING]
+        assert trio.current_time() - started < 1  # contract §16
+        stored = await store.get(handle.run_id)
+        assert stored is not None
+        assert stored.status is td.RunStatus.RUNNING
+        assert stored.started_at is not None
+        assert stored.deadline_at is None  # "forever" has no timeout
+        parent.cancel(handle.run_id)
+
+
+async def test_a_running_record_goes_with_the_next_batch_someone_waits_for(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = _Writes()
+    async with _opened(store) as parent:
+        first = await parent.start("forever", "keeps running")
+        started = trio.current_time()
+        await parent.delegate("echo", "next")  # two batches waited for
+        assert trio.current_time() == started  # no delay was waited out
+        assert store.written[first.run_id] == [td.RunStatus.PENDING, td.RunStatus.RUNNING]
+        stored = await store.get(first.run_id)
+        assert stored is not None
+        assert stored.status is td.RunStatus.RUNNING
+        parent.cancel(first.run_id)
+
+
+async def test_a_run_that_ends_before_its_running_record_is_written_needs_none(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = _Writes()
+    async with _opened(store) as parent:
+        results = [await parent.delegate("echo", f"quick {index}") for index in range(5)]
+        handles = [await parent.start("echo", f"background {index}") for index in range(5)]
+        for handle in handles:
+            await parent.wait(handle.run_id)
+    ids = [result.run_id for result in results] + [handle.run_id for handle in handles]
+    for run_id in ids:
+        assert store.written[run_id] == [td.RunStatus.PENDING, td.RunStatus.COMPLETED]
+        stored = await store.get(run_id)
+        assert stored is not None
+        assert stored.started_at is not None  # the end record says when it started
+
+
+async def test_a_result_and_transcript_are_written_as_their_canonical_text(
+    make_store: StoreFactory,
+) -> None:
+    nested = {"rows": [{"n": n, "text": f"é {n}", "half": n / 2} for n in range(50)]}
+    said = [{"role": "user", "content": "go"}, {"role": "assistant", "content": nested}]
+
+    async def talker(ctx: td.ChildContext) -> td.Output:
+        await trio.lowlevel.checkpoint()
+        return td.Output(nested, transcript=said)
+
+    store = make_store()
+    async with (
+        td.open_runtime([td.Subagent("talker", talker)], store=store) as runtime,
+        runtime.open_parent() as parent,
+    ):
+        result = await parent.delegate("talker", "go")
+    assert result.final_result == nested
+    stored = await store.get(result.run_id)
+    assert stored is not None
+    # Read back as plain JSON data, equal to what the runner gave.
+    assert stored.final_result == nested
+    assert stored.transcript == tuple(said)
+    assert type(stored.final_result) is dict

@@ -130,6 +130,29 @@ async def test_a_newer_schema_is_refused_and_left_untouched(
     assert count == 1
 
 
+async def test_a_version_1_schema_is_migrated_and_reads_the_same(
+    pg_server: PostgresServer, pg_schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    me = runtime_id()
+    done = record(me, td.RunStatus.COMPLETED, final_result={"kept": [1, 2]})
+    store = td.PostgresStore(pg_server.dsn(), schema=pg_schema)
+    await store.write([done])
+    cursor = (await store.changes(None)).cursor
+    await store.aclose()
+    # What version 1 made: no writer column.
+    admin.execute(f"ALTER TABLE {pg_schema}.runs DROP COLUMN writer")
+    admin.execute(f"UPDATE {pg_schema}.meta SET value = '1' WHERE key = 'schema_version'")
+    migrated = td.PostgresStore(pg_server.dsn(), schema=pg_schema)
+    assert await migrated.get(done.run_id) == done
+    # A row of version 1 counts as changed by someone else, even for its runtime.
+    assert (await migrated.changes(cursor - 1, ignore_writes_of=me)).records == (done,)
+    await migrated.aclose()
+    (version,) = admin.execute(
+        f"SELECT value FROM {pg_schema}.meta WHERE key = 'schema_version'"
+    ).fetchone() or ("",)
+    assert version == "2"
+
+
 async def test_two_handles_creating_one_schema_at_once_both_succeed(
     pg_server: PostgresServer, pg_schema: str, stores: list[Any]
 ) -> None:

@@ -9,6 +9,7 @@ import sqlite3
 import stat
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -241,6 +242,68 @@ async def test_store_retention_prunes_old_terminal_runs(tmp_path: Path) -> None:
     assert await expiring.list_runs() == []
     await capped.aclose()
     await expiring.aclose()
+
+
+def _terminal_counts(db: Path) -> tuple[int, int]:
+    """(the number of terminal rows kept in meta, the number counted)."""
+    conn = sqlite3.connect(db)
+    try:
+        (kept,) = conn.execute("SELECT value FROM meta WHERE key = 'terminal_rows'").fetchone()
+        (counted,) = conn.execute(
+            "SELECT count(*) FROM runs WHERE status NOT IN ('pending', 'running')"
+        ).fetchone()
+    finally:
+        conn.close()
+    return int(kept), counted
+
+
+async def test_the_count_of_terminal_runs_follows_every_write_and_prunes_exactly(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    store = td.SQLiteStore(db, max_rows=None, retention_seconds=None)
+    me, gone = runtime_id(), runtime_id()
+    await store.attach(me)
+    # Admitted, then ended (a state update); ended at once (a whole row); an
+    # end written twice (the second changes nothing); live runs of a runtime
+    # that is gone, interrupted by the next sweep.
+    admitted = [record(me) for _ in range(300)]
+    await store.write(admitted)
+    ended = [attrs.evolve(r, status=td.RunStatus.COMPLETED, ended_at="e") for r in admitted]
+    await store.write(ended[:150])
+    await store.write(ended[100:200])
+    await store.write([record(me, td.RunStatus.FAILED) for _ in range(20)])
+    orphans = [record(gone, td.RunStatus.RUNNING) for _ in range(5)]
+    await store.write(orphans)
+    assert _terminal_counts(db) == (220, 220)
+    assert set(await store.sweep(me)) == {orphan.run_id for orphan in orphans}
+    assert _terminal_counts(db) == (225, 225)
+    # A handle that keeps 50: a write past 512 records prunes to the newest 50.
+    capped = td.SQLiteStore(db, max_rows=50)
+    last = [record(me, td.RunStatus.COMPLETED) for _ in range(520)]
+    await capped.write(last)
+    assert _terminal_counts(db) == (50, 50)
+    kept = await capped.list_runs(limit=1000)
+    assert [r.run_id for r in kept if r.status.is_terminal] == [r.run_id for r in last[:-51:-1]]
+    assert sum(r.status is td.RunStatus.PENDING for r in kept) == 100  # never pruned
+    await store.detach(me)
+    await store.aclose()
+    await capped.aclose()
+
+
+def test_pruning_reads_an_index_not_the_table(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    trio.run(td.SQLiteStore(db).list_runs)  # creates the file
+    conn = sqlite3.connect(db)
+    try:
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN DELETE FROM runs "
+            "WHERE status NOT IN ('pending', 'running') AND ended_at < ?",
+            ("2030",),
+        ).fetchall()
+    finally:
+        conn.close()
+    assert any("runs_ended" in str(step) for step in plan), plan
 
 
 async def test_live_runs_are_never_pruned(tmp_path: Path) -> None:

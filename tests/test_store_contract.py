@@ -195,6 +195,79 @@ async def test_changes_report_every_change_in_order(kit: StoreKit) -> None:
     assert (await watcher.changes(batch.cursor)).records == (attrs.evolve(ended, observed=True),)
 
 
+async def test_changes_can_leave_out_what_a_runtime_wrote_itself(kit: StoreKit) -> None:
+    store, watcher = kit.handle(), kit.handle()
+    assert isinstance(watcher, td.MemoryStore | td.SQLiteStore | td.PostgresStore)
+    me, other = runtime_id(), runtime_id()
+    assert getattr(watcher, "ignores_writes", False) is True
+    start = (await watcher.changes(None)).cursor
+    mine, flagged, theirs = record(me), record(me), record(other)
+    await store.write([mine, flagged])
+    await store.write([theirs])
+    batch = await watcher.changes(start, ignore_writes_of=me)
+    assert batch.records == (theirs,)
+    # The cursor moves past what was left out: it is not read again.
+    assert batch.cursor == (await watcher.changes(None)).cursor
+    assert (await watcher.changes(batch.cursor, ignore_writes_of=me)).records == ()
+    # Without the argument, every change shows.
+    assert [r.run_id for r in (await watcher.changes(start)).records] == [
+        mine.run_id,
+        flagged.run_id,
+        theirs.run_id,
+    ]
+    # A flag someone else set is news; so is my own later write that leaves
+    # in place a flag my record did not carry.
+    await watcher.request_cancel(flagged.run_id)
+    flagged_now = attrs.evolve(flagged, cancel_requested=True)
+    cursor = batch.cursor
+    batch = await watcher.changes(cursor, ignore_writes_of=me)
+    assert batch.records == (flagged_now,)
+    running = attrs.evolve(flagged, status=td.RunStatus.RUNNING, started_at="s")
+    await store.write([running])
+    batch = await watcher.changes(batch.cursor, ignore_writes_of=me)
+    assert batch.records == (attrs.evolve(running, cancel_requested=True),)
+    # Ending my own unflagged run is not; observing it (someone else) is.
+    ended = attrs.evolve(mine, status=td.RunStatus.COMPLETED, final_result=1, ended_at="e")
+    await store.write([ended])
+    assert (await watcher.changes(batch.cursor, ignore_writes_of=me)).records == ()
+    await watcher.mark_observed(mine.run_id)
+    observed = (await watcher.changes(batch.cursor, ignore_writes_of=me)).records
+    assert observed == (attrs.evolve(ended, observed=True),)
+    # The other runtime sees all of mine.
+    seen = (await watcher.changes(start, ignore_writes_of=other)).records
+    assert {r.run_id for r in seen} == {mine.run_id, flagged.run_id}
+
+
+async def test_wait_changes_is_not_woken_by_a_runtimes_own_writes(kit: StoreKit) -> None:
+    store, watcher = kit.handle(), kit.handle()
+    assert isinstance(watcher, td.MemoryStore | td.SQLiteStore | td.PostgresStore)
+    me = runtime_id()
+    cursor = (await watcher.changes(None)).cursor
+    with trio.fail_after(5):
+        # A store told by notifications listens from now on (what was
+        # committed before counts as news, its writer unknown).
+        await watcher.wait_changes(cursor, 0.05, ignore_writes_of=me)
+    await store.write([record(me)])
+    with trio.fail_after(5):
+        started = trio.current_time()
+        await watcher.wait_changes(cursor, 0.2, ignore_writes_of=me)
+    assert trio.current_time() - started >= 0.2  # timed out: nothing new for me
+
+    async def write_soon() -> None:
+        await trio.sleep(0.1)
+        await store.write([record(me)])  # still nothing for me
+        await trio.sleep(0.1)
+        await store.write([record(runtime_id())])  # news
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write_soon)
+            started = trio.current_time()
+            await watcher.wait_changes(cursor, 30, ignore_writes_of=me)
+    assert 0.2 <= trio.current_time() - started < 3
+    assert len((await watcher.changes(cursor, ignore_writes_of=me)).records) == 1
+
+
 def _surrogate() -> str:
     return "lone \ud800 surrogate"
 

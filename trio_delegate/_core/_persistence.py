@@ -27,7 +27,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast, final
 
 import attrs
 import trio
@@ -35,7 +35,9 @@ import trio
 from .._errors import StoreError
 from .._status import RunStatus
 from .._stores._memory import MemoryStore
-from .._stores._protocol import ResultStore, RunRecord, StoredRun
+from .._stores._postgres import PostgresStore
+from .._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun
+from .._stores._sqlite import SQLiteStore
 from ._run import Outcome, conversation, safe_message
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from ._events import RunEvents
     from ._run import Run
 
-__all__ = ["Persister", "WatchHost", "WriteStats", "history_of"]
+__all__ = ["RUNNING_RECORD_DELAY", "Persister", "WatchHost", "WriteStats", "history_of"]
 
 #: A write that fails after this many seconds failed for the store's sake
 #: (timeouts), not for one of its records: its batch is not split further.
@@ -51,6 +53,11 @@ _SLOW_FAILURE_SECONDS: Final = 0.5
 
 #: At most this many runs found only in the store are remembered for lookups.
 _INDEX_LIMIT: Final = 100_000
+
+#: A run's ``running`` record waits at most this long (seconds) for a batch to
+#: go with: other runtimes' views may trail by at most 1 s (contract §16),
+#: which leaves the poll interval (at most 0.5 s by default) and then some.
+RUNNING_RECORD_DELAY: Final = 0.25
 
 _Done = Callable[[StoreError | None], None]
 
@@ -80,6 +87,9 @@ class WriteStats:
     def mean_batch(self) -> float:
         return self.records / self.commits if self.commits else 0.0
 
+
+#: The stores whose encoder splices canonical JSON text in as it is.
+_SPLICING: Final = (MemoryStore, SQLiteStore, PostgresStore)
 
 #: A record waiting for the writer, and who to tell when it is committed.
 _Pending = tuple[RunRecord, _Done]
@@ -203,12 +213,17 @@ class Persister:
         "_dead",
         "_flagged",
         "_flags",
+        "_flush_at",
+        "_held",
+        "_idle",
+        "_ignores_writes",
         "_index",
         "_receive",
         "_renewal",
         "_renewed_at",
         "_schemas",
         "_send",
+        "_splices",
         "_stamp",
         "_writing",
         "events",
@@ -220,12 +235,24 @@ class Persister:
     def __init__(self, store: ResultStore, runtime_id: str) -> None:
         self.store = store
         self.runtime_id = runtime_id
+        # A store that can leave out what this runtime wrote itself spares the
+        # watcher reading every record it wrote back (and waking for them).
+        self._ignores_writes = getattr(store, "ignores_writes", False) is True
+        # The stores of this package take a result or transcript as the
+        # canonical JSON text the runtime holds (see _codec.encode_state);
+        # any other store gets plain JSON data, as the protocol says.
+        self._splices = isinstance(store, _SPLICING)
         self.stats = WriteStats()
         self._stamp = _WallStamp()
         self.events: RunEvents | None = None
         self._send, self._receive = trio.open_memory_channel[_Pending](math.inf)
         # The batch being written, answered if the writer is stopped mid-way.
         self._writing: list[_Pending] = []
+        # Runs whose running record is held for the next batch (see started),
+        # when it is due at the latest, and the writer's wait for records.
+        self._held: dict[str, Run] = {}
+        self._flush_at = math.inf
+        self._idle: trio.CancelScope | None = None
         # Set once the writer can write no more: every later write is
         # answered with it at once.
         self._dead: StoreError | None = None
@@ -282,13 +309,26 @@ class Persister:
         receive = self._receive
         try:
             with trio.CancelScope(shield=True):
-                async for first in receive:
-                    batch = self._writing = [first]
+                while True:
+                    batch = self._writing = []
+                    with trio.CancelScope(deadline=self._flush_at) as idle:
+                        # started() brings the deadline forward when it holds a record.
+                        self._idle = idle
+                        try:
+                            batch.append(await receive.receive())
+                        except trio.EndOfChannel:
+                            break
+                    self._idle = None
                     while True:
                         try:
                             batch.append(receive.receive_nowait())
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
+                    # Held running records go with this batch (before it: a
+                    # run's later record, queued since, wins).
+                    batch[:0] = self._take_held()
+                    if not batch:
+                        continue  # the held runs had all ended
                     # A run's records queue in lifecycle order: its latest one
                     # holds everything the earlier ones said (a run that started
                     # and ended before the commit needs one row, not three).
@@ -414,6 +454,12 @@ class Persister:
             done(store_error(exc, f"record run {run.run_id}", run.run_id))
             return
         run.history_record = None  # the terminal record has taken it
+        held = self._held
+        if held and held.pop(run.run_id, None) is not None and not held:
+            # The end record says when it started; nothing is held any more.
+            self._flush_at = math.inf
+            if self._idle is not None:
+                self._idle.deadline = math.inf
         self._submit(record, done)
 
     def started(self, run: Run, now: float) -> None:
@@ -421,12 +467,35 @@ class Persister:
 
         Other runtimes sharing the store then read ``running`` for it, and
         never answer "running" past its deadline. Not a durability point:
-        nobody waits for this record.
+        nobody waits for this record, so it is held until the next batch is
+        written, or for ``RUNNING_RECORD_DELAY`` seconds at most. A run that
+        ends before then needs none: its end record says when it started.
         """
         run.started_at = self._stamp()
         if run.deadline != math.inf:
             run.deadline_at = time.time() + (run.deadline - now)
-        self._submit(self.record_of(run, RunStatus.RUNNING, None), _ignore)
+        if self._dead is not None:
+            return  # nothing more is written
+        held = self._held
+        if not held:
+            self._flush_at = now + RUNNING_RECORD_DELAY
+            idle = self._idle
+            if idle is not None:
+                idle.deadline = self._flush_at
+        held[run.run_id] = run
+
+    def _take_held(self) -> list[_Pending]:
+        """The running records of the held runs that are still running."""
+        self._flush_at = math.inf
+        held = self._held
+        if not held:
+            return []
+        self._held = {}
+        return [
+            (self.record_of(run, RunStatus.RUNNING, None), _ignore)
+            for run in held.values()
+            if run.status is RunStatus.RUNNING
+        ]
 
     def record_of(self, run: Run, status: RunStatus, outcome: Outcome | None) -> RunRecord:
         """The record of *run* with *status* (and, for an end, its *outcome*).
@@ -443,10 +512,16 @@ class Persister:
         if outcome is not None:
             error_type, error_message = outcome.error_details(run.timeout)
             result = outcome.result
-            if result is not None:
-                final_result = result.scalar if result.immutable else result.copy()
-            if outcome.transcript is not None:
-                transcript = tuple(outcome.transcript.copy())
+            if self._splices:
+                # The store splices the canonical text in: nothing decoded here
+                # to be encoded again there.
+                final_result = result
+                transcript = cast(Any, outcome.transcript)
+            else:
+                if result is not None:
+                    final_result = result.scalar if result.immutable else result.copy()
+                if outcome.transcript is not None:
+                    transcript = tuple(outcome.transcript.copy())
             ended_at = self._stamp()
         history = run.history_record
         if history is None:
@@ -530,6 +605,15 @@ class Persister:
                 nursery.start_soon(self._guard_lease, host, lease - margin)
             await self._watch(host, cursor, interval, in_process)
 
+    async def _changes(self, cursor: int) -> ChangeBatch:
+        """The changes after *cursor* this runtime did not write itself, where the store can
+        leave those out (it knows them already); else every change."""
+        if self._ignores_writes:
+            return await self.store.changes(  # type: ignore[call-arg]
+                cursor, ignore_writes_of=self.runtime_id
+            )
+        return await self.store.changes(cursor)
+
     async def _guard_lease(self, host: WatchHost, within: float) -> None:
         """Stop the runtime's live runs when no sweep has renewed its lease for *within* s.
 
@@ -556,7 +640,7 @@ class Persister:
                 self._renewed_at = trio.current_time()
                 self._renewal.set()
             try:
-                batch = await store.changes(cursor)
+                batch = await self._changes(cursor)
             except Exception:
                 pass
             else:
@@ -571,7 +655,13 @@ class Persister:
 
         async def changed(nursery: trio.Nursery) -> None:
             with contextlib.suppress(Exception):  # the poll goes on regardless
-                await store.wait_changes(cursor, interval)
+                if self._ignores_writes:
+                    # This runtime's own writes are no news to it.
+                    await store.wait_changes(  # type: ignore[call-arg]
+                        cursor, interval, ignore_writes_of=self.runtime_id
+                    )
+                else:
+                    await store.wait_changes(cursor, interval)
             nursery.cancel_scope.cancel()
 
         async def flagged(nursery: trio.Nursery) -> None:

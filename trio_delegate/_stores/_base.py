@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import trio
 
@@ -167,17 +167,25 @@ class ThreadedStore(abc.ABC):
         """
         return await self._run(self._sweep_sync, runtime_id)
 
-    async def changes(self, cursor: int | None) -> ChangeBatch:
+    #: ``changes`` and ``wait_changes`` take ``ignore_writes_of``.
+    ignores_writes: Final = True
+
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> ChangeBatch:
         """Every record written or flagged after *cursor*, oldest change first.
 
         Args:
             cursor: a cursor an earlier call returned; ``None`` for the
                 current position (and no records).
+            ignore_writes_of: a runtime id: leave out the changes that
+                runtime's own writes made (see ``ResultStore``); the cursor
+                still moves past them.
 
         Raises:
             StoreError: the store cannot be read, or *cursor* is malformed.
         """
-        return await self._run(self._changes_sync, cursor)
+        return await self._run(self._changes_sync, cursor, ignore_writes_of)
 
     async def request_cancel(self, run_id: str) -> RunRecord | None:
         """Set ``cancel_requested`` on *run_id* if it is live.
@@ -228,7 +236,7 @@ class ThreadedStore(abc.ABC):
     def _sweep_sync(self, runtime_id: str) -> tuple[str, ...]: ...
 
     @abc.abstractmethod
-    def _changes_sync(self, cursor: int | None) -> ChangeBatch: ...
+    def _changes_sync(self, cursor: int | None, ignore: str | None) -> ChangeBatch: ...
 
     @abc.abstractmethod
     def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None: ...

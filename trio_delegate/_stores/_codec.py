@@ -31,6 +31,7 @@ import attrs
 
 from .._converter import converter
 from .._errors import StoreError
+from .._json import CanonicalJson
 from .._status import RunStatus
 from ._protocol import ChangeBatch, RunRecord, is_run_id, is_runtime_id
 
@@ -113,21 +114,48 @@ def _head(record: RunRecord) -> str:
 
 
 def encode_state(record: RunRecord) -> str:
-    """The state document of *record* (its status and everything that changes with it)."""
-    return _checked(
+    """The state document of *record* (its status and everything that changes with it).
+
+    A result or transcript the runtime hands over as its canonical JSON text
+    (a ``CanonicalJson``, checked when it was made) is spliced in as it is,
+    not decoded and encoded again.
+    """
+    result = record.final_result
+    transcript: Any = record.transcript
+    if type(result) is not CanonicalJson and type(transcript) is not CanonicalJson:
+        return _checked(
+            _encode(
+                {
+                    "status": record.status.value,
+                    "final_result": result,
+                    "error_type": record.error_type,
+                    "error_message": record.error_message,
+                    "transcript": transcript,
+                    "started_at": record.started_at,
+                    "deadline_at": record.deadline_at,
+                    "ended_at": record.ended_at,
+                }
+            )
+        )
+    rest = _checked(
         _encode(
             {
                 "status": record.status.value,
-                "final_result": record.final_result,
                 "error_type": record.error_type,
                 "error_message": record.error_message,
-                "transcript": record.transcript,
                 "started_at": record.started_at,
                 "deadline_at": record.deadline_at,
                 "ended_at": record.ended_at,
             }
         )
     )
+    return f'{{"final_result":{_text_of(result)},"transcript":{_text_of(transcript)},{rest[1:]}'
+
+
+def _text_of(value: Any) -> str:
+    if type(value) is CanonicalJson:
+        return value.text
+    return _checked(_encode(value))
 
 
 def _reason(exc: BaseException) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import final
+from typing import Final, final
 
 import trio
 
@@ -76,9 +76,11 @@ class MemoryStore:
         "_attached",
         "_changed",
         "_heads",
+        "_latest",
         "_rows",
         "_seq",
         "_seqs",
+        "_writers",
         "lease_seconds",
         "poll_interval",
     )
@@ -93,6 +95,11 @@ class MemoryStore:
         # The latest change number of each run, in the order of their latest change.
         self._seqs: OrderedDict[str, int] = OrderedDict()
         self._seq = 0
+        # Who made each run's latest change: the runtime whose own write it was,
+        # or None (a flag, an interruption, or a write that left a flag the
+        # runtime had not seen); and the number of the latest change each made.
+        self._writers: dict[str, str | None] = {}
+        self._latest: dict[str | None, int] = {}
         # Set (and dropped) on every change; made only while someone waits.
         self._changed: trio.Event | None = None
 
@@ -150,10 +157,16 @@ class MemoryStore:
                     raise StoreError(f"run {record.run_id} vanished from this MemoryStore")
                 head = old.head
             row = _Row(record, head, item.state)
+            writer: str | None = record.runtime_id
             if old is not None:
                 row.cancel_requested |= old.cancel_requested
                 row.observed |= old.observed
-            self._put(record.run_id, row)
+                if (row.cancel_requested, row.observed) != (
+                    record.cancel_requested,
+                    record.observed,
+                ):
+                    writer = None  # the row holds news for its runtime too
+            self._put(record.run_id, row, writer)
         self._heads.committed(encoded)
 
     async def get(self, run_id: str) -> RunRecord | None:
@@ -188,8 +201,20 @@ class MemoryStore:
         check_runtime_id(runtime_id, _WHERE, None)
         return self._mark_gone()
 
-    async def changes(self, cursor: int | None) -> ChangeBatch:
+    #: ``changes`` and ``wait_changes`` take ``ignore_writes_of``.
+    ignores_writes: Final = True
+
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> ChangeBatch:
         """Every record written or flagged after *cursor*, oldest change first.
+
+        Args:
+            cursor: a cursor an earlier call returned; ``None`` for the
+                current position (and no records).
+            ignore_writes_of: a runtime id: leave out the changes that
+                runtime's own writes made (see ``ResultStore``); the cursor
+                still moves past them.
 
         Raises:
             StoreError: *cursor* is malformed.
@@ -199,15 +224,25 @@ class MemoryStore:
             return ChangeBatch(self._seq)
         check_cursor(cursor, None)
         newer = []
+        writers = self._writers
         for run_id, seq in reversed(self._seqs.items()):
             if seq <= cursor:
                 break
-            newer.append(self._rows[run_id].decode())
+            if ignore_writes_of is None or writers[run_id] != ignore_writes_of:
+                newer.append(self._rows[run_id].decode())
         newer.reverse()
         return ChangeBatch(max(cursor, self._seq), tuple(newer))
 
-    async def wait_changes(self, cursor: int, timeout: float) -> None:
+    async def wait_changes(
+        self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
+    ) -> None:
         """Return at once on a change after *cursor*, or after *timeout* seconds.
+
+        Args:
+            cursor: a cursor ``changes`` returned.
+            timeout: seconds to wait at most.
+            ignore_writes_of: a runtime id: its own writes are no change for
+                this wait (see ``ResultStore``).
 
         Raises:
             StoreError: an argument is malformed.
@@ -216,7 +251,7 @@ class MemoryStore:
         timeout = check_wait_timeout(timeout, None)
         await trio.lowlevel.checkpoint()
         with trio.move_on_after(timeout):
-            while self._seq <= cursor:
+            while not self._changed_after(cursor, ignore_writes_of):
                 if self._changed is None:
                     self._changed = trio.Event()
                 await self._changed.wait()
@@ -255,12 +290,19 @@ class MemoryStore:
         """
         self._attached.discard(runtime_id)
 
-    def _put(self, run_id: str, row: _Row) -> None:
+    def _changed_after(self, cursor: int, ignore: str | None) -> bool:
+        if ignore is None:
+            return self._seq > cursor
+        return any(seq > cursor for writer, seq in self._latest.items() if writer != ignore)
+
+    def _put(self, run_id: str, row: _Row, writer: str | None = None) -> None:
         self._rows[run_id] = row
         self._seq += 1
         seqs = self._seqs
         seqs[run_id] = self._seq
         seqs.move_to_end(run_id)
+        self._writers[run_id] = writer
+        self._latest[writer] = self._seq
         changed, self._changed = self._changed, None
         if changed is not None:
             changed.set()

@@ -75,9 +75,11 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "PostgresReader", "PostgresStore", "mask_dsn"]
 
 _APPLICATION: Final = "trio_delegate"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 _PRUNE_EVERY: Final = 512
+#: Notified change numbers are kept per writer for at most this many writers.
+_NOTIFIED_WRITERS: Final = 64
 _INSTALL_HINT: Final = "install the postgres extra: pip install 'trio-delegate[postgres]'"
 
 T = TypeVar("T")
@@ -157,7 +159,11 @@ class _Sql:
         self.lock_changes = q("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))")
         self.lock_changes_shared = q("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))")
         self.position = q("SELECT last_value, is_called FROM {s}.changes")
-        self.notify = q("SELECT pg_notify(%s, (SELECT last_value FROM {s}.changes)::text)")
+        # The payload is the transaction's last change number, followed by the
+        # runtime whose own writes made every change of it, if one did.
+        self.notify = q(
+            "SELECT pg_notify(%s, (SELECT last_value FROM {s}.changes)::text || %s::text)"
+        )
         # One statement per batch, its rows as arrays: PostgreSQL plans and
         # runs it once instead of once per record (a batch holds each run once).
         # The arrays go in binary (%b): as text, every quote of the JSON would
@@ -165,13 +171,15 @@ class _Sql:
         self.upsert = q(
             """
             INSERT INTO {s}.runs (run_id, runtime_id, owner, subagent, status, admitted_at,
-                                  ended_at, record, state, seq, cancel_requested, observed)
+                                  ended_at, record, state, seq, cancel_requested, observed,
+                                  writer)
             SELECT u.run_id, u.runtime_id, u.owner, u.subagent, u.status, u.admitted_at,
-                   u.ended_at, u.record, u.state, nextval('{s}.changes'), u.flag_c, u.flag_o
+                   u.ended_at, u.record, u.state, nextval('{s}.changes'), u.flag_c, u.flag_o,
+                   u.writer
             FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
-                        %b::text[], %b::text[], %b::text[], %b::bool[], %b::bool[])
+                        %b::text[], %b::text[], %b::text[], %b::bool[], %b::bool[], %b::text[])
                 AS u(run_id, runtime_id, owner, subagent, status, admitted_at, ended_at,
-                     record, state, flag_c, flag_o)
+                     record, state, flag_c, flag_o, writer)
             ON CONFLICT (run_id) DO UPDATE SET
                 runtime_id = excluded.runtime_id,
                 owner = excluded.owner,
@@ -183,7 +191,10 @@ class _Sql:
                 state = excluded.state,
                 seq = excluded.seq,
                 cancel_requested = runs.cancel_requested OR excluded.cancel_requested,
-                observed = runs.observed OR excluded.observed
+                observed = runs.observed OR excluded.observed,
+                writer = CASE WHEN (runs.cancel_requested AND NOT excluded.cancel_requested)
+                                OR (runs.observed AND NOT excluded.observed)
+                              THEN NULL ELSE excluded.writer END
             WHERE runs.status IN ('pending', 'running')
             """
         )
@@ -192,14 +203,22 @@ class _Sql:
             UPDATE {s}.runs r SET status = u.status, ended_at = u.ended_at, state = u.state,
                 seq = nextval('{s}.changes'),
                 cancel_requested = r.cancel_requested OR u.flag_c,
-                observed = r.observed OR u.flag_o
-            FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::bool[], %b::bool[])
-                AS u(run_id, status, ended_at, state, flag_c, flag_o)
+                observed = r.observed OR u.flag_o,
+                writer = CASE WHEN (r.cancel_requested AND NOT u.flag_c)
+                                OR (r.observed AND NOT u.flag_o)
+                              THEN NULL ELSE u.writer END
+            FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::bool[], %b::bool[],
+                        %b::text[])
+                AS u(run_id, status, ended_at, state, flag_c, flag_o, writer)
             WHERE r.run_id = u.run_id AND r.status IN ('pending', 'running')
             """
         )
         self.get = q(f"SELECT {self.columns} FROM {{s}}.runs WHERE run_id = %s")
         self.changes = q(f"SELECT seq, {self.columns} FROM {{s}}.runs WHERE seq > %s ORDER BY seq")
+        self.foreign_changes = q(
+            f"SELECT seq, {self.columns} FROM {{s}}.runs "
+            "WHERE seq > %s AND seq <= %s AND writer IS DISTINCT FROM %s ORDER BY seq"
+        )
         self.terminal = q(
             "SELECT run_id, owner, subagent, status FROM {s}.runs "
             "WHERE status NOT IN ('pending', 'running') ORDER BY pos"
@@ -259,7 +278,8 @@ class _Sql:
         )
         self.flag = {
             flag: q(
-                f"UPDATE {{s}}.runs SET {flag} = true, seq = nextval('{{s}}.changes') "
+                f"UPDATE {{s}}.runs SET {flag} = true, seq = nextval('{{s}}.changes'), "
+                "writer = NULL "
                 f"WHERE run_id = %s AND NOT {flag}{live}"
             )
             for flag, live in (
@@ -314,6 +334,14 @@ class _Sql:
                 "('schema_version', '1')"
             ),
         ]
+        #: migrations[n] brings a store from version n to n + 1.
+        self.migrations = {
+            # ``writer``: the runtime whose own write made a row's latest
+            # change; NULL where anything else made it (a flag, an
+            # interruption, a write over a flag it had not seen).
+            1: [q("ALTER TABLE {s}.runs ADD COLUMN writer text")],
+        }
+        self.set_version = q("UPDATE {s}.meta SET value = %s WHERE key = 'schema_version'")
 
     def listing(
         self, status: RunStatus | None, owner: str | None, limit: int
@@ -554,7 +582,8 @@ class PostgresStore(ThreadedStore):
         self._locks: dict[str, psycopg.Connection[Any]] = {}
         self._listener: psycopg.Connection[Any] | None = None
         self._listening = trio.Lock()
-        self._notified = 0
+        # The latest change number notified by each writer (None: anyone else).
+        self._notified: dict[str | None, int] = {}
         self._limiter = trio.CapacityLimiter(self.pool_size)
         self._heads = LiveHeads()
         self._written = 0
@@ -575,13 +604,21 @@ class PostgresStore(ThreadedStore):
         if not self._locks:
             await self._close_listener()
 
-    async def wait_changes(self, cursor: int, timeout: float) -> None:
+    async def wait_changes(
+        self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
+    ) -> None:
         """Return once a notification says changes after *cursor* exist, or after *timeout*.
 
         It listens (``LISTEN``) on a connection of its own and waits for its
         socket on the Trio loop, no thread involved. Should listening fail,
         it sleeps out the *timeout*: the runtime's polling still finds the
         changes.
+
+        Args:
+            cursor: a cursor ``changes`` returned.
+            timeout: seconds to wait at most.
+            ignore_writes_of: a runtime id: a commit of nothing but its own
+                writes is no change for this wait (see ``ResultStore``).
 
         Raises:
             StoreError: an argument is malformed.
@@ -591,7 +628,7 @@ class PostgresStore(ThreadedStore):
         await trio.lowlevel.checkpoint()
         with trio.move_on_after(timeout):
             async with self._listening:
-                await self._wait_notified(cursor)
+                await self._wait_notified(cursor, ignore_writes_of)
 
     async def aclose(self) -> None:
         """Close every connection of this handle, releasing the locks it holds (idempotent).
@@ -678,6 +715,12 @@ class PostgresStore(ThreadedStore):
             if version == 0:
                 for statement in statements.create:
                     conn.execute(statement)
+                version = 1
+            while version < SCHEMA_VERSION:
+                for statement in statements.migrations[version]:
+                    conn.execute(statement)
+                version += 1
+                conn.execute(statements.set_version, [str(version)])
 
     def _transact(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run *work* on a pooled connection, once more on a fresh one if that one was dead.
@@ -772,8 +815,8 @@ class PostgresStore(ThreadedStore):
                 if ended:
                     # Read under the lock: their heads are the stored ones.
                     known = [EncodedRecord(record, None, encode_state(record)) for record in ended]
-                    self._store(conn, known)
-                    conn.execute(statements.notify, [statements.channel])
+                    self._store(conn, known, own=False)
+                    conn.execute(statements.notify, [statements.channel, ""])
                 conn.execute(statements.forget_gone)
             return [record.run_id for record in ended]
 
@@ -857,19 +900,30 @@ class PostgresStore(ThreadedStore):
             self._written = 0
             prune = True
 
+        # Written by the runtime each record names: a batch of one runtime's
+        # records is no news to that runtime (see wait_changes).
+        writers = {item.record.runtime_id for item in encoded}
+        by = f" {writers.pop()}" if len(writers) == 1 else ""
+
         def work(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
                 conn.execute(statements.lock_changes, [statements.change_key])
-                self._store(conn, encoded)
+                self._store(conn, encoded, own=True)
                 if prune:
                     self._prune(conn)
-                conn.execute(statements.notify, [statements.channel])
+                conn.execute(statements.notify, [statements.channel, by])
 
         self._transact(work)
         heads.committed(encoded)
 
-    def _store(self, conn: psycopg.Connection[Any], encoded: list[EncodedRecord]) -> None:
-        """Write *encoded*, each run at most once (inside a transaction holding the change lock)."""
+    def _store(
+        self, conn: psycopg.Connection[Any], encoded: list[EncodedRecord], *, own: bool
+    ) -> None:
+        """Write *encoded*, each run at most once (inside a transaction holding the change lock).
+
+        *own*: the records are written by the runtimes they name (``writer``);
+        else by someone else (an interruption).
+        """
         statements = self._sql
         known = [item for item in encoded if item.head is None]
         whole = [item for item in encoded if item.head is not None]
@@ -883,6 +937,7 @@ class PostgresStore(ThreadedStore):
                     [item.state for item in known],
                     [item.record.cancel_requested for item in known],
                     [item.record.observed for item in known],
+                    [item.record.runtime_id if own else None for item in known],
                 ],
             ).rowcount
             if updated != len(known):
@@ -905,6 +960,7 @@ class PostgresStore(ThreadedStore):
                     [item.state for item in whole],
                     [item.record.cancel_requested for item in whole],
                     [item.record.observed for item in whole],
+                    [item.record.runtime_id if own else None for item in whole],
                 ],
             )
 
@@ -934,12 +990,28 @@ class PostgresStore(ThreadedStore):
     def _position(self, conn: psycopg.Connection[Any]) -> int:
         return _position(conn, self._sql)
 
-    def _changes_sync(self, cursor: int | None) -> ChangeBatch:
+    def _changes_sync(self, cursor: int | None, ignore: str | None) -> ChangeBatch:
         if cursor is None:
             return ChangeBatch(self._transact(self._position))
         check_cursor(cursor, self._where)
-        rows = self._transact(lambda conn: conn.execute(self._sql.changes, [cursor]).fetchall())
-        return change_batch(cursor, rows, self._where)
+        if ignore is None:
+            rows = self._transact(lambda conn: conn.execute(self._sql.changes, [cursor]).fetchall())
+            return change_batch(cursor, rows, self._where)
+        statements = self._sql
+
+        def work(conn: psycopg.Connection[Any]) -> tuple[int, list[Any]]:
+            with conn.transaction():
+                # No change commits while this is held: every change up to the
+                # position is visible, and the rows read are exactly those.
+                conn.execute(statements.lock_changes_shared, [statements.change_key])
+                row = conn.execute(statements.position).fetchone()
+                position = int(row[0]) if row is not None and row[1] else 0
+                query = statements.foreign_changes
+                return position, conn.execute(query, [cursor, position, ignore]).fetchall()
+
+        position, rows = self._transact(work)
+        batch = change_batch(cursor, rows, self._where)
+        return ChangeBatch(max(batch.cursor, position), batch.records)
 
     def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None:
         if not is_run_id(run_id):
@@ -950,7 +1022,7 @@ class PostgresStore(ThreadedStore):
             with conn.transaction():
                 conn.execute(statements.lock_changes, [statements.change_key])
                 if conn.execute(statements.flag[flag], [run_id]).rowcount:
-                    conn.execute(statements.notify, [statements.channel])
+                    conn.execute(statements.notify, [statements.channel, ""])
                 return conn.execute(statements.get, [run_id]).fetchall()
 
         rows = self._transact(work)
@@ -986,9 +1058,17 @@ class PostgresStore(ThreadedStore):
             raise
         return conn
 
-    async def _wait_notified(self, cursor: int) -> None:
+    def _notified_after(self, cursor: int, ignore: str | None) -> bool:
+        return any(
+            number > cursor
+            for writer, number in self._notified.items()
+            if writer is None or writer != ignore
+        )
+
+    async def _wait_notified(self, cursor: int, ignore: str | None) -> None:
         pg, _ = _psycopg()
-        while self._notified <= cursor:
+        notified = self._notified
+        while not self._notified_after(cursor, ignore):
             listener = self._listener
             if listener is None:
                 try:
@@ -1001,20 +1081,29 @@ class PostgresStore(ThreadedStore):
                 # Listening only from now: what was committed before shows in
                 # the current position.
                 position = await self._run(self._transact, self._position)
-                self._notified = max(self._notified, position)
+                notified[None] = max(notified.get(None, 0), position)
                 continue
             try:
                 listener.pgconn.consume_input()
                 while (note := listener.pgconn.notifies()) is not None:
+                    # "<number>" or "<number> <runtime id whose own writes it was>"
+                    text, _, by = note.extra.decode("utf-8", "replace").partition(" ")
                     try:
-                        number = int(note.extra)
+                        number = int(text)
                     except ValueError:
                         continue
-                    self._notified = max(self._notified, number)
+                    writer = by if is_runtime_id(by) else None
+                    notified[writer] = max(notified.get(writer, 0), number)
+                    if len(notified) > _NOTIFIED_WRITERS:
+                        # Bounded: the latest number of all, writer unknown
+                        # (a wait may wake for nothing new, never miss news).
+                        latest = max(notified.values())
+                        notified.clear()
+                        notified[None] = latest
             except pg.OperationalError:
                 await self._close_listener()
                 continue
-            if self._notified > cursor:
+            if self._notified_after(cursor, ignore):
                 return
             try:
                 await trio.lowlevel.wait_readable(listener.fileno())

@@ -272,6 +272,15 @@ class ResultStore(Protocol):
       without a lease; else how long a runtime stays alive in the others'
       eyes after its last successful ``sweep``. A runtime that cannot renew
       its lease must stop its live runs before it runs out.
+
+    Optional: a store whose ``ignores_writes`` attribute is ``True`` takes a
+    keyword ``ignore_writes_of`` (a runtime id) in ``changes`` and
+    ``wait_changes``, and then leaves out the changes that runtime's own
+    ``write`` calls made — a record written by the runtime it names, over a
+    row holding no flag the record did not carry — while the cursor still
+    moves past them. A runtime's watcher uses it so as not to read back (or
+    wake for) what it wrote itself; flags, interruptions and every other
+    runtime's writes still show. Without it, every change is read.
     """
 
     poll_interval: float

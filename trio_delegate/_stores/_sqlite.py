@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import itertools
 import os
 import sqlite3
 import urllib.parse
@@ -65,7 +66,7 @@ from ._protocol import (
 __all__ = ["SCHEMA_VERSION", "SQLiteReader", "SQLiteStore"]
 
 _APPLICATION: Final = "trio_delegate"
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 _LIVE = ("pending", "running")
 #: Store-side retention is applied after this many written records (and on attach).
 _PRUNE_EVERY: Final = 512
@@ -118,18 +119,51 @@ def _migrate_to_2(conn: sqlite3.Connection) -> None:
     )
 
 
+#: How many rows are terminal, counted (the ``terminal_rows`` kept in ``meta``
+#: says the same without reading them).
+_COUNT_TERMINAL: Final = "SELECT count(*) FROM runs WHERE status NOT IN ('pending', 'running')"
+
+
+def _migrate_to_3(conn: sqlite3.Connection) -> None:
+    """Version 3: ``writer``, the runtime whose own write made a row's latest change.
+
+    ``NULL`` where anything else made it (a flag, an interruption, or a write
+    that left flags the runtime had not seen): a runtime reads back only
+    changes it did not make itself (see ``changes``). Rows of version 2 read
+    as changed by someone else. Also an index of terminal runs by end time
+    and their number in ``meta`` (``terminal_rows``), for pruning.
+    """
+    conn.execute("ALTER TABLE runs ADD COLUMN writer TEXT")
+    # Pruning by age reads only the terminal runs that ended before the cutoff,
+    # and pruning by count reads the number kept here instead of counting.
+    conn.execute(
+        "CREATE INDEX runs_ended ON runs (ended_at) WHERE status NOT IN ('pending', 'running')"
+    )
+    conn.execute(f"INSERT INTO meta VALUES ('terminal_rows', ({_COUNT_TERMINAL}))")
+
+
 #: _MIGRATIONS[n] brings a store from version n to n + 1.
 _MIGRATIONS: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {
     0: _migrate_to_1,
     1: _migrate_to_2,
+    2: _migrate_to_3,
 }
 
 _COLUMNS: Final = "record, state, cancel_requested, observed"
 
+#: The changes after a number that a given runtime did not write itself.
+_FOREIGN_CHANGES: Final = (
+    f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? AND writer IS NOT ? ORDER BY seq"
+)
+
+# A row's ``writer`` is the runtime whose record made its latest change, unless
+# the row keeps a flag that record did not carry: then the change holds news
+# for that runtime too, and the writer is unknown (NULL). (SQLite evaluates
+# every expression of an update with the row's values before it.)
 _UPSERT: Final = """
     INSERT INTO runs (run_id, runtime_id, owner, subagent, status, admitted_at, ended_at,
-                      record, state, seq, cancel_requested, observed)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      record, state, seq, cancel_requested, observed, writer)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (run_id) DO UPDATE SET
         runtime_id = excluded.runtime_id,
         owner = excluded.owner,
@@ -141,15 +175,19 @@ _UPSERT: Final = """
         state = excluded.state,
         seq = excluded.seq,
         cancel_requested = runs.cancel_requested OR excluded.cancel_requested,
-        observed = runs.observed OR excluded.observed
+        observed = runs.observed OR excluded.observed,
+        writer = CASE WHEN runs.cancel_requested > excluded.cancel_requested
+                        OR runs.observed > excluded.observed
+                      THEN NULL ELSE excluded.writer END
     WHERE runs.status IN ('pending', 'running')
 """
 # An upsert keeps the row's rowid, so rowid order stays admission order.
 
 _UPDATE_STATE: Final = """
-    UPDATE runs SET status = ?, ended_at = ?, state = ?, seq = ?,
-        cancel_requested = cancel_requested OR ?, observed = observed OR ?
-    WHERE run_id = ? AND status IN ('pending', 'running')
+    UPDATE runs SET status = ?1, ended_at = ?2, state = ?3, seq = ?4,
+        cancel_requested = cancel_requested OR ?5, observed = observed OR ?6,
+        writer = CASE WHEN cancel_requested > ?5 OR observed > ?6 THEN NULL ELSE ?8 END
+    WHERE run_id = ?7 AND status IN ('pending', 'running')
 """
 
 
@@ -169,6 +207,17 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+#: An encoded record and its change number.
+_Numbered = tuple[EncodedRecord, int]
+
+
+def _count_terminal(conn: sqlite3.Connection, more: int) -> None:
+    """Add *more* (may be negative) to the number of terminal rows kept in meta."""
+    conn.execute(
+        "UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'terminal_rows'", (more,)
+    )
 
 
 def _reserve(conn: sqlite3.Connection, count: int) -> int:
@@ -298,13 +347,26 @@ def _position(conn: sqlite3.Connection) -> int:
     return int(row[0]) if row is not None else 0
 
 
-def _changes(conn: sqlite3.Connection, cursor: int | None, where: str) -> ChangeBatch:
-    """``ResultStore.changes`` on *conn*."""
+def _changes(
+    conn: sqlite3.Connection, cursor: int | None, where: str, ignore: str | None = None
+) -> ChangeBatch:
+    """``ResultStore.changes`` on *conn*, leaving out what runtime *ignore* wrote itself."""
     if cursor is None:
         return ChangeBatch(_position(conn))
     check_cursor(cursor, where)
-    query = f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? ORDER BY seq"
-    return change_batch(cursor, conn.execute(query, (cursor,)).fetchall(), where)
+    if ignore is None:
+        query = f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? ORDER BY seq"
+        return change_batch(cursor, conn.execute(query, (cursor,)).fetchall(), where)
+    # One read transaction: the position covers exactly the rows read, the
+    # ones left out included.
+    conn.execute("BEGIN")
+    try:
+        rows = conn.execute(_FOREIGN_CHANGES, (cursor, ignore)).fetchall()
+        position = _position(conn)
+    finally:
+        conn.execute("COMMIT")
+    batch = change_batch(cursor, rows, where)
+    return ChangeBatch(max(batch.cursor, position), batch.records)
 
 
 @final
@@ -376,10 +438,18 @@ class SQLiteStore(ThreadedStore):
 
     # -- the ResultStore protocol ---------------------------------------------------
 
-    async def wait_changes(self, cursor: int, timeout: float) -> None:
+    async def wait_changes(
+        self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
+    ) -> None:
         """Return once changes after *cursor* exist, or after *timeout* seconds (Trio clock).
 
         The file is polled every ``poll_interval`` seconds.
+
+        Args:
+            cursor: a cursor ``changes`` returned.
+            timeout: seconds to wait at most.
+            ignore_writes_of: a runtime id: its own writes are no change for
+                this wait (see ``ResultStore``).
 
         Raises:
             StoreError: the file cannot be read, or an argument is malformed.
@@ -390,7 +460,7 @@ class SQLiteStore(ThreadedStore):
         await trio.lowlevel.checkpoint()
         with trio.move_on_after(timeout):
             # Other processes change the file: nothing here could set an Event.
-            while await self._run(self._position_sync) <= cursor:  # noqa: ASYNC110
+            while not await self._run(self._changed_sync, cursor, ignore_writes_of):  # noqa: ASYNC110
                 await trio.sleep(self.poll_interval)
 
     async def aclose(self) -> None:
@@ -457,6 +527,11 @@ class SQLiteStore(ThreadedStore):
         try:
             marked = self._mark_gone(conn)
             with _transaction(conn):
+                # Counted afresh now and then: the count follows every change
+                # this package makes, not a row deleted by hand.
+                conn.execute(
+                    f"UPDATE meta SET value = ({_COUNT_TERMINAL}) WHERE key = 'terminal_rows'"
+                )
                 self._prune(conn)
             terminal = self._terminal(conn)
         except BaseException:
@@ -510,7 +585,9 @@ class SQLiteStore(ThreadedStore):
             if ended:
                 # Read in this transaction: their heads are the stored ones.
                 self._store(
-                    conn, [EncodedRecord(record, None, encode_state(record)) for record in ended]
+                    conn,
+                    [EncodedRecord(record, None, encode_state(record)) for record in ended],
+                    own=False,
                 )
         return [record.run_id for record in ended]
 
@@ -538,64 +615,98 @@ class SQLiteStore(ThreadedStore):
         encoded = [encode_record(record, where, heads) for record in records]
         conn = self._connection()
         with _transaction(conn):
-            self._store(conn, encoded)
+            self._store(conn, encoded, own=True)
             self._written += len(encoded)
             if self._written >= _PRUNE_EVERY:
                 self._written = 0
                 self._prune(conn)
         heads.committed(encoded)
 
-    def _store(self, conn: sqlite3.Connection, encoded: list[EncodedRecord]) -> None:
-        """Write *encoded* (inside a transaction), each with the next change number."""
+    def _store(self, conn: sqlite3.Connection, encoded: list[EncodedRecord], *, own: bool) -> None:
+        """Write *encoded* (inside a transaction), each with the next change number.
+
+        *own*: the records are written by the runtimes they name (``writer``);
+        else by someone else (an interruption).
+        """
         seq = _reserve(conn, len(encoded))
-        known: list[tuple[EncodedRecord, int]] = []
-        whole: list[tuple[EncodedRecord, int]] = []
+        # Records whose head the row holds already, live and ended; and whole
+        # ones, in their order (a new row's rowid is its place in admission order).
+        groups: tuple[list[_Numbered], list[_Numbered]] = ([], [])
+        whole: list[_Numbered] = []
         for item in encoded:
-            (whole if item.head is not None else known).append((item, seq))
+            if item.head is None:
+                groups[item.record.status.is_terminal].append((item, seq))
+            else:
+                whole.append((item, seq))
             seq += 1
-        if known:
-            cursor = conn.executemany(
-                _UPDATE_STATE,
-                [
-                    (
-                        item.record.status.value,
-                        item.record.ended_at,
-                        item.state,
-                        number,
-                        item.record.cancel_requested,
-                        item.record.observed,
-                        item.record.run_id,
-                    )
-                    for item, number in known
-                ],
-            )
-            if cursor.rowcount != len(known):
+        # Rows that became terminal, for the count kept in meta: every
+        # statement changes only a live row (or adds a new one).
+        became_terminal = 0
+        for ended, known in enumerate(groups):
+            if not known:
+                continue
+            changed = self._update_states(conn, known, own)
+            became_terminal += changed if ended else 0
+            if changed != len(known):
                 # Some rows were not live where this handle left them (ended by
                 # another runtime, or removed): write those records whole. The
                 # upsert leaves a terminal row alone and repeats the others.
                 where = str(self.path)
                 whole.extend((with_head(item, where), number) for item, number in known)
-        if whole:
-            conn.executemany(
-                _UPSERT,
-                [
-                    (
-                        item.record.run_id,
-                        item.record.runtime_id,
-                        item.record.owner,
-                        item.record.subagent,
-                        item.record.status.value,
-                        item.record.admitted_at,
-                        item.record.ended_at,
-                        item.head,
-                        item.state,
-                        number,
-                        item.record.cancel_requested,
-                        item.record.observed,
-                    )
-                    for item, number in whole
-                ],
-            )
+        # One statement per stretch of live or of ended records, so that the
+        # rows that became terminal can be counted.
+        for ended, stretch in itertools.groupby(
+            whole, lambda pair: pair[0].record.status.is_terminal
+        ):
+            changed = self._upsert(conn, list(stretch), own)
+            became_terminal += changed if ended else 0
+        if became_terminal:
+            _count_terminal(conn, became_terminal)
+
+    @staticmethod
+    def _update_states(conn: sqlite3.Connection, known: list[_Numbered], own: bool) -> int:
+        """Rewrite the state of *known* rows that are live; how many were."""
+        return conn.executemany(
+            _UPDATE_STATE,
+            [
+                (
+                    item.record.status.value,
+                    item.record.ended_at,
+                    item.state,
+                    number,
+                    item.record.cancel_requested,
+                    item.record.observed,
+                    item.record.run_id,
+                    item.record.runtime_id if own else None,
+                )
+                for item, number in known
+            ],
+        ).rowcount
+
+    @staticmethod
+    def _upsert(conn: sqlite3.Connection, whole: list[_Numbered], own: bool) -> int:
+        """Insert or rewrite the rows of *whole* (never a terminal one); how many changed."""
+        return conn.executemany(
+            _UPSERT,
+            [
+                (
+                    item.record.run_id,
+                    item.record.runtime_id,
+                    item.record.owner,
+                    item.record.subagent,
+                    item.record.status.value,
+                    item.record.admitted_at,
+                    item.record.ended_at,
+                    item.head,
+                    item.state,
+                    number,
+                    item.record.cancel_requested,
+                    item.record.observed,
+                    item.record.runtime_id if own else None,
+                )
+                for item, number in whole
+            ],
+        ).rowcount
 
     def _get_sync(self, run_id: str) -> RunRecord | None:
         if not is_run_id(run_id):
@@ -621,11 +732,17 @@ class SQLiteStore(ThreadedStore):
             lock.renew()
         return tuple(self._mark_gone(conn))
 
-    def _position_sync(self) -> int:
-        return _position(self._connection())
+    def _changed_sync(self, cursor: int, ignore: str | None) -> bool:
+        conn = self._connection()
+        if ignore is None:
+            return _position(conn) > cursor
+        row = conn.execute(
+            "SELECT 1 FROM runs WHERE seq > ? AND writer IS NOT ? LIMIT 1", (cursor, ignore)
+        ).fetchone()
+        return row is not None
 
-    def _changes_sync(self, cursor: int | None) -> ChangeBatch:
-        return _changes(self._connection(), cursor, str(self.path))
+    def _changes_sync(self, cursor: int | None, ignore: str | None) -> ChangeBatch:
+        return _changes(self._connection(), cursor, str(self.path), ignore)
 
     def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None:
         if not is_run_id(run_id):
@@ -641,32 +758,48 @@ class SQLiteStore(ThreadedStore):
             live = status in _LIVE
             if not already and (live or flag == "observed"):
                 conn.execute(
-                    f"UPDATE runs SET {flag} = 1, seq = ? WHERE run_id = ?",
+                    f"UPDATE runs SET {flag} = 1, seq = ?, writer = NULL WHERE run_id = ?",
                     (_reserve(conn, 1), run_id),
                 )
             rows = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
             return self._decode_rows(rows.fetchall())[0]
 
     def _prune(self, conn: sqlite3.Connection) -> None:
-        """Apply store-side retention to terminal runs (live runs are never pruned)."""
+        """Apply store-side retention to terminal runs (live runs are never pruned).
+
+        By age through the index of terminal runs by end time; by number from
+        the count kept in meta, deleting only the excess, oldest admitted first.
+        (The status tests are literals: SQLite uses a partial index only for
+        a query it can prove is within it.)
+        """
+        removed = 0
         if self.retention_seconds is not None:
             cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(
                 seconds=self.retention_seconds
             )
-            conn.execute(
-                "DELETE FROM runs WHERE status NOT IN (?, ?) AND ended_at < ?",
-                (*_LIVE, cutoff.isoformat(timespec="milliseconds")),
-            )
+            removed += conn.execute(
+                "DELETE FROM runs WHERE status NOT IN ('pending', 'running') AND ended_at < ?",
+                (cutoff.isoformat(timespec="milliseconds"),),
+            ).rowcount
         if self.max_rows is not None:
-            conn.execute(
-                """
-                DELETE FROM runs WHERE rowid IN (
-                    SELECT rowid FROM runs WHERE status NOT IN (?, ?)
-                    ORDER BY rowid DESC LIMIT -1 OFFSET ?
-                )
-                """,
-                (*_LIVE, self.max_rows),
-            )
+            row = conn.execute(
+                "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'terminal_rows'"
+            ).fetchone()
+            excess = (int(row[0]) if row is not None else 0) - removed - self.max_rows
+            if excess > 0:
+                # In rowid (admission) order from the oldest: it stops after the
+                # excess, past the few live runs among them.
+                removed += conn.execute(
+                    """
+                    DELETE FROM runs WHERE rowid IN (
+                        SELECT rowid FROM runs NOT INDEXED
+                        WHERE status NOT IN ('pending', 'running') ORDER BY rowid LIMIT ?
+                    )
+                    """,
+                    (excess,),
+                ).rowcount
+        if removed:
+            _count_terminal(conn, -removed)
 
 
 @final
