@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 import trio_delegate as td
+from trio_delegate._core._run import conversation
 
 
 async def chat(ctx: td.ChildContext) -> dict[str, Any]:
@@ -71,6 +72,20 @@ async def test_continuation_is_a_new_run_with_synthesized_history(
         {"role": "user", "content": "hello"},
         {"role": "assistant", "content": "re: hello"},
     )
+
+
+async def test_a_carried_conversation_is_the_synthesized_one_sized_in_utf8(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with td.open_runtime(SUBAGENTS) as rt, rt.open_parent() as parent:
+        first = await parent.delegate("chat", 'café ☕ \\ "quoted"')
+        second = await parent.continue_run(first.run_id, "encore", background=True)
+        assert isinstance(second, td.RunHandle)
+        history = rt._runs[second.run_id].history
+        assert history is not None
+        assert history.size == len(history.text.encode("utf-8"))
+        assert history.copy() == conversation([], 'café ☕ \\ "quoted"', True, first.final_result)
+        await parent.wait(second.run_id)
 
 
 async def test_transcript_is_the_whole_history(autojump_clock: trio.testing.MockClock) -> None:

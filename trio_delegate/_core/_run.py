@@ -392,10 +392,10 @@ class Run:
     def carried(self) -> CanonicalJson:
         """This terminal run's whole conversation, as the history of a continuation.
 
-        The same value as :meth:`conversation`, made from the canonical JSON
-        texts the run holds without decoding them: a conversation is as large
-        as the run's history, result and transcript, and decoding and encoding
-        it again would hold the event loop that long.
+        Its transcript, or the value :func:`conversation` builds, made from
+        the canonical JSON texts the run holds without decoding them: a
+        conversation is as large as the run's history, result and transcript,
+        and decoding and encoding it again would hold the event loop that long.
         """
         outcome = self.outcome
         assert outcome is not None
@@ -416,17 +416,6 @@ class Run:
             size += len('{"role":"assistant","content":}') + result.size
         size += len(parts) - 1  # the commas
         return CanonicalJson("[" + ",".join(parts) + "]", size)
-
-    def conversation(self) -> list[Any]:
-        """This terminal run's whole conversation, as history for a continuation."""
-        outcome = self.outcome
-        assert outcome is not None
-        if outcome.transcript is not None:
-            transcript: list[Any] = outcome.transcript.copy()
-            return transcript
-        history = self.history.copy() if self.history is not None else []
-        result = outcome.result.copy() if outcome.result is not None else None
-        return conversation(history, self.task, outcome.result is not None, result)
 
     # -- transitions ---------------------------------------------------------
 
