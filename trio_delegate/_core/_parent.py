@@ -597,10 +597,10 @@ class Parent(metaclass=NoPublicConstructor):
         return None
 
     def run_decided(self, run: Run, outcome: Outcome) -> None:
+        # Called only when outcomes are recorded (``records``): with a store.
         persister = self._runtime._persister
-        if persister is None:
-            run.commit(outcome)
-        elif not outcome.waits_for_record:
+        assert persister is not None
+        if not outcome.waits_for_record:
             run.commit(outcome)
             persister.settle(run, outcome)
         else:
