@@ -9,7 +9,6 @@ they cannot drift apart.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Literal, final
@@ -21,7 +20,7 @@ from ._checks import builtin, check_seconds, describe
 from ._construction import NoPublicConstructor
 from ._converter import to_json_ready
 from ._errors import InvalidArgumentsError, UnknownSubagentError
-from ._json import JsonProblem, check_nesting, text_problem
+from ._json import JsonProblem, TooDeep, check_nesting, parse, text_problem
 from ._results import CancelAck, RunHandle, RunResult
 from ._schema import MAX_SCHEMA_BYTES
 
@@ -298,10 +297,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint_if_cancelled()
         # A host's str subclass is looked up (and traced) as the builtin str.
         name = builtin(name)
-        events = self._parent._runtime._events
-        if events is None:
-            return await self._dispatch(name, arguments, None)
-        with events.tool_call(name, self._parent.owner) as traced:
+        with self._traced_call(name) as traced:
             return await self._dispatch(name, arguments, traced)
 
     def _traced_call(self, name: str) -> AbstractContextManager[Any]:
@@ -441,14 +437,15 @@ class DelegationTools(metaclass=NoPublicConstructor):
                 if param.required:
                     problems.append(f"{param.name} is required: {param.description}")
                 continue
-            problem = _check_value(param, value)
+            if param.kind == "object" and isinstance(value, str):
+                value, problem = _decode_schema_text(value)  # decoded once, here
+            else:
+                problem = _check_value(param, value)
             if problem is not None:
                 problems.append(f"{param.name} {problem}")
                 continue
             if param.kind == "subagent" and value not in self._children:
                 unknown_subagent = value
-            if param.kind == "object" and isinstance(value, str):
-                value = json.loads(value)  # _check_value proved it parses to an object
             values[param.name] = value
         if problems:
             raise InvalidArgumentsError(
@@ -482,8 +479,8 @@ def _parse_arguments(tool: str, arguments: object, max_depth: int) -> dict[str, 
                 "send only the tool's parameters, with a smaller final_schema"
             )
         try:
-            arguments = json.loads(arguments)
-        except RecursionError:
+            arguments = parse(arguments)
+        except TooDeep:
             raise InvalidArgumentsError(
                 f"the arguments for {tool} nest too deep to read; at most {max_depth} levels "
                 "are allowed"
@@ -560,17 +557,23 @@ def _check_value(param: _Param, value: Any) -> str | None:
         except InvalidArgumentsError:
             return f"must be a finite number of seconds >= 0, got {describe(value)}"
         return None
-    # kind == "object": a JSON Schema object, or (strict clients) its JSON text
-    if isinstance(value, str):
-        if len(value) > MAX_SCHEMA_BYTES:
-            return f"is {len(value)} characters long; at most {MAX_SCHEMA_BYTES} are allowed"
-        try:
-            value = json.loads(value)
-        except (ValueError, RecursionError):
-            return "must be a JSON object or its JSON text, got text that is not JSON"
+    # kind == "object": a JSON Schema object (its JSON text: _decode_schema_text)
     if not isinstance(value, Mapping):
         return f"must be a JSON object, got {describe(value)}"
     return None
+
+
+def _decode_schema_text(text: str) -> tuple[Any, str | None]:
+    """A JSON Schema sent as its JSON text (strict clients do): the value, or what is wrong."""
+    if len(text) > MAX_SCHEMA_BYTES:
+        return text, f"is {len(text)} characters long; at most {MAX_SCHEMA_BYTES} are allowed"
+    try:
+        value = parse(text)
+    except ValueError:
+        return text, "must be a JSON object or its JSON text, got text that is not JSON"
+    if not isinstance(value, Mapping):
+        return text, f"must be a JSON object, got {describe(value)}"
+    return value, None
 
 
 def _result_payload(result: RunResult) -> dict[str, Any]:
