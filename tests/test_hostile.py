@@ -47,7 +47,7 @@ import pytest
 import trio
 import trio.testing
 from cattrs.preconf.json import make_converter
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import trio_delegate as td
@@ -476,7 +476,7 @@ def calls_test(
 
     @pytest.mark.parametrize("kind", STORE_KINDS)
     def test(kind: str) -> None:
-        @settings(max_examples=examples(base, kind), deadline=None)
+        @settings(max_examples=examples(base, kind), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
         @given(config=configs, drawn=st.lists(calls, min_size=1, max_size=6))
         def check(config: td.Config, drawn: list[Call | ToolCall]) -> None:
             made = [call.made() for call in drawn]
@@ -848,7 +848,7 @@ def checked_subagent(session_box: list[Session]) -> td.Subagent:
 def test_runner_results_and_errors(kind: str) -> None:
     """Hostile results, transcripts and exceptions, with and without a final_schema."""
 
-    @settings(max_examples=examples(40, kind), deadline=None)
+    @settings(max_examples=examples(40, kind), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
     @given(drawn=st.lists(outcomes, min_size=1, max_size=4))
     def check(drawn: list[DrawnRun]) -> None:
         made = [outcome.made() for outcome in drawn]
@@ -891,7 +891,7 @@ def test_final_schemas(kind: str) -> None:
     """Costly and malformed schemas from the Python API, the tools (as objects and
     as JSON text) and ``Subagent(final_schema=...)``: checking stays bounded."""
 
-    @settings(max_examples=examples(30, kind), deadline=None)
+    @settings(max_examples=examples(30, kind), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
     @given(
         schema=hs.costly_schemas | hs.malformed_schemas,
         result=hs.schema_results | hs.hostile_values(odd=False),
@@ -992,7 +992,7 @@ def constructed(what: str, make: Callable[[], Any]) -> Any:
         assert elapsed < CALL_SECONDS, f"{what} took {elapsed:.2f} s"
 
 
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=examples(150), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(
     name=hs.mostly(st.just("echo"), hs.hostile_text(3) | hs.odd_objects),
     runner=runners,
@@ -1044,7 +1044,7 @@ config_fields = (
 )
 
 
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=examples(150), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(
     options=st.fixed_dictionaries(
         {},
@@ -1128,7 +1128,7 @@ parent_children = (
 def test_runtime_and_parent_arguments(kind: str) -> None:
     """Hostile subagent lists, configs, stores, owners and children lists."""
 
-    @settings(max_examples=examples(40, kind), deadline=None)
+    @settings(max_examples=examples(40, kind), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
     @given(
         registry=registries,
         config=st.none() | configs | hs.odd_objects,
