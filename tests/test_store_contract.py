@@ -417,6 +417,11 @@ async def test_every_method_is_a_checkpoint(kit: StoreKit) -> None:
         ("changes", ("3",)),
         ("wait_changes", (0, -1)),
         ("wait_changes", (None, 1)),
+        # Numbers that do not fit (§15): a cursor past 64 bits, a 400-digit timeout.
+        ("changes", (2**63,)),
+        ("changes", (10**400,)),
+        ("wait_changes", (10**400, 1)),
+        ("wait_changes", (0, 10**400)),
     ],
 )
 async def test_bad_cursors_and_timeouts_are_store_errors(
