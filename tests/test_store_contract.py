@@ -19,7 +19,9 @@ import trio
 import trio.testing
 
 import trio_delegate as td
+from trio_delegate._stores._postgres import PostgresReader
 from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE
+from trio_delegate._stores._sqlite import SQLiteReader
 
 from .stores import KINDS, StoreKit, read_line, record, run_id, runtime_id, spawn_child
 
@@ -417,6 +419,11 @@ async def test_every_method_is_a_checkpoint(kit: StoreKit) -> None:
         ("changes", ("3",)),
         ("wait_changes", (0, -1)),
         ("wait_changes", (None, 1)),
+        # Numbers that do not fit (§15): a cursor past 64 bits, a 400-digit timeout.
+        ("changes", (2**63,)),
+        ("changes", (10**400,)),
+        ("wait_changes", (10**400, 1)),
+        ("wait_changes", (0, 10**400)),
     ],
 )
 async def test_bad_cursors_and_timeouts_are_store_errors(
@@ -507,5 +514,35 @@ async def test_sweep_marks_the_runs_of_a_killed_process_at_once(
             assert stored.error_type == INTERRUPTED_ERROR_TYPE
             assert stored.runtime_id == told["runtime_id"]
         await survivor.detach(me)
+    finally:
+        await kit.aclose()
+
+
+async def test_text_no_record_can_hold_finds_nothing(
+    disk_target: tuple[str, Path, str, str],
+) -> None:
+    # A lone surrogate (what a command line's undecodable bytes become) is no
+    # owner or run id of any record: nothing is found, for the store and for
+    # its read-only reader alike, and the store is not blamed for it.
+    kit = StoreKit(*disk_target)
+    store = kit.handle()
+    try:
+        written = record(runtime_id(), td.RunStatus.COMPLETED)
+        await store.write([written])
+        reader: SQLiteReader | PostgresReader = (
+            SQLiteReader(kit.path)
+            if kit.kind == "sqlite"
+            else PostgresReader(kit.dsn, schema=kit.schema)
+        )
+        try:
+            for bad in ("\udc80", "owner\udcff"):
+                assert await store.list_runs(owner=bad) == []
+                assert await store.get(bad) is None
+                assert reader.list_runs(owner=bad) == []
+                assert reader.get(bad) is None
+            assert reader.list_runs(owner="owner") == [written]
+            assert reader.get(written.run_id) == written
+        finally:
+            reader.close()
     finally:
         await kit.aclose()

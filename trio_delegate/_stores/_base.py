@@ -11,9 +11,9 @@ import trio
 from .._errors import StoreError
 from .._status import RunStatus
 from .._threads import run_sync
-from ._protocol import ChangeBatch, RunRecord, StoreSnapshot
+from ._protocol import ChangeBatch, RunRecord, StoreSnapshot, is_run_id
 
-__all__ = ["RecordReader", "ThreadedStore", "guarded"]
+__all__ = ["RecordReader", "ThreadedStore", "guarded", "listing"]
 
 T = TypeVar("T")
 
@@ -26,6 +26,33 @@ def guarded(error: Callable[[Exception], StoreError], fn: Callable[..., T], *arg
         raise
     except Exception as exc:
         raise error(exc) from exc
+
+
+def _is_unicode(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def listing(
+    list_fn: Callable[[RunStatus | None, str | None, int], list[RunRecord]],
+    status: RunStatus | None,
+    owner: str | None,
+    limit: int,
+) -> list[RunRecord]:
+    """``list_fn(status, owner, limit)``; none for an owner no store can hold.
+
+    An owner that is not valid Unicode (a lone surrogate: what a command
+    line's undecodable bytes become) owns no record, since no record holding
+    one is written; the database would refuse it as a parameter.
+    """
+    if owner is not None and not _is_unicode(owner):
+        return []
+    return list_fn(status, owner, limit)
 
 
 class RecordReader(abc.ABC):
@@ -46,6 +73,8 @@ class RecordReader(abc.ABC):
         Raises:
             StoreError: the store cannot be read, or the row was tampered with.
         """
+        if not is_run_id(run_id):
+            return None  # no record has it (and a lone surrogate fails as a parameter)
         return guarded(self._error, self._get, run_id)
 
     def list_runs(
@@ -56,7 +85,7 @@ class RecordReader(abc.ABC):
         Raises:
             StoreError: the store cannot be read, or a row was tampered with.
         """
-        return guarded(self._error, self._list, status, owner, limit)
+        return guarded(self._error, listing, self._list, status, owner, limit)
 
     def changes(self, cursor: int | None) -> ChangeBatch:
         """Every record written or flagged after *cursor*, oldest change first.
@@ -153,7 +182,7 @@ class ThreadedStore(abc.ABC):
         Raises:
             StoreError: the store cannot be read, or a row was tampered with.
         """
-        return await self._run(self._list_sync, status, owner, limit)
+        return await self._run(listing, self._list_sync, status, owner, limit)
 
     async def sweep(self, runtime_id: str) -> tuple[str, ...]:
         """Renew *runtime_id*'s liveness; mark failed the live runs of gone runtimes.

@@ -15,6 +15,7 @@ does not own (:meth:`ResultStore.request_cancel`,
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import re
@@ -54,6 +55,9 @@ INTERRUPTED_ERROR_TYPE = "Interrupted"
 DEFAULT_POLL_INTERVAL: Final = 0.5
 #: Contract §16: another runtime's view trails a commit by at most one second.
 MAX_POLL_INTERVAL: Final = 1.0
+#: Change numbers are 64-bit integers in every database (SQLite INTEGER,
+#: PostgreSQL bigint): no cursor a store returns is larger.
+_MAX_CURSOR: Final = 2**63 - 1
 
 # Ids are made by the runtime (``_core._ids``): a prefix and 128 random bits
 # in lowercase hex. Anything else read from a store was not written by a
@@ -119,10 +123,10 @@ def check_cursor(cursor: object, where: str | None) -> int:
     Raises:
         StoreError: it is not a cursor a store returns (a whole number >= 0).
     """
-    if type(cursor) is not int or cursor < 0:
+    if type(cursor) is not int or not 0 <= cursor <= _MAX_CURSOR:
         raise StoreError(
-            f"the store {where or 'in memory'} was asked for changes after {cursor!r}, which "
-            "is not a cursor it returned (a whole number >= 0)",
+            f"the store {where or 'in memory'} was asked for changes after {describe(cursor)}, "
+            "which is not a cursor it returned (a whole number >= 0 that fits 64 bits)",
             path=where,
         )
     return cursor
@@ -134,13 +138,17 @@ def check_wait_timeout(timeout: object, where: str | None) -> float:
     Raises:
         StoreError: it is not a number of seconds >= 0.
     """
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+    seconds = math.nan
+    if not isinstance(timeout, bool) and isinstance(timeout, int | float):
+        with contextlib.suppress(OverflowError):  # an integer of 400 digits does not fit
+            seconds = float(timeout)
+    if not seconds >= 0:
         raise StoreError(
             f"wait_changes on the store {where or 'in memory'} needs a timeout in seconds "
-            f">= 0, got {timeout!r}",
+            f">= 0 that fits a float, got {describe(timeout)}",
             path=where,
         )
-    return float(timeout)
+    return seconds
 
 
 @final
