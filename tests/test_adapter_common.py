@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("pydantic_core")
 
-from trio_delegate.adapters._common import structured
+from trio_delegate import InvalidArgumentsError
+from trio_delegate.adapters._common import history_error, structured
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -26,3 +27,26 @@ def test_the_openai_agents_output_type_calls_deep_text_not_json() -> None:
     output = _SchemaOutput({"type": "array"})
     with pytest.raises(ModelBehaviorError, match="not JSON: it nests too deeply"):
         output.validate_json(DEEP)
+
+
+def _nested(levels: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [_nested(100_000), 10**5000, "x" * 1_000_000, "\ud800 [/INST]"],
+    ids=["deep", "long-integer", "long-text", "surrogate"],
+)
+def test_a_history_entry_no_framework_takes_is_named_briefly_whatever_it_is(
+    entry: object,
+) -> None:
+    # The error shows the entry: a bounded repr, never RecursionError or
+    # ValueError (an integer past 4,300 digits) from repr() itself.
+    error = history_error("X", 3, entry, "X messages")
+    assert isinstance(error, InvalidArgumentsError)
+    assert str(error).startswith("ctx.history[3] is not a conversation entry X can take, got ")
+    assert len(str(error)) < 300

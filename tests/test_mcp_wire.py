@@ -81,6 +81,30 @@ def test_a_string_id_is_answered_too() -> None:
     assert answer.id == "req-é"
 
 
+def test_a_request_whose_id_cannot_be_written_back_is_answered_with_a_null_id() -> None:
+    # The SDK's writer cannot encode a lone surrogate: echoing the id would
+    # end the connection.
+    answer = reread('{"jsonrpc":"2.0","id":"\\ud800","method":"tools/list"}')
+    assert isinstance(answer, types.JSONRPCError)
+    assert answer.id is None
+    assert answer.error.code == types.INVALID_REQUEST
+    assert "id is not valid Unicode" in answer.error.message
+    unreadable = reread('{"jsonrpc":"2.0","id":"\\udfff","method":' + "[" * 50_000)
+    assert isinstance(unreadable, types.JSONRPCError)
+    assert unreadable.id is None
+    assert unreadable.error.code == types.PARSE_ERROR
+
+
+def test_a_progress_token_that_cannot_be_written_back_is_refused_for_the_id() -> None:
+    line = call_line(8, '{"subagent":"echo","task":"x"}').decode()
+    line = line.replace('"params":{', '"params":{"_meta":{"progressToken":"\\ud800"},', 1)
+    answer = reread(line)
+    assert isinstance(answer, types.JSONRPCError)
+    assert answer.id == 8
+    assert answer.error.code == types.INVALID_REQUEST
+    assert "progress token is not valid Unicode" in answer.error.message
+
+
 def test_readable_json_that_is_not_a_message_is_an_invalid_request() -> None:
     answer = reread('{"jsonrpc":"1.0","id":4,"method":"tools/call","extra":"\\ud800"}')
     assert isinstance(answer, types.JSONRPCError)
@@ -201,6 +225,12 @@ async def test_the_server_answers_every_hostile_line(tmp_path: Path) -> None:
         answers = [await wire.answer(), await wire.answer()]
         assert [a["id"] for a in answers] == [3, 4]
         assert all(a["error"]["code"] == types.PARSE_ERROR for a in answers)
+
+        # An id the server could not write back is answered with a null id.
+        await wire.send(b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/list"}')
+        answer = await wire.answer()
+        assert answer["id"] is None
+        assert answer["error"]["code"] == types.INVALID_REQUEST
 
         # And the connection still works.
         await wire.send(call_line(5, '{"subagent":"echo","task":"still here"}'))

@@ -18,6 +18,7 @@ from .. import (
     Output,
     RunHandle,
 )
+from .._checks import describe
 from .._json import parse
 from ._bridge import call_trio
 
@@ -91,12 +92,9 @@ def plain_entry(entry: Any) -> PlainEntry | None:
 
 def history_error(framework: str, index: int, entry: Any, forms: str) -> InvalidArgumentsError:
     """The error for a ``ctx.history`` entry a framework cannot take."""
-    shown = repr(entry)
-    if len(shown) > 60:
-        shown = shown[:59] + "…"
     return InvalidArgumentsError(
         f"ctx.history[{index}] is not a conversation entry {framework} can take, got "
-        f"{shown}; entries must be {forms} or "
+        f"{describe(entry)}; entries must be {forms} or "
         '{"role": "user" | "assistant" | "system", "content": ...}'
     )
 

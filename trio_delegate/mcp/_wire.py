@@ -14,6 +14,11 @@ can read goes on to the server, whose tools then refuse the bad text with an
 error result naming the field; one it cannot read (nested too deeply, a
 number of thousands of digits, not JSON at all) is answered at once with a
 JSON-RPC error for its id, when the line shows one before anything nested.
+
+The server writes a request's id (and its progress token) back to the client,
+and the SDK's writer cannot encode a lone surrogate: such a request is
+answered at once with an error instead (for a null id, when the id itself is
+not valid Unicode), or it would end the connection.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import mcp_types as types
 import pydantic
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+
+from .._json import text_problem
 
 __all__ = ["mended"]
 
@@ -125,9 +132,20 @@ def reread(line: str) -> types.JSONRPCMessage | types.JSONRPCError | None:
             line, types.PARSE_ERROR, f"the message is not JSON this server reads: {problem}"
         )
     try:
-        return types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+        message = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
     except pydantic.ValidationError as exc:
         return _answer(line, types.INVALID_REQUEST, f"not a JSON-RPC message: {_brief(exc)}")
+    if isinstance(message, types.JSONRPCRequest):
+        meta = message.params.get("_meta") if message.params else None
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        for field, text in (("id", message.id), ("progress token", token)):
+            if isinstance(text, str) and text_problem(text) is not None:
+                return _error(
+                    message.id,
+                    types.INVALID_REQUEST,
+                    f"the request's {field} is not valid Unicode text (a lone surrogate)",
+                )
+    return message
 
 
 def _answer(line: str, code: int, message: str) -> types.JSONRPCError | None:
@@ -135,12 +153,17 @@ def _answer(line: str, code: int, message: str) -> types.JSONRPCError | None:
     if found is None:
         return None
     request_id: str | int = json.loads(found.group(1))
+    return _error(request_id, code, f"{message}; send the request again as plain JSON")
+
+
+def _error(request_id: str | int, code: int, message: str) -> types.JSONRPCError:
+    """An error answering *request_id*; a null id when that id cannot be written back."""
+    if isinstance(request_id, str) and text_problem(request_id) is not None:
+        return types.JSONRPCError(
+            jsonrpc="2.0", id=None, error=types.ErrorData(code=code, message=message)
+        )
     return types.JSONRPCError(
-        jsonrpc="2.0",
-        id=request_id,
-        error=types.ErrorData(
-            code=code, message=f"{message}; send the request again as plain JSON"
-        ),
+        jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message)
     )
 
 
