@@ -73,6 +73,11 @@ _STORE_SHARE: Final = {"none": 1.0, "memory": 0.6, "sqlite": 0.3}
 _CONVERTER: Final = make_converter()
 
 
+#: Failing examples are reported as drawn: shrinking would replay whole
+#: sessions, each twice (see run_session), until the test's timeout.
+AS_FOUND: Final = (Phase.explicit, Phase.reuse, Phase.generate)
+
+
 def examples(base: int, kind: str = "none") -> int:
     """*base* examples (scaled for *kind*'s store) under the dev profile;
     proportionally more under the ``ci`` and ``thorough`` profiles."""
@@ -476,7 +481,7 @@ def calls_test(
 
     @pytest.mark.parametrize("kind", STORE_KINDS)
     def test(kind: str) -> None:
-        @settings(max_examples=examples(base, kind), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+        @settings(max_examples=examples(base, kind), deadline=None, phases=AS_FOUND)
         @given(config=configs, drawn=st.lists(calls, min_size=1, max_size=6))
         def check(config: td.Config, drawn: list[Call | ToolCall]) -> None:
             made = [call.made() for call in drawn]
@@ -848,7 +853,7 @@ def checked_subagent(session_box: list[Session]) -> td.Subagent:
 def test_runner_results_and_errors(kind: str) -> None:
     """Hostile results, transcripts and exceptions, with and without a final_schema."""
 
-    @settings(max_examples=examples(40, kind), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    @settings(max_examples=examples(40, kind), deadline=None, phases=AS_FOUND)
     @given(drawn=st.lists(outcomes, min_size=1, max_size=4))
     def check(drawn: list[DrawnRun]) -> None:
         made = [outcome.made() for outcome in drawn]
@@ -891,7 +896,7 @@ def test_final_schemas(kind: str) -> None:
     """Costly and malformed schemas from the Python API, the tools (as objects and
     as JSON text) and ``Subagent(final_schema=...)``: checking stays bounded."""
 
-    @settings(max_examples=examples(30, kind), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    @settings(max_examples=examples(30, kind), deadline=None, phases=AS_FOUND)
     @given(
         schema=hs.costly_schemas | hs.malformed_schemas,
         result=hs.schema_results | hs.hostile_values(odd=False),
@@ -992,7 +997,7 @@ def constructed(what: str, make: Callable[[], Any]) -> Any:
         assert elapsed < CALL_SECONDS, f"{what} took {elapsed:.2f} s"
 
 
-@settings(max_examples=examples(150), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@settings(max_examples=examples(150), deadline=None, phases=AS_FOUND)
 @given(
     name=hs.mostly(st.just("echo"), hs.hostile_text(3) | hs.odd_objects),
     runner=runners,
@@ -1044,7 +1049,7 @@ config_fields = (
 )
 
 
-@settings(max_examples=examples(150), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@settings(max_examples=examples(150), deadline=None, phases=AS_FOUND)
 @given(
     options=st.fixed_dictionaries(
         {},
@@ -1128,7 +1133,7 @@ parent_children = (
 def test_runtime_and_parent_arguments(kind: str) -> None:
     """Hostile subagent lists, configs, stores, owners and children lists."""
 
-    @settings(max_examples=examples(40, kind), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    @settings(max_examples=examples(40, kind), deadline=None, phases=AS_FOUND)
     @given(
         registry=registries,
         config=st.none() | configs | hs.odd_objects,
