@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("pydantic_core")
 
 from trio_delegate import InvalidArgumentsError
-from trio_delegate.adapters._common import history_error, structured
+from trio_delegate.adapters._common import history_error, plain_entry, structured
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -50,3 +50,13 @@ def test_a_history_entry_no_framework_takes_is_named_briefly_whatever_it_is(
     assert isinstance(error, InvalidArgumentsError)
     assert str(error).startswith("ctx.history[3] is not a conversation entry X can take, got ")
     assert len(str(error)) < 300
+
+
+@pytest.mark.parametrize(
+    "content", [_nested(100_000), 10**5000, object()], ids=["deep", "long-integer", "not-json"]
+)
+def test_history_content_that_cannot_be_sent_is_invalid_arguments(content: object) -> None:
+    with pytest.raises(InvalidArgumentsError, match="content is not JSON that can be sent") as info:
+        plain_entry({"role": "user", "content": content})
+    assert len(str(info.value)) < 300
+    assert plain_entry({"role": "user", "content": {"a": [1, 2]}}) == ("user", '{"a":[1,2]}')

@@ -80,6 +80,9 @@ def plain_entry(entry: Any) -> PlainEntry | None:
     frameworks. Content that is not text (a structured final result) becomes
     its JSON text. Anything else is ``None``: the caller tries its own
     framework's form.
+
+    Raises:
+        InvalidArgumentsError: the entry's content cannot be written as JSON.
     """
     if not isinstance(entry, Mapping):
         return None
@@ -87,7 +90,17 @@ def plain_entry(entry: Any) -> PlainEntry | None:
     if role not in _ROLES or "content" not in entry or set(entry) - {"role", "content"}:
         return None
     content = entry["content"]
-    return role, content if isinstance(content, str) else json_text(content)
+    if isinstance(content, str):
+        return role, content
+    try:
+        return role, json_text(content)
+    except (TypeError, ValueError, RecursionError):
+        # Not JSON (an object), or past what json.dumps takes: nested past
+        # Python's limit, or an integer of more than 4,300 digits.
+        raise InvalidArgumentsError(
+            f"a ctx.history entry's content is not JSON that can be sent, got {describe(content)}; "
+            "content must be text or a plain JSON value"
+        ) from None
 
 
 def history_error(framework: str, index: int, entry: Any, forms: str) -> InvalidArgumentsError:
