@@ -1119,3 +1119,22 @@ async def test_a_slow_store_failure_fails_its_batch_at_once() -> None:
         # One attempt for the batch, not one timeout per record.
         assert store.writes - before <= 2
         store.down = False
+
+
+@pytest.mark.parametrize("name", ["\t\udf7c", "x" * 10_000])
+async def test_an_unknown_subagent_error_payload_can_always_be_sent(name: str) -> None:
+    # open_parent(subagents=...) and delegate(name) both name what was asked;
+    # the payload carries it only when it can be encoded as it is.
+    async with td.open_runtime([sub("echo", returning("ok"))]) as rt:
+        with pytest.raises(td.UnknownSubagentError) as info:
+            async with rt.open_parent("p", subagents=[name]):
+                pass  # pragma: no cover
+        errors = [info.value]
+        async with rt.open_parent("q") as parent:
+            with pytest.raises(td.UnknownSubagentError) as info:
+                await parent.delegate(name, "t")
+            errors.append(info.value)
+    for error in errors:
+        assert error.subagent is None
+        json.dumps(error.to_payload(), ensure_ascii=False).encode("utf-8")
+        assert len(str(error)) < 500

@@ -18,6 +18,8 @@ from typing import Any, final
 
 import attrs
 
+from ._json import text_problem
+
 __all__ = [
     "DelegationError",
     "ExpiredRunError",
@@ -95,6 +97,10 @@ class InvalidArgumentsError(DelegationError, ValueError):
     """An argument is malformed, out of range, or not allowed in this state."""
 
 
+#: Longest subagent name an error carries back as it was asked (ours are short).
+_MAX_NAME_ECHO = 128
+
+
 class UnknownSubagentError(DelegationError, LookupError):
     """The named subagent is not a direct child of this parent.
 
@@ -103,6 +109,13 @@ class UnknownSubagentError(DelegationError, LookupError):
     """
 
     def __init__(self, message: str, *, subagent: str | None, allowed: Sequence[str]) -> None:
+        # The name asked for is carried only when it can be sent back as it
+        # is (the message names it in any case): a model's text may be long,
+        # or hold a lone surrogate no payload can encode (contract §15).
+        if subagent is not None and (
+            len(subagent) > _MAX_NAME_ECHO or text_problem(subagent) is not None
+        ):
+            subagent = None
         super().__init__(message, subagent=subagent)
         self.allowed = tuple(allowed)
 

@@ -551,7 +551,7 @@ class Parent(metaclass=NoPublicConstructor):
             raise UnknownSubagentError(
                 f"{describe(name)} is not a subagent this parent can delegate to; "
                 f"choose one of: {', '.join(allowed) or '(none)'}",
-                subagent=name if len(name) <= 128 and text_problem(name) is None else None,
+                subagent=name,
                 allowed=allowed,
             )
         return subagent

@@ -186,7 +186,7 @@ class Runtime(metaclass=NoPublicConstructor):
                 raise UnknownSubagentError(
                     f"subagents names {describe(name)}, which is not registered in this "
                     f"runtime; registered: {', '.join(allowed) or '(none)'}",
-                    subagent=str(name),
+                    subagent=name,
                     allowed=allowed,
                 )
             if name in children:
