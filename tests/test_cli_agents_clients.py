@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 
-from trio_delegate._cli._mcp_config import (
+from trio_delegate._mcp_config import (
     claude_mcp_json,
     codex_config_toml,
     serve_command,

@@ -21,8 +21,8 @@ import pytest
 import trio
 
 import trio_delegate as td
-from trio_delegate._cli._agents import AgentCLIRunner
-from trio_delegate._cli._server_config import load_server_config
+from trio_delegate._runners._agents import AgentCLIRunner
+from trio_delegate._server_config import load_server_config
 
 from .fakes import (
     Failure,

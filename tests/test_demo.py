@@ -31,7 +31,7 @@ from trio_delegate._cli._demo_view import (
     format_event,
 )
 from trio_delegate._cli._main import main
-from trio_delegate._cli._self import installed_script, shell_command
+from trio_delegate._self import installed_script, shell_command
 
 
 @attrs.define

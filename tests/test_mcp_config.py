@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trio_delegate._cli._main import main
-from trio_delegate._cli._mcp_config import codex_config_toml
+from trio_delegate._mcp_config import codex_config_toml
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -79,7 +79,7 @@ def test_a_name_clients_cannot_use_is_refused(capsys: pytest.CaptureFixture[str]
 
 
 def test_the_server_configs_defaults_are_the_servers() -> None:
-    from trio_delegate._cli import _server_config
+    from trio_delegate import _server_config
     from trio_delegate.mcp import (
         DEFAULT_FOREGROUND_LIMIT_SECONDS,
         DEFAULT_PROGRESS_INTERVAL_SECONDS,

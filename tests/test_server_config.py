@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import trio_delegate as td
-from trio_delegate._cli._agents import AgentCLIRunner
 from trio_delegate._cli._main import main
-from trio_delegate._cli._server_config import ConfigError, load_server_config
+from trio_delegate._runners._agents import AgentCLIRunner
+from trio_delegate._server_config import ConfigError, load_server_config
 
 from .helpers import open_parent_lenient
 

@@ -7,7 +7,6 @@ or the background (:meth:`Parent.start`, then ``status`` / ``wait`` /
 ``cancel``), under a fail-closed policy.
 """
 
-from ._cli._command import CommandFailedError, CommandRunner
 from ._config import INHERIT, Config
 from ._core._context import ChildContext
 from ._core._parent import Parent
@@ -30,6 +29,7 @@ from ._errors import (
     UnresolvedRun,
 )
 from ._results import CancelAck, Output, RunHandle, RunResult
+from ._runners._command import CommandFailedError, CommandRunner
 from ._status import RunStatus
 from ._stores._memory import MemoryStore
 from ._stores._postgres import PostgresStore

@@ -50,13 +50,13 @@ from .._errors import (
     UnresolvedDelegationError,
 )
 from .._results import CancelAck, RunHandle, RunResult
+from .._self import shell_command
 from .._status import RunStatus
 from .._stores._protocol import ResultStore
 from .._stores._sqlite import SQLiteStore
 from .._subagent import Runner, Subagent
 from ._demo_view import Event, LiveReporter, PlainReporter, Reporter, RunRow, Summary, short_id
 from ._runs import DEFAULT_DB
-from ._self import shell_command
 
 __all__ = ["FlakyCheckError", "PacedClock", "Stopwatch", "pick_reporter", "play", "run_demo"]
 

@@ -120,13 +120,13 @@ def _server_name(text: str) -> str:
 
 
 def _run_mcp_config(args: argparse.Namespace) -> int:
-    from ._mcp_config import run_mcp_config
+    from .._mcp_config import run_mcp_config
 
     return run_mcp_config(args.client, args.config, args.name)
 
 
 def _add_mcp_config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from ._mcp_config import CLIENTS, DEFAULT_CONFIG, DEFAULT_SERVER_NAME
+    from .._mcp_config import CLIENTS, DEFAULT_CONFIG, DEFAULT_SERVER_NAME
 
     command = commands.add_parser(
         "mcp-config",

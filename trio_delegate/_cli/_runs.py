@@ -30,11 +30,11 @@ from rich.text import Text
 from .._checks import describe
 from .._converter import converter
 from .._errors import DelegationError, StoreError
+from .._server_config import ConfigError, store_in_config
 from .._status import RunStatus
 from .._stores._postgres import PostgresReader, is_postgres_dsn, mask_dsn
 from .._stores._protocol import ChangeBatch, RunRecord
 from .._stores._sqlite import SQLiteReader
-from ._server_config import ConfigError, store_in_config
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -10,10 +10,10 @@ from pathlib import Path
 import trio
 
 from .._errors import StoreError
+from .._server_config import ConfigError, load_server_config
 from .._stores._postgres import PostgresStore
 from .._stores._protocol import ResultStore
 from .._stores._sqlite import SQLiteStore
-from ._server_config import ConfigError, load_server_config
 
 __all__ = ["run_serve"]
 

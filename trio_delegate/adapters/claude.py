@@ -47,7 +47,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import ChildContext, DelegationError, Output, Parent
-from .._cli._agents import session_and_prompt, transcript
+from .._runners._agents import session_and_prompt, transcript
 from ..mcp import DEFAULT_INSTRUCTIONS, build_parent_server
 
 __all__ = ["DEFAULT_SERVER_NAME", "ClaudeRunError", "allowed_tools", "mcp_server", "runner"]

@@ -35,10 +35,10 @@ import outcome
 import trio
 
 from .. import ChildContext, DelegationError, Output
-from .._cli._agents import session_and_prompt, transcript
-from .._cli._mcp_config import DEFAULT_SERVER_NAME, codex_config_toml, serve_command
-from .._cli._server_config import load_server_config
 from .._json import parse
+from .._mcp_config import DEFAULT_SERVER_NAME, codex_config_toml, serve_command
+from .._runners._agents import session_and_prompt, transcript
+from .._server_config import load_server_config
 
 if TYPE_CHECKING:
     from openai_codex import CodexConfig, TurnHandle
@@ -66,7 +66,7 @@ def config_toml(config: str | os.PathLike[str], *, name: str = DEFAULT_SERVER_NA
         ValueError: *config* does not exist or does not load, or the MCP SDK
             is missing (the message says what to fix).
     """
-    from .._cli._mcp_config import McpConfigError
+    from .._mcp_config import McpConfigError
 
     try:
         command = serve_command(config)

@@ -15,7 +15,7 @@ Needs the ``mcp`` extra (``pip install 'trio-delegate[mcp]'``).
 See ``docs/mcp.md`` for client configuration.
 """
 
-from .._cli._server_config import ConfigError, ServerConfig, load_server_config
+from .._server_config import ConfigError, ServerConfig, load_server_config
 from ._serve import serve_stdio
 from ._server import (
     DEFAULT_FOREGROUND_LIMIT_SECONDS,

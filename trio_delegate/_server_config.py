@@ -24,14 +24,14 @@ from typing import Any, Final, NoReturn, final
 
 import attrs
 
-from .._checks import describe
-from .._config import INHERIT, Config, TimeoutSetting
-from .._errors import DelegationError, InvalidArgumentsError
-from .._schema import compile_result_schema
-from .._stores._postgres import is_postgres_dsn, mask_dsn
-from .._subagent import NAME_PATTERN, Runner, Subagent, _is_async_callable
-from ._agents import AGENT_KINDS, AgentCLIRunner
-from ._command import CommandRunner
+from ._checks import describe
+from ._config import INHERIT, Config, TimeoutSetting
+from ._errors import DelegationError, InvalidArgumentsError
+from ._runners._agents import AGENT_KINDS, AgentCLIRunner
+from ._runners._command import CommandRunner
+from ._schema import compile_result_schema
+from ._stores._postgres import is_postgres_dsn, mask_dsn
+from ._subagent import NAME_PATTERN, Runner, Subagent, _is_async_callable
 
 __all__ = ["ConfigError", "ServerConfig", "load_server_config"]
 

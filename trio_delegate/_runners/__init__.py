@@ -1,0 +1,5 @@
+"""Runners that ship with trio_delegate: commands and agent CLIs run as subagents.
+
+The runtime core knows none of them; the CLI, the MCP server and the adapters
+build them from a configuration file or from code.
+"""
