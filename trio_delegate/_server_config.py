@@ -36,7 +36,7 @@ from ._subagent import NAME_PATTERN, Runner, Subagent, _is_async_callable
 __all__ = ["ConfigError", "ServerConfig", "load_server_config"]
 
 _TOP_LEVEL: Final = ("runtime", "server", "subagents")
-_SERVER_KEYS: Final = ("foreground_limit_seconds", "progress_interval_seconds")
+_SERVER_KEYS: Final = ("foreground_limit_seconds", "progress_interval_seconds", "owner")
 #: The defaults of ``[server]`` (those of trio_delegate.mcp.build_server; not
 #: imported from there, which would need the MCP SDK).
 DEFAULT_FOREGROUND_LIMIT_SECONDS: Final = 45.0
@@ -94,6 +94,8 @@ class ServerConfig:
             it answers with the running handle (``[server]``); ``None``: no limit.
         progress_interval_seconds: how often a running foreground call reports
             progress (``[server]``).
+        owner: the owner of the server's runs (``[server]``); ``None``: a new
+            one per connection.
     """
 
     path: Path
@@ -102,6 +104,7 @@ class ServerConfig:
     store: Path | str | None = None
     foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS
     progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS
+    owner: str | None = None
 
 
 #: Largest configuration file read: far above any real one.
@@ -197,9 +200,9 @@ class _Loader:
         runtime = data.get("runtime", {})
         config = self.runtime(runtime)
         store = self.store(runtime["store"], "runtime.store") if "store" in runtime else None
-        limit, interval = self.server(data.get("server", {}))
+        limit, interval, owner = self.server(data.get("server", {}))
         subagents = self.subagents(data.get("subagents"), config)
-        return ServerConfig(self.path, config, subagents, store, limit, interval)
+        return ServerConfig(self.path, config, subagents, store, limit, interval, owner)
 
     def check_keys(
         self, table: Mapping[str, Any], allowed: tuple[str, ...], prefix: str | None, what: str
@@ -247,7 +250,7 @@ class _Loader:
 
     # -- [server] ------------------------------------------------------------------
 
-    def server(self, table: Any) -> tuple[float | None, float]:
+    def server(self, table: Any) -> tuple[float | None, float, str | None]:
         if not isinstance(table, dict):
             self.fail("server", f"must be a table, got {describe(table)}", "write it as [server]")
         self.check_keys(table, _SERVER_KEYS, "server", "[server] says how the MCP server answers")
@@ -268,7 +271,19 @@ class _Loader:
                     f"write e.g. {DEFAULT_PROGRESS_INTERVAL_SECONDS:g}",
                 )
             interval = value
-        return limit, interval
+        owner = table.get("owner")
+        if owner is not None and not (
+            isinstance(owner, str)
+            and 0 < len(owner) <= 128
+            and owner.isprintable()
+            and "/" not in owner
+        ):
+            self.fail(
+                "server.owner",
+                f"must be a name of 1 to 128 printable characters without '/', got {_toml(owner)}",
+                'write e.g. owner = "delegate", or remove the key for a new owner per connection',
+            )
+        return limit, interval, owner
 
     def store(self, value: Any, where: str) -> Path | str:
         """The SQLite file (relative to this file's folder), or a PostgreSQL URI."""

@@ -67,6 +67,7 @@ def run_serve(config_path: str) -> int:
                 store=store,
                 foreground_limit_seconds=server_config.foreground_limit_seconds,
                 progress_interval_seconds=server_config.progress_interval_seconds,
+                owner=server_config.owner,
             )
         )
     except StoreError as exc:

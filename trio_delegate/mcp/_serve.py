@@ -38,6 +38,7 @@ async def serve_stdio(
     name: str = DEFAULT_NAME,
     foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS,
     progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
+    owner: str | None = None,
 ) -> None:
     """Serve the delegation tools over this process's stdin and stdout.
 
@@ -64,6 +65,8 @@ async def serve_stdio(
             answers with the running handle; ``None`` for no limit.
         progress_interval_seconds: how often a running foreground call reports
             progress to a client that asked for it.
+        owner: the owner of the connection's runs (see :func:`build_server`);
+            ``None`` for a new one.
 
     Raises:
         InvalidArgumentsError: malformed subagents, config or limits.
@@ -80,6 +83,7 @@ async def serve_stdio(
             name=name,
             foreground_limit_seconds=foreground_limit_seconds,
             progress_interval_seconds=progress_interval_seconds,
+            owner=owner,
         ),
         _ready_line(subagents, config, store, foreground_limit_seconds),
     )

@@ -33,14 +33,15 @@ import secrets
 import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Final, final
+from typing import Any, Final, final, get_args
 
 import attrs
 import mcp.types as mcp_types
 import trio
 from mcp.server import Server, ServerRequestContext
 from mcp.server.session import ServerSession
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import (
     DelegationError,
@@ -51,12 +52,22 @@ from .. import (
     UnresolvedDelegationError,
     __version__,
 )
+from .._checks import describe
+from ._tasks import (
+    DEFAULT_TASK_POLL_INTERVAL_SECONDS,
+    TASKS_EXTENSION,
+    TaskBook,
+    TaskIdParams,
+    declares_tasks,
+    require_tasks,
+)
 
 __all__ = [
     "DEFAULT_FOREGROUND_LIMIT_SECONDS",
     "DEFAULT_INSTRUCTIONS",
     "DEFAULT_NAME",
     "DEFAULT_PROGRESS_INTERVAL_SECONDS",
+    "DEFAULT_TASK_POLL_INTERVAL_SECONDS",
     "build_parent_server",
     "build_server",
     "error_result",
@@ -93,6 +104,9 @@ DEFAULT_PROGRESS_INTERVAL_SECONDS: Final = 5.0
 #: The logger name of the log messages that announce a background run's end.
 _SETTLEMENT_LOGGER: Final = "trio_delegate.settled"
 
+#: The log levels, least severe first (``logging/setLevel`` filters by them).
+_LOG_LEVELS: Final[tuple[str, ...]] = get_args(mcp_types.LoggingLevel)
+
 #: The tools that run in the foreground unless told ``background``.
 _FOREGROUND_TOOLS: Final = ("delegate_task", "continue_subagent")
 
@@ -128,12 +142,18 @@ class _Connection:
             (the lifespan is entered before the session exists).
         foreground: runs a foreground call is waiting for within its limit:
             their ends reach the client as that call's answer.
+        tasks: the Tasks extension's side of the connection, when it serves
+            the extension.
+        log_level: the least severe level a handshake-era client asked to
+            hear with ``logging/setLevel`` (``None``: every level).
     """
 
     parent: Parent
     tools: DelegationTools
     session: ServerSession | None = None
     foreground: set[str] = attrs.Factory(set)
+    tasks: TaskBook | None = None
+    log_level: str | None = None
 
 
 @final
@@ -154,12 +174,18 @@ def build_server(
     instructions: str | None = DEFAULT_INSTRUCTIONS,
     foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS,
     progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
+    owner: str | None = None,
+    task_poll_interval_seconds: float = DEFAULT_TASK_POLL_INTERVAL_SECONDS,
 ) -> Server[Any]:
     """An MCP server giving each connection a parent of its own on *runtime*.
 
     Each connection (one ``Server.run``: a stdio process, an in-memory
     client, a Claude Agent SDK query) opens a parent with a fresh owner id
-    (``mcp-<random>``) over every registered subagent. When the connection
+    (``mcp-<random>``) over every registered subagent, or with *owner*
+    when given: with a store, a later server of the same owner then reads
+    (and a client keeping task ids polls) the runs an earlier one recorded.
+    Owners are unique among a runtime's open parents, so a fixed owner
+    serves one connection at a time. When the connection
     ends, the parent closes: its live runs are cancelled and joined (a
     command subagent's processes are killed), and unresolved work is logged
     as a warning on the ``trio_delegate.mcp`` logger rather than raised, since
@@ -172,6 +198,9 @@ def build_server(
     A connection cut short (its task cancelled, as on SIGINT) logs the runs
     it leaves unresolved before they are cancelled.
 
+    The server serves the MCP Tasks extension (``io.modelcontextprotocol/tasks``)
+    to the requests that declare it (see ``docs/mcp.md``).
+
     Args:
         runtime: the open runtime the runs live in; it must outlive the server.
         name: the server's name in the MCP handshake.
@@ -181,29 +210,45 @@ def build_server(
             background); ``None`` for no limit.
         progress_interval_seconds: how often a running foreground call
             reports progress to a client that asked for it.
+        owner: the owner of every connection's parent; ``None`` for a fresh
+            ``mcp-<random>`` one per connection.
+        task_poll_interval_seconds: the polling interval the server suggests
+            for tasks (``pollIntervalMs``).
 
     Raises:
-        InvalidArgumentsError: a limit that is not a finite number > 0.
+        InvalidArgumentsError: a limit that is not a finite number > 0, or
+            an owner that is not valid.
     """
     limits = _limits(foreground_limit_seconds, progress_interval_seconds)
+    poll = _limits(None, task_poll_interval_seconds, "task_poll_interval_seconds")
+    if owner is not None:
+        _check_owner(owner)
 
     @asynccontextmanager
     async def session() -> AsyncIterator[_Connection]:
-        owner = f"mcp-{secrets.token_hex(8)}"
+        who = owner if owner is not None else f"mcp-{secrets.token_hex(8)}"
         try:
-            async with runtime.open_parent(owner) as parent:
-                logger.info("connection %s opened", owner)
+            async with runtime.open_parent(who) as parent:
+                logger.info("connection %s opened", who)
+                tools = parent.tools()
+                book = TaskBook(
+                    parent,
+                    tools,
+                    runtime.store,
+                    runtime.config.retention_seconds,
+                    max(1, round(poll.progress_seconds * 1000)),
+                )
                 try:
-                    yield _Connection(parent, parent.tools())
+                    yield _Connection(parent, tools, tasks=book)
                 except BaseException:
-                    _log_cut_short(owner, parent)
+                    _log_cut_short(who, parent)
                     raise
         except UnresolvedDelegationError as exc:
-            logger.warning("connection %s ended; its live runs were cancelled. %s", owner, exc)
+            logger.warning("connection %s ended; its live runs were cancelled. %s", who, exc)
         else:
-            logger.info("connection %s ended", owner)
+            logger.info("connection %s ended", who)
 
-    return _make_server(name, instructions, session, limits)
+    return _make_server(name, instructions, session, limits, tasks=True)
 
 
 def build_parent_server(
@@ -240,7 +285,17 @@ def build_parent_server(
     return _make_server(name, instructions, session, limits)
 
 
-def _limits(foreground: Any, progress: Any) -> _Limits:
+def _check_owner(owner: Any) -> None:
+    if type(owner) is not str or not owner or "/" in owner or not owner.isprintable():
+        raise InvalidArgumentsError(
+            f"owner must be a non-empty printable string without '/', got {describe(owner)}; "
+            "name the server's owner plainly, e.g. 'delegate'"
+        )
+
+
+def _limits(
+    foreground: Any, progress: Any, progress_field: str = "progress_interval_seconds"
+) -> _Limits:
     def check(field: str, value: Any, *, allow_none: bool) -> None:
         if value is None and allow_none:
             return
@@ -255,7 +310,7 @@ def _limits(foreground: Any, progress: Any) -> _Limits:
             raise InvalidArgumentsError(f"{field} must be {allowed}, got {value!r}")
 
     check("foreground_limit_seconds", foreground, allow_none=True)
-    check("progress_interval_seconds", progress, allow_none=False)
+    check(progress_field, progress, allow_none=False)
     return _Limits(None if foreground is None else float(foreground), float(progress))
 
 
@@ -272,7 +327,12 @@ def _log_cut_short(owner: str, parent: Parent) -> None:
 
 
 def _make_server(
-    name: str, instructions: str | None, session: _Session, limits: _Limits
+    name: str,
+    instructions: str | None,
+    session: _Session,
+    limits: _Limits,
+    *,
+    tasks: bool = False,
 ) -> Server[Any]:
     @asynccontextmanager
     async def lifespan(server: Server[Any]) -> AsyncIterator[_Connection]:
@@ -293,28 +353,106 @@ def _make_server(
     async def call_tool(
         ctx: ServerRequestContext[_Connection],
         params: mcp_types.CallToolRequestParams,
-    ) -> mcp_types.CallToolResult:
+    ) -> mcp_types.CallToolResult | dict[str, Any]:
         connection = ctx.lifespan_context
         connection.session = ctx.session
         arguments = params.arguments
+        # A task only for a request that declared the extension itself.
+        book = connection.tasks if declares_tasks(ctx) else None
         try:
             # One execute_tool span for the call, however many tool calls serve it.
             with connection.tools._traced_call(params.name):
                 if params.name in _FOREGROUND_TOOLS and _is_foreground(arguments):
                     assert arguments is not None
-                    return await _foreground(ctx, connection, params.name, arguments, limits)
+                    return await _foreground(ctx, connection, params.name, arguments, limits, book)
                 payload = await connection.tools.call(params.name, arguments)
+                if book is not None and params.name in _FOREGROUND_TOOLS:
+                    # A background start has returned: its admission is durable.
+                    return await book.create(payload["run_id"])
         except DelegationError as exc:
             return error_result(exc)
         return success_result(payload)
 
-    return Server(
+    async def set_level(
+        ctx: ServerRequestContext[_Connection], params: mcp_types.SetLevelRequestParams
+    ) -> mcp_types.EmptyResult:
+        # Handshake era only (the SDK routes it nowhere else): it filters the
+        # settlement notices, the one kind of log message this server sends.
+        ctx.lifespan_context.log_level = params.level
+        return mcp_types.EmptyResult()
+
+    server: Server[Any] = Server(
         name,
         version=__version__,
         instructions=instructions,
         lifespan=lifespan,
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
+    )
+    server.add_request_handler("tools/call", mcp_types.CallToolRequestParams, call_tool)
+    server.add_request_handler("logging/setLevel", mcp_types.SetLevelRequestParams, set_level)
+    if tasks:
+        _add_tasks(server)
+    return server
+
+
+def _add_tasks(server: Server[Any]) -> None:
+    """Serve the Tasks extension on *server* (to the requests that declare it)."""
+
+    def book_of(ctx: ServerRequestContext[_Connection]) -> TaskBook:
+        require_tasks(ctx)
+        book = ctx.lifespan_context.tasks
+        assert book is not None  # build_server gives every connection one
+        return book
+
+    async def discover(
+        ctx: ServerRequestContext[_Connection], params: mcp_types.RequestParams
+    ) -> mcp_types.DiscoverResult:
+        capabilities = server.get_capabilities(
+            protocol_version=ctx.protocol_version, extensions={TASKS_EXTENSION: {}}
+        )
+        # The listen streams carry task notices only (the tool list never
+        # changes), and logging/setLevel exists in the handshake era only.
+        capabilities.tools = mcp_types.ToolsCapability(list_changed=False)
+        capabilities.logging = None
+        return mcp_types.DiscoverResult(
+            supported_versions=list(MODERN_PROTOCOL_VERSIONS),
+            capabilities=capabilities,
+            instructions=server.instructions,
+        )
+
+    async def get(ctx: ServerRequestContext[_Connection], params: TaskIdParams) -> dict[str, Any]:
+        return await book_of(ctx).get(params.task_id)
+
+    async def cancel(
+        ctx: ServerRequestContext[_Connection], params: TaskIdParams
+    ) -> dict[str, Any]:
+        book_of(ctx).cancel(params.task_id)
+        return {}
+
+    async def update(
+        ctx: ServerRequestContext[_Connection], params: TaskIdParams
+    ) -> dict[str, Any]:
+        # No run ever asks for input, so there is nothing to update.
+        book_of(ctx).check(params.task_id)
+        return {}
+
+    async def listen(
+        ctx: ServerRequestContext[_Connection],
+        params: mcp_types.SubscriptionsListenRequestParams,
+    ) -> mcp_types.SubscriptionsListenResult:
+        if "taskIds" not in (params.notifications.model_extra or {}):
+            # Nothing but tasks is ever announced: as without the extension.
+            raise MCPError(
+                code=mcp_types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method
+            )
+        return await book_of(ctx).listen(ctx, params)
+
+    server.add_request_handler("server/discover", mcp_types.RequestParams, discover)
+    server.add_request_handler("tasks/get", TaskIdParams, get)
+    server.add_request_handler("tasks/cancel", TaskIdParams, cancel)
+    server.add_request_handler("tasks/update", TaskIdParams, update)
+    server.add_request_handler(
+        "subscriptions/listen", mcp_types.SubscriptionsListenRequestParams, listen
     )
 
 
@@ -355,8 +493,12 @@ async def _foreground(
     name: str,
     arguments: Mapping[str, Any],
     limits: _Limits,
-) -> mcp_types.CallToolResult:
+    book: TaskBook | None,
+) -> mcp_types.CallToolResult | dict[str, Any]:
     """A foreground call: a background start, then a wait bounded by the foreground limit.
+
+    A call still running at the limit answers with the running handle, or,
+    to a request that declared the Tasks extension, with the run as a task.
 
     Raises:
         DelegationError: what the start or the wait raise (the run's error).
@@ -365,9 +507,15 @@ async def _foreground(
     run_id = handle["run_id"]
     connection.foreground.add(run_id)
     try:
-        return await _foreground_wait(ctx, connection, handle, limits)
+        result = await _foreground_wait(ctx, connection, handle, limits)
     finally:
         connection.foreground.discard(run_id)
+    still_running = (
+        result.structured_content is not None and "final_result" not in result.structured_content
+    )
+    if book is not None and still_running:
+        return await book.create(run_id)
+    return result
 
 
 async def _foreground_wait(
@@ -416,10 +564,20 @@ async def _announce_settlements(connection: _Connection) -> None:
     Clients that show server logs then surface it; the model still reads the
     run with ``wait_subagent`` (a notice is never a result, nor observation).
     """
+    info = _LOG_LEVELS.index("info")
     async for handle in connection.parent.settled():
+        if connection.tasks is not None:
+            connection.tasks.settled(handle)  # the listen streams' wake-up
         session = connection.session
         if session is None or handle.run_id in connection.foreground:
             continue  # no request yet, or a foreground call answers for it
+        if session.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # At 2026-07-28 a log message may only ride the stream of the
+            # request that asked for it, which has long been answered:
+            # these clients hear of ends through tasks instead.
+            continue
+        if connection.log_level is not None and _LOG_LEVELS.index(connection.log_level) > info:
+            continue  # the client asked for less than info (logging/setLevel)
         data = {
             "run_id": handle.run_id,
             "subagent": handle.subagent,

@@ -15,6 +15,13 @@ error result naming the field; one it cannot read (nested too deeply, a
 number of thousands of digits, not JSON at all) is answered at once with a
 JSON-RPC error for its id, when the line shows one before anything nested.
 
+A line that is JSON but not a JSON-RPC 2.0 message (a batch array, a
+``"jsonrpc"`` member that is missing or not ``"2.0"``, ``params`` that are
+not an object, an id that is neither a string nor an integer) is answered
+at once with an invalid-request error naming the problem: for its id when the
+line holds one that can be written back, else for a null id, as JSON-RPC 2.0
+asks. The SDK would pass it on as an exception the server ignores.
+
 The server writes a request's id (and its progress token) back to the client,
 and the SDK's writer cannot encode a lone surrogate: such a request is
 answered at once with an error instead (for a null id, when the id itself is
@@ -36,6 +43,7 @@ import pydantic
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
+from .._checks import describe
 from .._json import text_problem
 
 __all__ = ["mended"]
@@ -84,17 +92,16 @@ async def _pump(
             async for item in read_stream:
                 if isinstance(item, pydantic.ValidationError):
                     line = _rejected_line(item)
-                    if line is not None:
-                        outcome = reread(line)
+                    outcome = reread(line) if line is not None else not_a_message(item)
+                    if outcome is not None:
                         if isinstance(outcome, types.JSONRPCError):
                             logger.warning(
                                 "answered a line it could not read: %s", outcome.error.message
                             )
                             await write_stream.send(SessionMessage(outcome))
                             continue
-                        if outcome is not None:
-                            await send.send(SessionMessage(outcome))
-                            continue
+                        await send.send(SessionMessage(outcome))
+                        continue
                 await send.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             # The connection is ending (the server stopped reading, or the
@@ -134,7 +141,7 @@ def reread(line: str) -> types.JSONRPCMessage | types.JSONRPCError | None:
     try:
         message = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
     except pydantic.ValidationError as exc:
-        return _answer(line, types.INVALID_REQUEST, f"not a JSON-RPC message: {_brief(exc)}")
+        return invalid_message(value, exc)
     if isinstance(message, types.JSONRPCRequest):
         meta = message.params.get("_meta") if message.params else None
         token = meta.get("progressToken") if isinstance(meta, dict) else None
@@ -156,7 +163,65 @@ def _answer(line: str, code: int, message: str) -> types.JSONRPCError | None:
     return _error(request_id, code, f"{message}; send the request again as plain JSON")
 
 
-def _error(request_id: str | int, code: int, message: str) -> types.JSONRPCError:
+def not_a_message(exc: pydantic.ValidationError) -> types.JSONRPCError:
+    """The answer to a line the SDK read as JSON but refused as a JSON-RPC message.
+
+    The SDK hands on only the validation error, so the line's value is read
+    back from the error's inputs.
+    """
+    for error in exc.errors(include_url=False):
+        location = error["loc"]
+        # The union's member names head every location: a field missing from
+        # one member carries the whole message object as its input, and a
+        # value that is no object at all fails each member at its top level.
+        if error["type"] == "missing" and len(location) == 2:
+            return invalid_message(error["input"], exc)
+    for error in exc.errors(include_url=False):
+        if len(error["loc"]) == 1:
+            return invalid_message(error["input"], exc)
+    return _error(None, types.INVALID_REQUEST, f"not a JSON-RPC 2.0 message: {_brief(exc)}")
+
+
+def invalid_message(value: Any, exc: pydantic.ValidationError) -> types.JSONRPCError:
+    """The invalid-request error answering *value*, JSON that is not a JSON-RPC message.
+
+    It answers the id *value* holds when that is a string or an integer, else
+    a null id (JSON-RPC 2.0: the id could not be read).
+    """
+    request_id: str | int | None = None
+    if type(value) is dict:
+        found = value.get("id")
+        if type(found) is str or (type(found) is int and abs(found) < 2**63):
+            request_id = found
+    return _error(
+        request_id,
+        types.INVALID_REQUEST,
+        f"not a JSON-RPC 2.0 message: {_problem(value, exc)}; send one JSON-RPC 2.0 "
+        'request per line, as an object with "jsonrpc": "2.0", an id, a method and '
+        "params as an object",
+    )
+
+
+def _problem(value: Any, exc: pydantic.ValidationError) -> str:
+    """What makes *value* no JSON-RPC 2.0 message, in a few words."""
+    if type(value) is list:
+        return f"it is a batch (a JSON array of {len(value)} items), which MCP does not take"
+    if type(value) is not dict:
+        return f"it is {describe(value)}, not an object"
+    if "jsonrpc" not in value:
+        return 'it has no "jsonrpc" member'
+    if value["jsonrpc"] != "2.0":
+        return f'its "jsonrpc" member is {describe(value["jsonrpc"])}, not "2.0"'
+    if "params" in value and type(value["params"]) is not dict:
+        return f'its "params" are {describe(value["params"])}, not an object'
+    if "method" in value and type(value["method"]) is not str:
+        return f'its "method" is {describe(value["method"])}, not a string'
+    if "id" in value and not (type(value["id"]) is str or type(value["id"]) is int):
+        return f'its "id" is {describe(value["id"])}, neither a string nor an integer'
+    return _brief(exc)
+
+
+def _error(request_id: str | int | None, code: int, message: str) -> types.JSONRPCError:
     """An error answering *request_id*; a null id when that id cannot be written back."""
     if isinstance(request_id, str) and text_problem(request_id) is not None:
         return types.JSONRPCError(

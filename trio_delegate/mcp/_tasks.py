@@ -1,0 +1,432 @@
+"""The MCP Tasks extension (``io.modelcontextprotocol/tasks``) over a connection's runs.
+
+A task is a background run in the protocol's own words: ``tools/call``
+answers with a task handle once the run's admission is durable, the client
+polls ``tasks/get`` (the outcome comes inline once the run has ended),
+cancels with ``tasks/cancel``, and can hear ``notifications/tasks`` on a
+``subscriptions/listen`` stream. The task id is the run id.
+
+Only requests of a 2026-07-28 connection that declare the extension in their
+own ``_meta`` client capabilities are served tasks (the extension: the server
+must never hand a task to a request that did not declare it); every other
+request, and every request of a handshake-era connection, is answered as if
+the extension did not exist.
+
+How a run reads as a task (``tasks/get``):
+
+* pending or running: ``working``, the status message saying which; a
+  status snapshot that observes nothing.
+* completed: ``completed``, ``result`` being exactly the ``CallToolResult``
+  that ``wait_subagent`` gives for it; handing it over is observation for the
+  fail-closed policy, as that wait is.
+* failed or timed out: ``completed`` with ``wait_subagent``'s error result
+  (``isError: true``; the extension keeps ``failed`` for JSON-RPC errors),
+  the status message naming the run's status.
+* cancelled: ``cancelled``.
+
+``ttlMs`` is ``null`` while the run is live (live runs are never evicted);
+once it has ended, it is the time from creation until retention may drop the
+run: its end plus ``Config.retention_seconds`` without a store, plus the
+store's own retention with one (``null`` when the store keeps runs for good).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
+
+import attrs
+import mcp_types
+import trio
+from mcp.server import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from .. import (
+    DelegationError,
+    DelegationTools,
+    InvalidArgumentsError,
+    Parent,
+    RunHandle,
+    RunStatus,
+    UnknownRunError,
+)
+from .._checks import describe
+
+if TYPE_CHECKING:
+    from .. import ResultStore
+
+__all__ = [
+    "DEFAULT_TASK_POLL_INTERVAL_SECONDS",
+    "TASKS_EXTENSION",
+    "TaskBook",
+    "TaskIdParams",
+    "declares_tasks",
+]
+
+#: The extension's identifier, in ``server/discover`` and in a request's capabilities.
+TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
+
+#: The ``pollIntervalMs`` the server suggests, in seconds.
+DEFAULT_TASK_POLL_INTERVAL_SECONDS: Final = 2.0
+
+_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
+
+#: How the extension's statuses read a run's.
+_TERMINAL_STATUS: Final[Mapping[RunStatus, str]] = {
+    RunStatus.COMPLETED: "completed",
+    RunStatus.FAILED: "completed",
+    RunStatus.TIMED_OUT: "completed",
+    RunStatus.CANCELLED: "cancelled",
+}
+
+
+class TaskIdParams(mcp_types.RequestParams):
+    """The params of ``tasks/get``, ``tasks/update`` and ``tasks/cancel``.
+
+    ``taskId`` is checked by the handlers, after the capability check, so
+    that a request that did not declare the extension is told that first.
+    """
+
+    task_id: Any = None
+
+
+class _TaskNotification(mcp_types.Notification[dict[str, Any], Literal["notifications/tasks"]]):
+    """``notifications/tasks``: the whole task, as ``tasks/get`` gives it.
+
+    The params are a plain dict so that ``ttlMs: null`` survives the
+    session's dump, which drops ``None`` fields of models.
+    """
+
+    method: Literal["notifications/tasks"] = "notifications/tasks"
+
+
+def declares_tasks(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether the request of *ctx* declared the extension in its own capabilities."""
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    meta = ctx.params.get("_meta") if isinstance(ctx.params, Mapping) else None
+    capabilities = meta.get(_CAPABILITIES_KEY) if isinstance(meta, Mapping) else None
+    extensions = capabilities.get("extensions") if isinstance(capabilities, Mapping) else None
+    return isinstance(extensions, Mapping) and TASKS_EXTENSION in extensions
+
+
+def require_tasks(ctx: ServerRequestContext[Any]) -> None:
+    """Refuse a task request that did not declare the extension.
+
+    Raises:
+        MCPError: ``-32601`` on a handshake-era connection (the method does
+            not exist there, as before the extension), else ``-32021``
+            naming the capability the request needs.
+    """
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        raise MCPError(code=mcp_types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
+    if not declares_tasks(ctx):
+        raise MCPError(
+            code=mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=(
+                f"Missing required client capability: {ctx.method} needs the {TASKS_EXTENSION} "
+                f"extension; declare it in this request's _meta[{_CAPABILITIES_KEY!r}].extensions"
+            ),
+            data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+        )
+
+
+def _iso(seconds: float) -> str:
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _seconds(iso: str | None) -> float | None:
+    """Unix time of an ISO 8601 text (a store's record), or ``None``."""
+    if not iso:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
+@final
+@attrs.define(eq=False)
+class _Times:
+    """When a task was created and last changed, as this server saw it (Unix time)."""
+
+    created: float
+    updated: float
+    status: RunStatus
+    ended: float | None = None
+
+
+@final
+@attrs.define(eq=False)
+class TaskBook:
+    """The task side of one connection: timestamps, retention and listen streams.
+
+    Attributes:
+        parent: the connection's parent; its runs are the tasks.
+        tools: the parent's tools (results are ``wait_subagent``'s).
+        store: the runtime's store, or ``None``.
+        retention_seconds: how long the runtime keeps a terminal run.
+        poll_interval_ms: the suggested ``pollIntervalMs``.
+    """
+
+    parent: Parent
+    tools: DelegationTools
+    store: ResultStore | None
+    retention_seconds: float
+    poll_interval_ms: int
+    _times: dict[str, _Times] = attrs.Factory(dict)
+    _listeners: dict[int, tuple[trio.MemorySendChannel[str], frozenset[str]]] = attrs.Factory(dict)
+
+    # -- what the connection tells the book ------------------------------------
+
+    def settled(self, handle: RunHandle) -> None:
+        """Note that a run of the parent ended, and wake the streams listening for it."""
+        times = self._times.get(handle.run_id)
+        now = time.time()
+        if times is not None:
+            times.updated = times.ended = now
+            times.status = handle.status
+        for channel, ids in self._listeners.values():
+            if handle.run_id in ids:
+                # One ending per run: the buffer holds every id once.
+                with suppress(trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                    channel.send_nowait(handle.run_id)
+
+    # -- the extension's answers --------------------------------------------------
+
+    async def create(self, run_id: str) -> dict[str, Any]:
+        """The ``CreateTaskResult`` for a run just admitted (its admission is durable)."""
+        handle = self._status(run_id)
+        now = time.time()
+        self._times.setdefault(run_id, _Times(now, now, handle.status))
+        task = await self._task(handle)
+        return {"resultType": "task", **task}
+
+    async def get(self, task_id: Any) -> dict[str, Any]:
+        """The task *task_id* as ``tasks/get`` gives it (an ended run's outcome inline).
+
+        Raises:
+            MCPError: ``-32602`` for an unknown, expired or malformed id.
+        """
+        return await self._detailed(self._status(task_id))
+
+    def cancel(self, task_id: Any) -> None:
+        """Request the cancellation of the run *task_id*; idempotent.
+
+        Raises:
+            MCPError: ``-32602`` for an unknown, expired or malformed id.
+        """
+        self._status(task_id)
+        try:
+            self.parent.cancel(task_id)
+        except DelegationError as exc:
+            raise _task_error(exc) from None
+
+    def check(self, task_id: Any) -> None:
+        """Check that *task_id* is a task of this connection.
+
+        Raises:
+            MCPError: ``-32602`` for an unknown, expired or malformed id.
+        """
+        self._status(task_id)
+
+    async def listen(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.SubscriptionsListenRequestParams
+    ) -> mcp_types.SubscriptionsListenResult:
+        """Serve a ``subscriptions/listen`` for ``notifications.taskIds``.
+
+        Acknowledges the ids it accepts (those of this connection's runs),
+        then sends one ``notifications/tasks`` as each of them ends (at once
+        for one that has ended already), until the client closes the stream.
+
+        Raises:
+            MCPError: ``-32602`` when ``taskIds`` is not a list of strings.
+        """
+        requested = (params.notifications.model_extra or {}).get("taskIds")
+        if type(requested) is not list or not all(type(i) is str for i in requested):
+            raise MCPError(
+                code=mcp_types.INVALID_PARAMS,
+                message=(
+                    "notifications.taskIds must be a list of task id strings, got "
+                    f"{describe(requested)}; send the taskId values tools/call returned"
+                ),
+            )
+        accepted = list(dict.fromkeys(i for i in requested if self._known(i)))
+        subscription_id = ctx.request_id
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
+        with self._listening(frozenset(accepted)) as endings:
+            await ctx.session.send_notification(
+                mcp_types.SubscriptionsAcknowledgedNotification(
+                    params=mcp_types.SubscriptionsAcknowledgedNotificationParams(
+                        notifications=mcp_types.SubscriptionFilter.model_validate(
+                            {"taskIds": accepted}
+                        ),
+                        _meta=meta,
+                    )
+                ),
+                related_request_id=subscription_id,
+            )
+            sent: set[str] = set()
+            # Registered before the look, so an ending between the two is not
+            # lost; ``sent`` keeps it from going out twice.
+            for run_id in accepted:
+                if self._known_terminal(run_id):
+                    await self._notify(ctx, run_id, meta, sent)
+            async for run_id in endings:
+                await self._notify(ctx, run_id, meta, sent)
+        return mcp_types.SubscriptionsListenResult(_meta=meta)
+
+    # -- inside -------------------------------------------------------------------
+
+    @contextmanager
+    def _listening(self, ids: frozenset[str]) -> Iterator[trio.MemoryReceiveChannel[str]]:
+        send, receive = trio.open_memory_channel[str](max(len(ids), 1))
+        key = id(send)
+        self._listeners[key] = (send, ids)
+        try:
+            with send, receive:
+                yield receive
+        finally:
+            del self._listeners[key]
+
+    async def _notify(
+        self, ctx: ServerRequestContext[Any], run_id: str, meta: dict[str, Any], sent: set[str]
+    ) -> None:
+        if run_id in sent:
+            return
+        sent.add(run_id)
+        try:
+            task = await self.get(run_id)
+        except MCPError:
+            return  # expired meanwhile: nothing to tell
+        notification = _TaskNotification(params={**task, "_meta": meta})
+        await ctx.session.send_notification(
+            cast("mcp_types.ServerNotification", notification), related_request_id=ctx.request_id
+        )
+
+    def _known(self, run_id: str) -> bool:
+        try:
+            self.parent.status(run_id)
+        except DelegationError:
+            return False
+        return True
+
+    def _known_terminal(self, run_id: str) -> bool:
+        try:
+            return self.parent.status(run_id).status.is_terminal
+        except DelegationError:
+            return False
+
+    def _status(self, task_id: Any) -> RunHandle:
+        if type(task_id) is not str:
+            raise MCPError(
+                code=mcp_types.INVALID_PARAMS,
+                message=(
+                    f"taskId must be a string, got {describe(task_id)}; send the taskId "
+                    "tools/call returned"
+                ),
+            )
+        try:
+            return self.parent.status(task_id)
+        except DelegationError as exc:
+            raise _task_error(exc) from None
+
+    async def _task(self, handle: RunHandle) -> dict[str, Any]:
+        """The task's common fields, for the run's current status."""
+        times = await self._times_of(handle)
+        status = handle.status
+        task: dict[str, Any] = {
+            "taskId": handle.run_id,
+            "status": _TERMINAL_STATUS.get(status, "working"),
+            "createdAt": _iso(times.created),
+            "lastUpdatedAt": _iso(times.updated),
+            "ttlMs": self._ttl_ms(times) if status.is_terminal else None,
+            "pollIntervalMs": self.poll_interval_ms,
+        }
+        if status.is_terminal:
+            task["statusMessage"] = f"the run of {handle.subagent} ended {status.value}"
+        else:
+            task["statusMessage"] = f"the run of {handle.subagent} is {status.value}"
+        return task
+
+    async def _detailed(self, handle: RunHandle) -> dict[str, Any]:
+        task = await self._task(handle)
+        if not handle.status.is_terminal:
+            return task
+        # The ended run's outcome, exactly as wait_subagent answers: a
+        # completed run is observed by this (it is handed over).
+        from ._server import error_result, success_result
+
+        try:
+            payload = await self.tools.call(
+                "wait_subagent", {"run_id": handle.run_id, "timeout": 0}
+            )
+        except DelegationError as exc:
+            result = error_result(exc)
+        else:
+            result = success_result(payload)
+        if handle.status is not RunStatus.CANCELLED:
+            task["result"] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return task
+
+    async def _times_of(self, handle: RunHandle) -> _Times:
+        times = self._times.get(handle.run_id)
+        now = time.time()
+        if times is None:
+            times = await self._stored_times(handle.run_id, handle.status) or _Times(
+                now, now, handle.status
+            )
+            self._times[handle.run_id] = times
+        if times.status is not handle.status:
+            times.status = handle.status
+            times.updated = now
+        if handle.status.is_terminal and times.ended is None:
+            times.ended = times.updated
+        return times
+
+    async def _stored_times(self, run_id: str, status: RunStatus) -> _Times | None:
+        """The times a store recorded for a run of an earlier process (or another host)."""
+        if self.store is None:
+            return None
+        try:
+            record = await self.store.get(run_id)
+        except Exception:  # a store that cannot answer leaves this server's own clock
+            return None
+        if record is None:
+            return None
+        created = _seconds(record.admitted_at)
+        if created is None:
+            return None
+        ended = _seconds(record.ended_at)
+        updated = ended or _seconds(record.started_at) or created
+        return _Times(created, updated, status, ended)
+
+    def _ttl_ms(self, times: _Times) -> int | None:
+        retention: float | None = self.retention_seconds
+        if self.store is not None:
+            # The store answers for the run after the runtime has let it go.
+            kept = getattr(self.store, "retention_seconds", None)
+            retention = kept if isinstance(kept, int | float) else None
+        if retention is None or not math.isfinite(retention):
+            return None
+        ended = times.ended if times.ended is not None else times.updated
+        return max(0, round((ended - times.created + retention) * 1000))
+
+
+def _task_error(exc: DelegationError) -> MCPError:
+    """A lookup's error as the extension's: ``-32602`` for an id that names no task."""
+    if isinstance(exc, UnknownRunError | InvalidArgumentsError):
+        return MCPError(
+            code=mcp_types.INVALID_PARAMS, message=f"Failed to retrieve task: {exc.message}"
+        )
+    return MCPError(code=mcp_types.INTERNAL_ERROR, message=f"Failed to read task: {exc.message}")
