@@ -519,3 +519,23 @@ async def test_a_stable_owner_reads_its_tasks_after_a_restart(tmp_path: Path) ->
     async with serving(config) as wire:
         answer = await wire.request("tasks/get", {"taskId": done["taskId"]})
         assert answer["error"]["code"] == -32602
+
+
+@pytest.mark.parametrize("owner", ['""', '"a/b"', "5", '"tab\\there"'])
+def test_a_bad_server_owner_is_a_config_error_naming_the_key(tmp_path: Path, owner: str) -> None:
+    from trio_delegate.mcp import ConfigError, load_server_config
+
+    config = tmp_path / "server.toml"
+    config.write_text(config_text(tmp_path, server=f"owner = {owner}"))
+    with pytest.raises(ConfigError, match=r"server\.owner"):
+        load_server_config(config)
+
+
+def test_a_server_owner_is_read(tmp_path: Path) -> None:
+    from trio_delegate.mcp import load_server_config
+
+    config = tmp_path / "server.toml"
+    config.write_text(config_text(tmp_path, server='owner = "desk"'))
+    assert load_server_config(config).owner == "desk"
+    config.write_text(config_text(tmp_path))
+    assert load_server_config(config).owner is None
