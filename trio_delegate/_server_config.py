@@ -33,7 +33,7 @@ from ._schema import compile_result_schema
 from ._stores._postgres import is_postgres_dsn, mask_dsn
 from ._subagent import NAME_PATTERN, Runner, Subagent, _is_async_callable
 
-__all__ = ["ConfigError", "ServerConfig", "load_server_config"]
+__all__ = ["ConfigError", "ServerConfig", "load_server_config", "owner_problem"]
 
 _TOP_LEVEL: Final = ("runtime", "server", "subagents")
 _SERVER_KEYS: Final = ("foreground_limit_seconds", "progress_interval_seconds", "owner")
@@ -272,15 +272,10 @@ class _Loader:
                 )
             interval = value
         owner = table.get("owner")
-        if owner is not None and not (
-            isinstance(owner, str)
-            and 0 < len(owner) <= 128
-            and owner.isprintable()
-            and "/" not in owner
-        ):
+        if owner is not None and (problem := owner_problem(owner)) is not None:
             self.fail(
                 "server.owner",
-                f"must be a name of 1 to 128 printable characters without '/', got {_toml(owner)}",
+                problem,
                 'write e.g. owner = "delegate", or remove the key for a new owner per connection',
             )
         return limit, interval, owner
@@ -660,6 +655,23 @@ def _join(prefix: str | None, key: str) -> str:
 def _strip_field(message: str, field: str) -> str:
     """``"Config.x must be ..."`` → ``"must be ..."``: the key is named already."""
     return message.removeprefix(field).lstrip()
+
+
+def owner_problem(value: Any) -> str | None:
+    """What is wrong with *value* as a server's owner (``[server] owner``, ``--owner``).
+
+    Returns:
+        ``None`` for a good owner: 1 to 128 printable characters without
+        ``/``; else the problem, naming the value.
+    """
+    if (
+        isinstance(value, str)
+        and 0 < len(value) <= 128
+        and value.isprintable()
+        and "/" not in value
+    ):
+        return None
+    return f"must be a name of 1 to 128 printable characters without '/', got {_toml(value)}"
 
 
 def _toml(value: Any) -> str:

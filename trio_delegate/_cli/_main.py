@@ -87,7 +87,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     # Imported here so that other sub-commands do not pay for the MCP SDK.
     from ._serve import run_serve
 
-    return run_serve(args.config)
+    return run_serve(args.config, owner=args.owner)
 
 
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -107,7 +107,24 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="the TOML file with [runtime] and [[subagents]]",
     )
+    serve.add_argument(
+        "--owner",
+        type=_owner,
+        metavar="NAME",
+        help="a stable owner for the server's runs, so that a store's task ids outlive a "
+        "restart (overrides [server] owner; default: a new owner per connection)",
+    )
     serve.set_defaults(handler=_run_serve)
+
+
+def _owner(text: str) -> str:
+    """Parse ``--owner``: checked as ``[server] owner`` is."""
+    from .._server_config import owner_problem
+
+    problem = owner_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _server_name(text: str) -> str:

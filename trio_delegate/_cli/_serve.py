@@ -25,8 +25,13 @@ EXIT_MISSING_SDK: int = 1
 EXIT_STORE: int = 1
 
 
-def run_serve(config_path: str) -> int:
+def run_serve(config_path: str, *, owner: str | None = None) -> int:
     """Load *config_path* and serve its subagents over stdio until the client leaves.
+
+    Args:
+        config_path: the TOML configuration file.
+        owner: the owner of the server's runs (``--owner``, checked by the
+            caller); it overrides ``[server] owner``. ``None``: the file's.
 
     Returns:
         0 after the client closed the connection; 2 for a bad configuration
@@ -67,7 +72,7 @@ def run_serve(config_path: str) -> int:
                 store=store,
                 foreground_limit_seconds=server_config.foreground_limit_seconds,
                 progress_interval_seconds=server_config.progress_interval_seconds,
-                owner=server_config.owner,
+                owner=owner if owner is not None else server_config.owner,
             )
         )
     except StoreError as exc:
