@@ -22,7 +22,12 @@ How a run reads as a task (``tasks/get``):
 * failed or timed out: ``completed`` with ``wait_subagent``'s error result
   (``isError: true``; the extension keeps ``failed`` for JSON-RPC errors),
   the status message naming the run's status.
-* cancelled: ``cancelled``.
+* cancelled: ``cancelled``, the status message carrying the cancellation's
+  reason (the message of the error ``wait_subagent`` raises; the extension
+  gives a cancelled task no ``result``). That is the run's whole outcome, so
+  handing it over is observation, as that wait is: the run leaves
+  ``Parent.unobserved()``. Under the fail-closed policy a cancelled run is
+  still resolved only by a replacement.
 
 ``ttlMs`` is ``null`` while the run is live (live runs are never evicted);
 once it has ended, it is the time from creation until retention may drop the
@@ -363,8 +368,8 @@ class TaskBook:
         task = await self._task(handle)
         if not handle.status.is_terminal:
             return task
-        # The ended run's outcome, exactly as wait_subagent answers: a
-        # completed run is observed by this (it is handed over).
+        # The ended run's outcome, exactly as wait_subagent answers: the run
+        # is observed by this (its outcome is handed over), whatever its end.
         from ._server import error_result, success_result
 
         try:
@@ -375,7 +380,10 @@ class TaskBook:
             result = error_result(exc)
         else:
             result = success_result(payload)
-        if handle.status is not RunStatus.CANCELLED:
+        if handle.status is RunStatus.CANCELLED:
+            # No result in a cancelled task: its reason goes in the message.
+            task["statusMessage"] = f"{task['statusMessage']}: {_reason(result)}"
+        else:
             task["result"] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return task
 
@@ -421,6 +429,14 @@ class TaskBook:
             return None
         ended = times.ended if times.ended is not None else times.updated
         return max(0, round((ended - times.created + retention) * 1000))
+
+
+def _reason(result: mcp_types.CallToolResult) -> str:
+    """The message of an error result (its first text line), without the payload."""
+    for block in result.content:
+        if isinstance(block, mcp_types.TextContent):
+            return block.text.split("\n\n", 1)[0]
+    return "cancelled"
 
 
 def _task_error(exc: DelegationError) -> MCPError:
