@@ -6,20 +6,27 @@ handshake), and declare the ``io.modelcontextprotocol/tasks`` extension in
 their own client capabilities, or do not. A legacy connection (the
 ``initialize`` handshake) must behave exactly as it did before the extension.
 
-Runs are held by a gate file the test creates to release them, and the test
-waits for a run's end on the server's own ``notifications/tasks`` stream or
-with ``wait_subagent``, never on the clock.
+A 2026-07-28 connection keeps no state between requests, so most tests share
+one modern server process (module-scoped): each speaks its own request ids,
+its own runs and its own listen streams over it. The legacy tests share one
+process that did the handshake; the restart tests start their own.
+
+Runs of ``gated`` are held by a gate file named after their task, which the
+test creates to release them, and a test waits for a run's end on the
+server's own ``notifications/tasks`` stream or with ``wait_subagent``, never
+on the clock.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +35,34 @@ import trio
 
 pytest.importorskip("mcp")
 
-from trio_delegate.mcp._tasks import TASKS_EXTENSION
+import trio_delegate as td
+from trio_delegate._cli._main import main
+from trio_delegate.mcp._tasks import TASKS_EXTENSION, TaskBook
+
+from .helpers import forever, sub
 
 PY = sys.executable
 
 #: Outer hang guard for one answer (the server answers in milliseconds).
 ANSWER_SECONDS = 30
 
-#: A subagent that waits until its gate file exists, then echoes its task.
+#: A subagent that waits until the gate file named by its task exists, then shouts its task.
 GATED = (
     "import os, sys, time\n"
     "task = sys.stdin.read()\n"
-    "gate = os.environ['GATE']\n"
+    "gate = os.path.join(os.environ['GATES'], task.strip())\n"
     "while not os.path.exists(gate):\n"
     "    time.sleep(0.01)\n"
     "print(task.upper())\n"
 )
 
+#: The shared server's foreground limit: a gated run is never done by then.
+FOREGROUND_LIMIT = "foreground_limit_seconds = 0.2"
 
-def config_text(tmp_path: Path, server: str = "", runtime: str = "") -> str:
-    gate = tmp_path / "gate"
+
+def config_text(folder: Path, server: str = "", runtime: str = "") -> str:
+    gates = folder / "gates"
+    gates.mkdir(exist_ok=True)
     return f"""
 [runtime]
 {runtime}
@@ -57,9 +72,9 @@ def config_text(tmp_path: Path, server: str = "", runtime: str = "") -> str:
 
 [[subagents]]
 name = "gated"
-description = "Waits for its gate, then shouts the task."
+description = "Waits for the gate named by its task, then shouts the task."
 command = [{json.dumps(PY)}, "-c", {json.dumps(GATED)}]
-env = {{ GATE = {json.dumps(str(gate))} }}
+env = {{ GATES = {json.dumps(str(gates))} }}
 
 [[subagents]]
 name = "echo"
@@ -83,27 +98,64 @@ def envelope(*, tasks: bool = True) -> dict[str, Any]:
     }
 
 
-class Wire:
-    """Raw lines to a server process; its answers by id, its notifications in order."""
+def subscription_of(message: dict[str, Any]) -> Any:
+    """The listen stream a notification belongs to (its subscription id), or None."""
+    meta = message.get("params", {}).get("_meta", {})
+    return meta.get("io.modelcontextprotocol/subscriptionId")
 
-    def __init__(self, process: trio.Process) -> None:
+
+class Wire:
+    """Raw lines to a server process; its answers by id, its notifications in order.
+
+    The process outlives a test's Trio run when it is shared: each test
+    attaches fresh streams over the pipes (:meth:`attached`); what was read
+    and not yet taken stays here for the next.
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes], folder: Path) -> None:
         self.process = process
+        self.folder = folder
         self.buffer = b""
         self.answers: dict[Any, dict[str, Any]] = {}
         self.notifications: list[dict[str, Any]] = []
         self.next_id = 100
+        self._stdin: trio.lowlevel.FdStream | None = None
+        self._stdout: trio.lowlevel.FdStream | None = None
+
+    @asynccontextmanager
+    async def attached(self) -> AsyncIterator[Wire]:
+        """Trio streams over the process's pipes, for one test's Trio run."""
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        stdin = trio.lowlevel.FdStream(os.dup(self.process.stdin.fileno()))
+        stdout = trio.lowlevel.FdStream(os.dup(self.process.stdout.fileno()))
+        self._stdin, self._stdout = stdin, stdout
+        try:
+            yield self
+        finally:
+            self._stdin = self._stdout = None
+            await stdin.aclose()
+            await stdout.aclose()
+
+    def fresh_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def release(self, task: str) -> None:
+        """Open the gate of the gated run whose task is *task*."""
+        (self.folder / "gates" / task).write_text("open")
 
     async def send_line(self, line: bytes) -> None:
-        assert self.process.stdin is not None
-        await self.process.stdin.send_all(line + b"\n")
+        assert self._stdin is not None
+        await self._stdin.send_all(line + b"\n")
 
     async def send(self, message: dict[str, Any]) -> None:
         await self.send_line(json.dumps(message).encode())
 
     async def _read_one(self) -> None:
-        assert self.process.stdout is not None
+        assert self._stdout is not None
         while b"\n" not in self.buffer:
-            chunk = await self.process.stdout.receive_some()
+            chunk = await self._stdout.receive_some()
             assert chunk, f"the server closed its stdout; it had sent {self.buffer!r}"
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
@@ -119,28 +171,42 @@ class Wire:
                 await self._read_one()
         return self.answers.pop(request_id)
 
-    async def notification(self, method: str) -> dict[str, Any]:
-        """The first notification of *method* not yet taken."""
+    async def notification(
+        self, method: str, match: Callable[[dict[str, Any]], bool] = lambda _: True
+    ) -> dict[str, Any]:
+        """The first notification of *method* (that *match* accepts) not yet taken."""
         with trio.fail_after(ANSWER_SECONDS):
             while True:
                 for i, message in enumerate(self.notifications):
-                    if message.get("method") == method:
+                    if message.get("method") == method and match(message):
                         return self.notifications.pop(i)
                 await self._read_one()
+
+    async def on_stream(self, method: str, subscription: Any) -> dict[str, Any]:
+        """The next notification of *method* on the listen stream *subscription*: its params."""
+        message = await self.notification(method, lambda m: subscription_of(m) == subscription)
+        params: dict[str, Any] = message["params"]
+        return params
 
     async def request(
         self, method: str, params: dict[str, Any] | None = None, *, tasks: bool | None = True
     ) -> dict[str, Any]:
         """Send a request (2026-07-28 unless *tasks* is None: legacy) and read its answer."""
-        self.next_id += 1
+        request_id = self.fresh_id()
+        await self.send(self.message(request_id, method, params, tasks=tasks))
+        return await self.answer(request_id)
+
+    @staticmethod
+    def message(
+        request_id: Any, method: str, params: dict[str, Any] | None, *, tasks: bool | None = True
+    ) -> dict[str, Any]:
         body = dict(params or {})
         if tasks is not None:
             body["_meta"] = {**envelope(tasks=tasks), **body.get("_meta", {})}
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if body:
             message["params"] = body
-        await self.send(message)
-        return await self.answer(self.next_id)
+        return message
 
     async def call(
         self, tool: str, arguments: dict[str, Any], *, tasks: bool | None = True
@@ -151,6 +217,26 @@ class Wire:
         assert "result" in answer, answer
         result: dict[str, Any] = answer["result"]
         return result
+
+    async def listen(self, task_ids: list[str]) -> int:
+        """Open a ``subscriptions/listen`` stream for *task_ids*; its subscription id."""
+        request_id = self.fresh_id()
+        await self.send(
+            self.message(
+                request_id, "subscriptions/listen", {"notifications": {"taskIds": task_ids}}
+            )
+        )
+        return request_id
+
+    async def unlisten(self, subscription: int) -> None:
+        """Close a listen stream, as a client does: cancel its request."""
+        await self.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": subscription, "_meta": envelope()},
+            }
+        )
 
     async def initialize(self) -> dict[str, Any]:
         """The legacy handshake."""
@@ -167,32 +253,82 @@ class Wire:
         return answer
 
 
-@asynccontextmanager
-async def serving(config: Path) -> AsyncIterator[Wire]:
-    process = await trio.lowlevel.open_process(
-        [PY, "-m", "trio_delegate", "serve", "--config", str(config)],
+def start_server(config: Path, *arguments: str) -> Wire:
+    process = subprocess.Popen(
+        [PY, "-m", "trio_delegate", "serve", "--config", str(config), *arguments],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
+    return Wire(process, config.parent)
+
+
+def stop_server(wire: Wire) -> None:
+    """SIGTERM (the server cancels its live runs and exits), then reap it."""
+    if wire.process.poll() is None:
+        wire.process.send_signal(signal.SIGTERM)
     try:
-        yield Wire(process)
+        wire.process.wait(ANSWER_SECONDS)
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        with trio.fail_after(ANSWER_SECONDS):
-            await process.wait()
+        if wire.process.poll() is None:
+            wire.process.kill()
+            wire.process.wait()
+        for pipe in (wire.process.stdin, wire.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+@contextmanager
+def server_process(config: Path, *arguments: str) -> Iterator[Wire]:
+    wire = start_server(config, *arguments)
+    try:
+        yield wire
+    finally:
+        stop_server(wire)
+
+
+@asynccontextmanager
+async def serving(config: Path, *arguments: str) -> AsyncIterator[Wire]:
+    """A server process of one's own, for one test."""
+    with server_process(config, *arguments) as wire:
+        async with wire.attached():
+            yield wire
+
+
+@pytest.fixture(scope="module")
+def modern_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wire]:
+    """One server process for the 2026-07-28 tests: no handshake, nothing shared but runs."""
+    folder = tmp_path_factory.mktemp("modern")
+    config = folder / "server.toml"
+    config.write_text(config_text(folder, server=FOREGROUND_LIMIT))
+    with server_process(config) as wire:
+        yield wire
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Path:
-    path = tmp_path / "server.toml"
-    path.write_text(config_text(tmp_path))
-    return path
+async def wire(modern_process: Wire) -> AsyncIterator[Wire]:
+    async with modern_process.attached() as attached:
+        yield attached
 
 
-def release(config: Path) -> None:
-    (config.parent / "gate").write_text("open")
+@pytest.fixture(scope="module")
+def legacy_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wire]:
+    """One server process whose connection did the ``initialize`` handshake (first test)."""
+    folder = tmp_path_factory.mktemp("legacy")
+    config = folder / "server.toml"
+    config.write_text(config_text(folder))
+    with server_process(config) as wire:
+        yield wire
+
+
+@pytest.fixture
+async def legacy(legacy_process: Wire) -> AsyncIterator[Wire]:
+    async with legacy_process.attached() as attached:
+        if legacy_process.next_id == 100:
+            init = (await attached.initialize())["result"]
+            assert "logging" in init["capabilities"]
+            assert "extensions" not in init["capabilities"]
+        yield attached
 
 
 ISO = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z\Z")
@@ -203,281 +339,295 @@ def tool_result(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k != "_meta"}
 
 
+def without_meta(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in value.items() if k != "_meta"}
+
+
 # -- discovery and the capability gate -------------------------------------------------
 
 
-async def test_discovery_advertises_the_tasks_extension(config: Path) -> None:
-    async with serving(config) as wire:
-        answer = await wire.request("server/discover", tasks=False)
-        capabilities = answer["result"]["capabilities"]
-        assert capabilities["extensions"] == {TASKS_EXTENSION: {}}
-        assert "logging" not in capabilities
-        assert not capabilities["tools"].get("listChanged")
+async def test_discovery_advertises_the_tasks_extension(wire: Wire) -> None:
+    answer = await wire.request("server/discover", tasks=False)
+    capabilities = answer["result"]["capabilities"]
+    assert capabilities["extensions"] == {TASKS_EXTENSION: {}}
+    assert "logging" not in capabilities
+    assert not capabilities["tools"].get("listChanged")
 
 
-async def test_requests_that_do_not_declare_the_extension_get_no_tasks(config: Path) -> None:
-    async with serving(config) as wire:
-        # A background call is answered as it always was: the handle.
-        handle = await wire.call(
-            "delegate_task", {"subagent": "echo", "task": "hi", "background": True}, tasks=False
-        )
-        assert handle.get("resultType", "complete") == "complete"
-        run_id = handle["structuredContent"]["run_id"]
-        for method in ("tasks/get", "tasks/cancel", "tasks/update"):
-            answer = await wire.request(method, {"taskId": run_id}, tasks=False)
-            error = answer["error"]
-            assert error["code"] == -32021, (method, error)
-            assert TASKS_EXTENSION in error["message"]
-            assert error["data"] == {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
-        listen = await wire.request(
-            "subscriptions/listen", {"notifications": {"taskIds": [run_id]}}, tasks=False
-        )
-        assert listen["error"]["code"] == -32021
-        # The run is waited for as before.
-        done = await wire.call("wait_subagent", {"run_id": run_id}, tasks=False)
-        assert done["structuredContent"]["final_result"] == "hi"
+async def test_requests_that_do_not_declare_the_extension_get_no_tasks(wire: Wire) -> None:
+    # A background call is answered as it always was: the handle.
+    handle = await wire.call(
+        "delegate_task", {"subagent": "echo", "task": "hi", "background": True}, tasks=False
+    )
+    assert handle.get("resultType", "complete") == "complete"
+    run_id = handle["structuredContent"]["run_id"]
+    for method in ("tasks/get", "tasks/cancel", "tasks/update"):
+        answer = await wire.request(method, {"taskId": run_id}, tasks=False)
+        error = answer["error"]
+        assert error["code"] == -32021, (method, error)
+        assert TASKS_EXTENSION in error["message"]
+        assert error["data"] == {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+    listen = await wire.request(
+        "subscriptions/listen", {"notifications": {"taskIds": [run_id]}}, tasks=False
+    )
+    assert listen["error"]["code"] == -32021
+    # The run is waited for as before.
+    done = await wire.call("wait_subagent", {"run_id": run_id}, tasks=False)
+    assert done["structuredContent"]["final_result"] == "hi"
 
 
-async def test_task_methods_outside_the_extension_stay_unknown(config: Path) -> None:
-    async with serving(config) as wire:
-        for method in ("tasks/result", "tasks/list"):
-            answer = await wire.request(method, {"taskId": "x"})
-            assert answer["error"]["code"] == -32601, method
-        # A listen for anything but tasks is not served, as before.
-        listen = await wire.request("subscriptions/listen", {"notifications": {}})
-        assert listen["error"]["code"] == -32601
+async def test_task_methods_outside_the_extension_stay_unknown(wire: Wire) -> None:
+    for method in ("tasks/result", "tasks/list"):
+        answer = await wire.request(method, {"taskId": "x"})
+        assert answer["error"]["code"] == -32601, method
+    # A listen for anything but tasks is not served, as before.
+    listen = await wire.request("subscriptions/listen", {"notifications": {}})
+    assert listen["error"]["code"] == -32601
 
 
-async def test_an_unknown_or_malformed_task_id_is_invalid_params(config: Path) -> None:
-    async with serving(config) as wire:
-        for method in ("tasks/get", "tasks/cancel", "tasks/update"):
-            for task_id in ("run_made_up", 5, None):
-                answer = await wire.request(method, {"taskId": task_id})
-                assert answer["error"]["code"] == -32602, (method, task_id, answer)
-        answer = await wire.request("tasks/get", {"taskId": "run_made_up"})
-        assert "run_made_up" in answer["error"]["message"]
+async def test_an_unknown_or_malformed_task_id_is_invalid_params(wire: Wire) -> None:
+    for method in ("tasks/get", "tasks/cancel", "tasks/update"):
+        for task_id in ("run_made_up", 5, None):
+            answer = await wire.request(method, {"taskId": task_id})
+            assert answer["error"]["code"] == -32602, (method, task_id, answer)
+    answer = await wire.request("tasks/get", {"taskId": "run_made_up"})
+    assert "run_made_up" in answer["error"]["message"]
 
 
 # -- a task's life ---------------------------------------------------------------------
 
 
-async def test_a_background_delegation_is_a_task_polled_to_its_result(config: Path) -> None:
-    async with serving(config) as wire:
-        created = await wire.call(
-            "delegate_task", {"subagent": "gated", "task": "hello", "background": True}
-        )
-        assert created["resultType"] == "task"
-        task_id = created["taskId"]
-        assert task_id.startswith("run_")
-        assert created["status"] == "working"
-        assert created["ttlMs"] is None  # live runs are never evicted
-        assert isinstance(created["pollIntervalMs"], int)
-        assert ISO.match(created["createdAt"])
-        assert ISO.match(created["lastUpdatedAt"])
+async def test_a_background_delegation_is_a_task_polled_to_its_result(wire: Wire) -> None:
+    created = await wire.call(
+        "delegate_task", {"subagent": "gated", "task": "hello", "background": True}
+    )
+    assert created["resultType"] == "task"
+    task_id = created["taskId"]
+    assert task_id.startswith("run_")
+    assert created["status"] == "working"
+    assert created["ttlMs"] is None  # live runs are never evicted
+    assert isinstance(created["pollIntervalMs"], int)
+    assert ISO.match(created["createdAt"])
+    assert ISO.match(created["lastUpdatedAt"])
 
-        # Admission is durable: tasks/get resolves at once, a live snapshot.
-        working = (await wire.request("tasks/get", {"taskId": task_id}))["result"]
-        assert working["status"] == "working"
-        assert working["resultType"] == "complete"
-        assert re.search(r"\b(pending|running)\b", working["statusMessage"])
-        assert "result" not in working
-        assert working["ttlMs"] is None
+    # Admission is durable: tasks/get resolves at once, a live snapshot.
+    working = (await wire.request("tasks/get", {"taskId": task_id}))["result"]
+    assert working["status"] == "working"
+    assert working["resultType"] == "complete"
+    assert re.search(r"\b(pending|running)\b", working["statusMessage"])
+    assert "result" not in working
+    assert working["ttlMs"] is None
 
-        listen_id = wire.next_id + 1
-        await wire.send(
-            {
-                "jsonrpc": "2.0",
-                "id": listen_id,
-                "method": "subscriptions/listen",
-                "params": {"notifications": {"taskIds": [task_id]}, "_meta": envelope()},
-            }
-        )
-        await wire.notification("notifications/subscriptions/acknowledged")
-        release(config)
-        ended = (await wire.notification("notifications/tasks"))["params"]
-        assert ended["taskId"] == task_id
-        assert ended["status"] == "completed"
+    stream = await wire.listen([task_id])
+    await wire.on_stream("notifications/subscriptions/acknowledged", stream)
+    wire.release("hello")
+    ended = await wire.on_stream("notifications/tasks", stream)
+    await wire.unlisten(stream)
+    assert ended["taskId"] == task_id
+    assert ended["status"] == "completed"
 
-        done = (await wire.request("tasks/get", {"taskId": task_id}))["result"]
-        assert done["status"] == "completed"
-        assert done["createdAt"] == created["createdAt"]
-        assert isinstance(done["ttlMs"], int)
-        assert done["ttlMs"] > 0
-        # Exactly what wait_subagent answers for the run.
-        waited = await wire.call("wait_subagent", {"run_id": task_id}, tasks=False)
-        assert done["result"] == tool_result(waited)
-        assert done["result"]["structuredContent"]["final_result"] == "HELLO"
-        assert {k: v for k, v in ended.items() if k != "_meta"} == {
-            k: v for k, v in done.items() if k not in ("_meta", "resultType")
-        }
+    done = (await wire.request("tasks/get", {"taskId": task_id}))["result"]
+    assert done["status"] == "completed"
+    assert done["createdAt"] == created["createdAt"]
+    assert isinstance(done["ttlMs"], int)
+    assert done["ttlMs"] > 0
+    # Exactly what wait_subagent answers for the run.
+    waited = await wire.call("wait_subagent", {"run_id": task_id}, tasks=False)
+    assert done["result"] == tool_result(waited)
+    assert done["result"]["structuredContent"]["final_result"] == "HELLO"
+    assert without_meta(ended) == {
+        k: v for k, v in done.items() if k not in ("_meta", "resultType")
+    }
 
 
-async def test_a_failed_run_is_a_completed_task_with_the_error_result(config: Path) -> None:
-    async with serving(config) as wire:
-        created = await wire.call(
-            "delegate_task", {"subagent": "broken", "task": "x", "background": True}
-        )
-        task_id = created["taskId"]
-        # wait_subagent raises the run's error: waiting on it is the way to its end.
-        waited = await wire.call("wait_subagent", {"run_id": task_id}, tasks=False)
-        assert waited["isError"] is True
-        task = (await wire.request("tasks/get", {"taskId": task_id}))["result"]
-        assert task["status"] == "completed"
-        assert "failed" in task["statusMessage"]
-        assert task["result"]["isError"] is True
-        assert task["result"] == tool_result(waited)
+async def test_a_failed_run_is_a_completed_task_with_the_error_result(wire: Wire) -> None:
+    created = await wire.call(
+        "delegate_task", {"subagent": "broken", "task": "x", "background": True}
+    )
+    task_id = created["taskId"]
+    # wait_subagent raises the run's error: waiting on it is the way to its end.
+    waited = await wire.call("wait_subagent", {"run_id": task_id}, tasks=False)
+    assert waited["isError"] is True
+    task = (await wire.request("tasks/get", {"taskId": task_id}))["result"]
+    assert task["status"] == "completed"
+    assert "failed" in task["statusMessage"]
+    assert task["result"]["isError"] is True
+    assert task["result"] == tool_result(waited)
 
 
 async def test_tasks_cancel_acknowledges_every_time_and_the_task_reads_cancelled(
-    config: Path,
+    wire: Wire,
 ) -> None:
-    async with serving(config) as wire:
-        created = await wire.call(
-            "delegate_task", {"subagent": "gated", "task": "never", "background": True}
-        )
-        task_id = created["taskId"]
-        # Two at once, as Claude Code sends them.
-        first, second = wire.next_id + 1, wire.next_id + 2
-        wire.next_id += 2
-        for request_id in (first, second):
-            await wire.send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": request_id,
-                    "method": "tasks/cancel",
-                    "params": {"taskId": task_id, "_meta": envelope()},
-                }
-            )
-        for request_id in (first, second):
-            ack = (await wire.answer(request_id))["result"]
-            assert {k: v for k, v in ack.items() if k != "_meta"} == {"resultType": "complete"}
-        waited = await wire.call("wait_subagent", {"run_id": task_id}, tasks=False)
-        assert waited["isError"] is True
-        task = (await wire.request("tasks/get", {"taskId": task_id}))["result"]
-        assert task["status"] == "cancelled"
-        assert "result" not in task
-        again = await wire.request("tasks/cancel", {"taskId": task_id})
-        assert "result" in again
-        update = await wire.request("tasks/update", {"taskId": task_id, "inputResponses": {}})
-        assert {k: v for k, v in update["result"].items() if k != "_meta"} == {
-            "resultType": "complete"
-        }
+    created = await wire.call(
+        "delegate_task", {"subagent": "gated", "task": "never", "background": True}
+    )
+    task_id = created["taskId"]
+    # Two at once, as Claude Code sends them.
+    first, second = wire.fresh_id(), wire.fresh_id()
+    for request_id in (first, second):
+        await wire.send(wire.message(request_id, "tasks/cancel", {"taskId": task_id}))
+    for request_id in (first, second):
+        ack = (await wire.answer(request_id))["result"]
+        assert without_meta(ack) == {"resultType": "complete"}
+    waited = await wire.call("wait_subagent", {"run_id": task_id}, tasks=False)
+    assert waited["isError"] is True
+    assert waited["structuredContent"]["error"]["status"] == "cancelled"
+    task = (await wire.request("tasks/get", {"taskId": task_id}))["result"]
+    assert task["status"] == "cancelled"
+    assert "result" not in task
+    # The reason is the one wait_subagent's error gives (a cancelled task carries no result).
+    reason = waited["structuredContent"]["error"]["message"]
+    assert task["statusMessage"] == f"the run of gated ended cancelled: {reason}"
+    again = await wire.request("tasks/cancel", {"taskId": task_id})
+    assert "result" in again
+    update = await wire.request("tasks/update", {"taskId": task_id, "inputResponses": {}})
+    assert without_meta(update["result"]) == {"resultType": "complete"}
 
 
-async def test_a_background_continuation_is_a_task(config: Path) -> None:
-    async with serving(config) as wire:
-        first = await wire.call("delegate_task", {"subagent": "echo", "task": "one"}, tasks=False)
-        run_id = first["structuredContent"]["run_id"]
-        created = await wire.call(
-            "continue_subagent", {"run_id": run_id, "message": "two", "background": True}
-        )
-        assert created["resultType"] == "task"
-        waited = await wire.call("wait_subagent", {"run_id": created["taskId"]}, tasks=False)
-        task = (await wire.request("tasks/get", {"taskId": created["taskId"]}))["result"]
-        assert task["status"] == "completed"
-        assert task["result"] == tool_result(waited)
+async def test_a_background_continuation_is_a_task(wire: Wire) -> None:
+    first = await wire.call(
+        "delegate_task", {"subagent": "echo", "task": "one", "background": True}, tasks=False
+    )
+    run_id = first["structuredContent"]["run_id"]
+    await wire.call("wait_subagent", {"run_id": run_id}, tasks=False)
+    created = await wire.call(
+        "continue_subagent", {"run_id": run_id, "message": "two", "background": True}
+    )
+    assert created["resultType"] == "task"
+    waited = await wire.call("wait_subagent", {"run_id": created["taskId"]}, tasks=False)
+    task = (await wire.request("tasks/get", {"taskId": created["taskId"]}))["result"]
+    assert task["status"] == "completed"
+    assert task["result"] == tool_result(waited)
 
 
-async def test_a_foreground_call_past_the_limit_becomes_a_task(tmp_path: Path) -> None:
-    config = tmp_path / "server.toml"
-    config.write_text(config_text(tmp_path, server="foreground_limit_seconds = 0.2"))
-    async with serving(config) as wire:
-        created = await wire.call("delegate_task", {"subagent": "gated", "task": "slow"})
-        assert created["resultType"] == "task"
-        assert created["status"] == "working"
-        # Without the extension the same call answers with the handle, as before.
-        handle = await wire.call("delegate_task", {"subagent": "gated", "task": "b"}, tasks=False)
-        assert handle["structuredContent"]["status"] in ("pending", "running")
-        release(tmp_path / "server.toml")
-        waited = await wire.call("wait_subagent", {"run_id": created["taskId"]}, tasks=False)
-        assert waited["structuredContent"]["final_result"] == "SLOW"
+async def test_a_foreground_call_past_the_limit_becomes_a_task(wire: Wire) -> None:
+    created = await wire.call("delegate_task", {"subagent": "gated", "task": "slow"})
+    assert created["resultType"] == "task"
+    assert created["status"] == "working"
+    # Without the extension the same call answers with the handle, as before.
+    handle = await wire.call("delegate_task", {"subagent": "gated", "task": "b"}, tasks=False)
+    assert handle["structuredContent"]["status"] in ("pending", "running")
+    wire.release("slow")
+    wire.release("b")
+    waited = await wire.call("wait_subagent", {"run_id": created["taskId"]}, tasks=False)
+    assert waited["structuredContent"]["final_result"] == "SLOW"
+    # Nothing left running in the shared server.
+    await wire.call("wait_subagent", {"run_id": handle["structuredContent"]["run_id"]}, tasks=False)
 
 
-async def test_a_listen_acknowledges_only_this_connections_tasks(config: Path) -> None:
-    async with serving(config) as wire:
-        created = await wire.call(
-            "delegate_task", {"subagent": "echo", "task": "quick", "background": True}
-        )
-        await wire.call("wait_subagent", {"run_id": created["taskId"]}, tasks=False)
-        await wire.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 7,
-                "method": "subscriptions/listen",
-                "params": {
-                    "notifications": {"taskIds": [created["taskId"], "run_someone_else"]},
-                    "_meta": envelope(),
-                },
-            }
-        )
-        ack = (await wire.notification("notifications/subscriptions/acknowledged"))["params"]
-        assert ack["notifications"]["taskIds"] == [created["taskId"]]
-        assert ack["_meta"]["io.modelcontextprotocol/subscriptionId"] == 7
-        # It had ended already: its notice comes at once.
-        notice = (await wire.notification("notifications/tasks"))["params"]
-        assert notice["taskId"] == created["taskId"]
-        assert notice["status"] == "completed"
-        assert notice["_meta"]["io.modelcontextprotocol/subscriptionId"] == 7
+async def test_a_listen_acknowledges_only_this_connections_tasks(wire: Wire) -> None:
+    created = await wire.call(
+        "delegate_task", {"subagent": "echo", "task": "quick", "background": True}
+    )
+    await wire.call("wait_subagent", {"run_id": created["taskId"]}, tasks=False)
+    stream = await wire.listen([created["taskId"], "run_someone_else"])
+    ack = await wire.on_stream("notifications/subscriptions/acknowledged", stream)
+    assert ack["notifications"]["taskIds"] == [created["taskId"]]
+    assert ack["_meta"]["io.modelcontextprotocol/subscriptionId"] == stream
+    # It had ended already: its notice comes at once.
+    notice = await wire.on_stream("notifications/tasks", stream)
+    await wire.unlisten(stream)
+    assert notice["taskId"] == created["taskId"]
+    assert notice["status"] == "completed"
+    assert notice["_meta"]["io.modelcontextprotocol/subscriptionId"] == stream
+
+
+# -- the observation a cancelled task's outcome is --------------------------------------
+
+
+async def test_tasks_get_of_a_cancelled_run_observes_it_and_of_a_live_one_does_not() -> None:
+    async def session(rt: td.Runtime) -> None:
+        async with rt.open_parent() as parent:
+            book = TaskBook(parent, parent.tools(), None, 60.0, 1000)
+            handle = await parent.start("idle", "t")
+            async with parent.settled() as settlements:
+                working = await book.get(handle.run_id)
+                assert working["status"] == "working"
+                book.cancel(handle.run_id)
+                with trio.fail_after(ANSWER_SECONDS):
+                    settled = await anext(settlements)
+            assert settled.status is td.RunStatus.CANCELLED
+            # Ended, and nobody told yet (the live snapshot told nothing) ...
+            assert [h.run_id for h in parent.unobserved()] == [handle.run_id]
+            task = await book.get(handle.run_id)
+            assert task["status"] == "cancelled"
+            assert "result" not in task
+            # ... and told now: its outcome was handed over.
+            assert parent.unobserved() == ()
+            # The reason is the message of the error the wait raises.
+            with pytest.raises(td.RunCancelledError) as cancelled:
+                await parent.wait(handle.run_id)
+            message = f"the run of idle ended cancelled: {cancelled.value.message}"
+            assert task["statusMessage"] == message
+
+    async with td.open_runtime([sub("idle", forever, timeout_seconds=None)]) as rt:
+        # Observed or not, a cancelled run is resolved only by a replacement.
+        with pytest.raises(td.UnresolvedDelegationError):
+            await session(rt)
 
 
 # -- legacy connections --------------------------------------------------------------
 
 
 async def test_the_legacy_handshake_declares_logging_and_honours_set_level(
-    config: Path,
+    legacy: Wire,
 ) -> None:
-    async with serving(config) as wire:
-        init = (await wire.initialize())["result"]
-        assert "logging" in init["capabilities"]
-        assert "extensions" not in init["capabilities"]
-        # The tasks methods do not exist on this connection, as before.
-        answer = await wire.request("tasks/get", {"taskId": "x"}, tasks=None)
-        assert answer["error"]["code"] == -32601
+    # The tasks methods do not exist on this connection, as before.
+    answer = await legacy.request("tasks/get", {"taskId": "x"}, tasks=None)
+    assert answer["error"]["code"] == -32601
 
-        quiet = await wire.request("logging/setLevel", {"level": "warning"}, tasks=None)
-        assert quiet["result"] == {}
-        hushed = await wire.call(
-            "delegate_task", {"subagent": "echo", "task": "a", "background": True}, tasks=None
-        )
-        hushed_id = hushed["structuredContent"]["run_id"]
-        await wire.call("wait_subagent", {"run_id": hushed_id}, tasks=None)
+    quiet = await legacy.request("logging/setLevel", {"level": "warning"}, tasks=None)
+    assert quiet["result"] == {}
+    hushed = await legacy.call(
+        "delegate_task", {"subagent": "echo", "task": "a", "background": True}, tasks=None
+    )
+    hushed_id = hushed["structuredContent"]["run_id"]
+    await legacy.call("wait_subagent", {"run_id": hushed_id}, tasks=None)
 
-        await wire.request("logging/setLevel", {"level": "info"}, tasks=None)
-        heard = await wire.call(
-            "delegate_task", {"subagent": "echo", "task": "b", "background": True}, tasks=None
-        )
-        heard_id = heard["structuredContent"]["run_id"]
-        notice = (await wire.notification("notifications/message"))["params"]
-        assert notice["logger"] == "trio_delegate.settled"
-        assert notice["data"]["run_id"] == heard_id  # the hushed run's notice never came
-        assert "resultType" not in heard
+    await legacy.request("logging/setLevel", {"level": "info"}, tasks=None)
+    heard = await legacy.call(
+        "delegate_task", {"subagent": "echo", "task": "b", "background": True}, tasks=None
+    )
+    heard_id = heard["structuredContent"]["run_id"]
+    assert "resultType" not in heard
+    notices: list[dict[str, Any]] = []
+    while not notices or notices[-1]["data"]["run_id"] != heard_id:
+        notices.append((await legacy.notification("notifications/message"))["params"])
+    assert {notice["logger"] for notice in notices} == {"trio_delegate.settled"}
+    # The hushed run's notice never came.
+    assert hushed_id not in [notice["data"]["run_id"] for notice in notices]
 
 
 # -- lines that are JSON but no JSON-RPC message ---------------------------------------
 
 
-@pytest.mark.parametrize("era", ["legacy", "modern"])
-async def test_json_that_is_no_json_rpc_message_is_answered(config: Path, era: str) -> None:
-    async with serving(config) as wire:
-        if era == "legacy":
-            await wire.initialize()
-        else:
-            assert "result" in await wire.request("server/discover")
-        cases: list[tuple[bytes, Any]] = [
-            (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', None),
-            (b'{"jsonrpc":"1.0","id":2,"method":"ping"}', 2),
-            (b'{"id":"three","method":"ping"}', "three"),
-            (b'{"jsonrpc":"2.0","id":4,"method":"tools/list","params":[1,2]}', 4),
-            (b"17", None),
-        ]
-        for line, request_id in cases:
-            await wire.send_line(line)
-            answer = await wire.answer(request_id)
-            assert answer["error"]["code"] == -32600, (line, answer)
-            assert "not a JSON-RPC 2.0 message" in answer["error"]["message"]
-        # And the connection still works.
-        tools = await wire.request("tools/list", tasks=None if era == "legacy" else False)
-        assert any(tool["name"] == "delegate_task" for tool in tools["result"]["tools"])
+JSON_NOT_JSON_RPC: list[tuple[bytes, Any]] = [
+    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', None),
+    (b'{"jsonrpc":"1.0","id":2,"method":"ping"}', 2),
+    (b'{"id":"three","method":"ping"}', "three"),
+    (b'{"jsonrpc":"2.0","id":4,"method":"tools/list","params":[1,2]}', 4),
+    (b"17", None),
+]
+
+
+async def json_that_is_no_json_rpc_message_is_answered(wire: Wire, *, legacy: bool) -> None:
+    for line, request_id in JSON_NOT_JSON_RPC:
+        await wire.send_line(line)
+        answer = await wire.answer(request_id)
+        assert answer["error"]["code"] == -32600, (line, answer)
+        assert "not a JSON-RPC 2.0 message" in answer["error"]["message"]
+    # And the connection still works.
+    tools = await wire.request("tools/list", tasks=None if legacy else False)
+    assert any(tool["name"] == "delegate_task" for tool in tools["result"]["tools"])
+
+
+async def test_json_that_is_no_json_rpc_message_is_answered_modern(wire: Wire) -> None:
+    assert "result" in await wire.request("server/discover")
+    await json_that_is_no_json_rpc_message_is_answered(wire, legacy=False)
+
+
+async def test_json_that_is_no_json_rpc_message_is_answered_legacy(legacy: Wire) -> None:
+    await json_that_is_no_json_rpc_message_is_answered(legacy, legacy=True)
 
 
 # -- owners across restarts ----------------------------------------------------------
@@ -485,7 +635,8 @@ async def test_json_that_is_no_json_rpc_message_is_answered(config: Path, era: s
 
 async def test_a_stable_owner_reads_its_tasks_after_a_restart(tmp_path: Path) -> None:
     config = tmp_path / "server.toml"
-    config.write_text(config_text(tmp_path, server='owner = "desk"', runtime='store = "runs.db"'))
+    store = 'store = "runs.db"'
+    config.write_text(config_text(tmp_path, server='owner = "desk"', runtime=store))
     async with serving(config) as wire:
         done = await wire.call(
             "delegate_task", {"subagent": "echo", "task": "kept", "background": True}
@@ -494,18 +645,13 @@ async def test_a_stable_owner_reads_its_tasks_after_a_restart(tmp_path: Path) ->
             "delegate_task", {"subagent": "gated", "task": "cut", "background": True}
         )
         # Known to have ended from the server's own notice (which observes nothing new).
-        await wire.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 9,
-                "method": "subscriptions/listen",
-                "params": {"notifications": {"taskIds": [done["taskId"]]}, "_meta": envelope()},
-            }
-        )
-        notice = (await wire.notification("notifications/tasks"))["params"]
+        stream = await wire.listen([done["taskId"]])
+        notice = await wire.on_stream("notifications/tasks", stream)
         assert notice["status"] == "completed"
-    # The server ended on SIGTERM, cancelling the live run; a new one of the same owner:
-    async with serving(config) as wire:
+    # The server ended on SIGTERM, cancelling the live run. A new one of the same
+    # owner, given by the flag, which wins over the file's:
+    config.write_text(config_text(tmp_path, server='owner = "elsewhere"', runtime=store))
+    async with serving(config, "--owner", "desk") as wire:
         kept = (await wire.request("tasks/get", {"taskId": done["taskId"]}))["result"]
         assert kept["status"] == "completed"
         assert kept["result"]["structuredContent"]["final_result"] == "kept"
@@ -515,7 +661,7 @@ async def test_a_stable_owner_reads_its_tasks_after_a_restart(tmp_path: Path) ->
         assert cut["status"] == "cancelled" or cut["result"]["isError"] is True
 
     # Without an owner, each process has its own: the ids mean nothing to the next.
-    config.write_text(config_text(tmp_path, runtime='store = "runs.db"'))
+    config.write_text(config_text(tmp_path, runtime=store))
     async with serving(config) as wire:
         answer = await wire.request("tasks/get", {"taskId": done["taskId"]})
         assert answer["error"]["code"] == -32602
@@ -529,6 +675,20 @@ def test_a_bad_server_owner_is_a_config_error_naming_the_key(tmp_path: Path, own
     config.write_text(config_text(tmp_path, server=f"owner = {owner}"))
     with pytest.raises(ConfigError, match=r"server\.owner"):
         load_server_config(config)
+
+
+@pytest.mark.parametrize("owner", ["", "a/b", "tab\there", "x" * 129])
+def test_a_bad_owner_flag_is_a_usage_error_naming_the_flag(
+    tmp_path: Path, owner: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "server.toml"
+    config.write_text(config_text(tmp_path))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--config", str(config), "--owner", owner])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --owner: must be a name of 1 to 128 printable characters without '/'" in err
+    assert f'got "{owner}"' in err
 
 
 def test_a_server_owner_is_read(tmp_path: Path) -> None:
