@@ -46,6 +46,13 @@ pytest: $(STAMP_DEV)
 
 test: lint typecheck pytest
 
+# The real interactive Claude Code (no -p) in a pseudo-terminal, driving a run
+# through the MCP Tasks extension against the fake model API on 127.0.0.1.
+# Not part of `make test`: a terminal session takes some 20 s on a busy machine.
+.PHONY: test-claude-interactive
+test-claude-interactive: $(STAMP_DEV)
+	$(BIN)/python -m pytest tests/claude_interactive.py $(PYTEST_ARGS)
+
 bench: $(STAMP_DEV)
 	$(BIN)/python -m benchmarks
 
