@@ -119,6 +119,8 @@ class Wire:
         self.answers: dict[Any, dict[str, Any]] = {}
         self.notifications: list[dict[str, Any]] = []
         self.next_id = 100
+        #: The answer to ``initialize``, on a legacy connection.
+        self.handshake: dict[str, Any] = {}
         self._stdin: trio.lowlevel.FdStream | None = None
         self._stdout: trio.lowlevel.FdStream | None = None
 
@@ -318,16 +320,18 @@ def legacy_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wire]:
     config = folder / "server.toml"
     config.write_text(config_text(folder))
     with server_process(config) as wire:
+        trio.run(handshake, wire)
         yield wire
+
+
+async def handshake(wire: Wire) -> None:
+    async with wire.attached():
+        wire.handshake = (await wire.initialize())["result"]
 
 
 @pytest.fixture
 async def legacy(legacy_process: Wire) -> AsyncIterator[Wire]:
     async with legacy_process.attached() as attached:
-        if legacy_process.next_id == 100:
-            init = (await attached.initialize())["result"]
-            assert "logging" in init["capabilities"]
-            assert "extensions" not in init["capabilities"]
         yield attached
 
 
@@ -572,6 +576,8 @@ async def test_tasks_get_of_a_cancelled_run_observes_it_and_of_a_live_one_does_n
 async def test_the_legacy_handshake_declares_logging_and_honours_set_level(
     legacy: Wire,
 ) -> None:
+    assert "logging" in legacy.handshake["capabilities"]
+    assert "extensions" not in legacy.handshake["capabilities"]
     # The tasks methods do not exist on this connection, as before.
     answer = await legacy.request("tasks/get", {"taskId": "x"}, tasks=None)
     assert answer["error"]["code"] == -32601
