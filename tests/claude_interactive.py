@@ -25,7 +25,7 @@ import struct
 import sys
 import termios
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -74,13 +74,11 @@ class Model:
         #: The text of the model request after that (the wake-up).
         self.woken: str | None = None
         self.woke = threading.Event()
-        self.side_requests = 0
 
     def step(self, turn: Turn) -> Reply:
         body = turn.request.body
         if not body.get("tools"):
-            self.side_requests += 1  # a request of Claude Code's own, not the session's
-            return text("ok")
+            return text("ok")  # a request of Claude Code's own, not the session's
         if self.handed is None:
             if self.calls == 0:
                 self.connected.wait(STAGE_SECONDS)
@@ -99,8 +97,8 @@ class Model:
 def wire_lines(log: Path) -> list[dict[str, Any]]:
     """The JSON-RPC messages Claude Code sent to the server, as ``tee`` wrote them."""
     messages = []
-    text_ = log.read_text(errors="replace") if log.exists() else ""
-    for line in text_.splitlines():
+    written = log.read_text(errors="replace") if log.exists() else ""
+    for line in written.splitlines():
         with suppress(ValueError):  # the last line may be half written
             messages.append(json.loads(line))
     return messages
@@ -112,7 +110,7 @@ def declares_tasks(message: dict[str, Any]) -> bool:
     return TASKS_EXTENSION in capabilities.get("extensions", {})
 
 
-async def until(condition: Any, what: str, screen: bytearray) -> None:
+async def until(condition: Callable[[], bool], what: str, screen: bytearray) -> None:
     """Wait until *condition()* holds, reading the other processes' files."""
     with trio.move_on_after(STAGE_SECONDS) as scope:
         while not condition():  # noqa: ASYNC110 - other processes write what is read
