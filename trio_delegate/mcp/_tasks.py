@@ -372,17 +372,19 @@ class TaskBook:
         # is observed by this (its outcome is handed over), whatever its end.
         from ._server import error_result, success_result
 
+        reason: str | None = None
         try:
             payload = await self.tools.call(
                 "wait_subagent", {"run_id": handle.run_id, "timeout": 0}
             )
         except DelegationError as exc:
-            result = error_result(exc)
+            result, reason = error_result(exc), exc.message
         else:
             result = success_result(payload)
         if handle.status is RunStatus.CANCELLED:
             # No result in a cancelled task: its reason goes in the message.
-            task["statusMessage"] = f"{task['statusMessage']}: {_reason(result)}"
+            if reason is not None:
+                task["statusMessage"] = f"{task['statusMessage']}: {reason}"
         else:
             task["result"] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return task
@@ -429,14 +431,6 @@ class TaskBook:
             return None
         ended = times.ended if times.ended is not None else times.updated
         return max(0, round((ended - times.created + retention) * 1000))
-
-
-def _reason(result: mcp_types.CallToolResult) -> str:
-    """The message of an error result (its first text line), without the payload."""
-    for block in result.content:
-        if isinstance(block, mcp_types.TextContent):
-            return block.text.split("\n\n", 1)[0]
-    return "cancelled"
 
 
 def _task_error(exc: DelegationError) -> MCPError:
