@@ -7,7 +7,7 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck pytest docs bench bench-full clean
+.PHONY: demo test lint typecheck pytest docs wheel-smoke bench bench-full clean
 
 # uv installs into the venv: it resolves and downloads in parallel, which keeps
 # a fresh `make test` (every framework extra included) within minutes.
@@ -52,6 +52,12 @@ docs: $(STAMP_DEV)
 	$(BIN)/mkdocs build --quiet --strict
 
 test: lint typecheck docs pytest
+
+# The wheel in a clean venv on each Python 3.11-3.13 present: the demo, the
+# README's script, `init`, then `serve` answering tools/list (about a minute
+# with uv's cache warm). A separate CI step, so `make test` keeps its budget.
+wheel-smoke: $(STAMP_DEV)
+	$(BIN)/python tests/wheel_smoke.py
 
 bench: $(STAMP_DEV)
 	$(BIN)/python -m benchmarks
