@@ -1,0 +1,87 @@
+"""A new user's first hour: each message says what happened and what to do next."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trio_delegate as td
+from trio_delegate._server_config import ConfigError, load_server_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def synchronous_summarizer(ctx: td.ChildContext) -> str:
+    return ctx.task
+
+
+def test_a_plain_function_as_runner_is_named_whole() -> None:
+    with pytest.raises(td.InvalidArgumentsError) as info:
+        td.Subagent("summarizer", synchronous_summarizer, description="d")  # type: ignore[arg-type]
+    message = info.value.message
+    # Not reprlib's cut "<function syn...x7f…>".
+    assert message.endswith("got <function synchronous_summarizer>: define it with async def")
+
+
+def test_a_mistyped_subagent_key_reads_as_sentences(tmp_path: Path) -> None:
+    config = tmp_path / "subagents.toml"
+    config.write_text(
+        '[[subagents]]\nname = "x"\ndescriptoin = "d"\ncommand = ["true"]\n', encoding="utf-8"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_server_config(config)
+    assert str(info.value).endswith(
+        "fix: did you mean 'description'? Otherwise remove it: a command subagent takes "
+        "these keys: name, description, timeout_seconds, final_schema, command, cwd, env, "
+        "kill_grace_seconds"
+    )
+
+
+def _import_without(blocked: list[str], module: str) -> str:
+    # A module set to None in sys.modules cannot be imported: as if never installed.
+    code = "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in blocked)
+    code += f"import {module}\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode != 0
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_the_mcp_package_without_its_extra_names_the_extra() -> None:
+    last = _import_without(["mcp"], "trio_delegate.mcp")
+    assert last == (
+        "ImportError: trio_delegate.mcp needs the MCP SDK: pip install 'trio-delegate[mcp]'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("adapter", "extra"),
+    [
+        ("langchain", "langchain"),
+        ("pydantic_ai", "pydantic-ai"),
+        ("openai_agents", "openai-agents"),
+        ("dspy", "dspy"),
+    ],
+)
+def test_an_adapter_without_trio_asyncio_names_its_own_extra(adapter: str, extra: str) -> None:
+    last = _import_without(["trio_asyncio"], f"trio_delegate.adapters.{adapter}")
+    assert f"pip install 'trio-delegate[{extra}]'" in last
+    assert last.startswith(f"ImportError: trio_delegate.adapters.{adapter} needs ")
+
+
+def test_the_checkout_ignores_the_mcp_json_the_readme_writes() -> None:
+    assert "mcp-config claude --config examples/subagents.toml > .mcp.json" in (
+        ROOT / "README.md"
+    ).read_text(encoding="utf-8")
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", "-q", ".mcp.json"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, ".mcp.json holds machine paths: .gitignore must cover it"
