@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 import trio_delegate as td
+from trio_delegate._cli._main import main
 from trio_delegate._server_config import ConfigError, load_server_config
+
+from .test_runs_command import fill, quick
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,3 +91,46 @@ def test_the_checkout_ignores_the_mcp_json_the_readme_writes() -> None:
         check=False,
     )
     assert done.returncode == 0, ".mcp.json holds machine paths: .gitignore must cover it"
+
+
+def test_runs_show_takes_a_unique_id_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.db"
+    ids = trio.run(fill, db)
+    # The demo's table shows an id's start (8 characters); 12 are unique here for sure.
+    short = ids[1][:12]
+    assert main(["runs", "show", short, "--db", str(db), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["run_id"].startswith(short)
+    # "run_" starts every id: which one is meant cannot be told.
+    assert main(["runs", "show", "run_", "--db", str(db)]) == 1
+    err = capsys.readouterr().err
+    assert "is the start of 3 run ids" in err
+    assert "give more of the id" in err
+
+
+def test_runs_show_prints_every_time_in_iso_8601(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.db"
+
+    async def one_with_a_deadline() -> str:
+        subagent = td.Subagent("quick", quick, timeout_seconds=30)
+        async with (
+            td.open_runtime([subagent], store=td.SQLiteStore(db)) as rt,
+            rt.open_parent("alice") as parent,
+        ):
+            return (await parent.delegate("quick", "one")).run_id
+
+    run_id = trio.run(one_with_a_deadline)
+    assert main(["runs", "show", run_id, "--db", str(db), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    times = {key: shown[key] for key in ("admitted_at", "started_at", "ended_at", "deadline_at")}
+    for key, value in times.items():
+        assert isinstance(value, str), f"{key} is {value!r}"
+        parsed = datetime.datetime.fromisoformat(value)
+        assert parsed.utcoffset() == datetime.timedelta(0), key
+    started = datetime.datetime.fromisoformat(times["started_at"])
+    deadline = datetime.datetime.fromisoformat(times["deadline_at"])
+    assert datetime.timedelta(seconds=29) < deadline - started < datetime.timedelta(seconds=31)
