@@ -134,3 +134,61 @@ def test_runs_show_prints_every_time_in_iso_8601(
     started = datetime.datetime.fromisoformat(times["started_at"])
     deadline = datetime.datetime.fromisoformat(times["deadline_at"])
     assert datetime.timedelta(seconds=29) < deadline - started < datetime.timedelta(seconds=31)
+
+
+async def test_leaving_the_parent_with_a_live_background_run_says_to_wait() -> None:
+    async def slow(ctx: td.ChildContext) -> str:
+        await trio.sleep(60)
+        return "done"
+
+    async with td.open_runtime([td.Subagent("slow", slow, description="d")]) as rt:
+        with pytest.raises(td.UnresolvedDelegationError) as info:
+            async with rt.open_parent("p") as parent:
+                run_id = (await parent.start("slow", "x")).run_id
+    (entry,) = info.value.unresolved
+    assert entry.status == "cancelled"
+    assert entry.why == (
+        "it had not ended when the parent closed, and closing the parent cancelled it: "
+        f"await parent.wait({run_id!r}) before leaving the parent's async with block"
+    )
+    assert "replaces=" not in entry.why
+
+
+async def test_a_run_cancelled_by_request_still_asks_for_a_replacement() -> None:
+    async def slow(ctx: td.ChildContext) -> str:
+        await trio.sleep(60)
+        return "done"
+
+    started: list[str] = []
+
+    async def cancel_then_leave(rt: td.Runtime) -> None:
+        async with rt.open_parent("p") as parent:
+            started.append((await parent.start("slow", "x")).run_id)
+            parent.cancel(started[0])
+            with pytest.raises(td.RunCancelledError):
+                await parent.wait(started[0])
+
+    async with td.open_runtime([td.Subagent("slow", slow, description="d")]) as rt:
+        with pytest.raises(td.UnresolvedDelegationError) as info:
+            await cancel_then_leave(rt)
+    (entry,) = info.value.unresolved
+    assert f"replaces={started[0]!r}" in entry.why
+
+
+async def test_a_result_that_is_not_json_says_what_a_result_may_be() -> None:
+    async def when(ctx: td.ChildContext) -> dict[str, object]:
+        await trio.lowlevel.checkpoint()
+        return {"at": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)}
+
+    config = td.Config(fail_closed=False)
+    subagents = [td.Subagent("when", when, description="d")]
+    async with td.open_runtime(subagents, config=config) as rt, rt.open_parent("p") as parent:
+        with pytest.raises(td.RunFailedError) as info:
+            await parent.delegate("when", "x")
+    message = info.value.message
+    assert "the result is not JSON-ready (Object of type datetime is not JSON serializable)" in (
+        message
+    )
+    assert "None, bool, int, float, str, and lists and str-keyed dicts of those" in message
+    assert "a datetime with .isoformat()" in message
+    assert "a replacement, which would fail the same way" in message
