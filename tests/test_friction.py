@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import datetime
+import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
+from rich.console import Console
 
 import trio_delegate as td
+from trio_delegate._cli import _demo as demo
+from trio_delegate._cli._demo_view import Event, LiveReporter
 from trio_delegate._cli._main import main
 from trio_delegate._server_config import ConfigError, load_server_config
 
@@ -192,3 +198,28 @@ async def test_a_result_that_is_not_json_says_what_a_result_may_be() -> None:
     assert "None, bool, int, float, str, and lists and str-keyed dicts of those" in message
     assert "a datetime with .isoformat()" in message
     assert "a replacement, which would fail the same way" in message
+
+
+async def test_the_demo_at_80_columns_shows_every_explanation_whole(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80, color_system=None)
+    notes: list[str] = []
+
+    class Recording(LiveReporter):
+        def event(self, event: Event) -> None:
+            if event.note:
+                notes.append(event.note)
+            super().event(event)
+
+    summary = await demo.play(Recording(console))
+    assert summary.resolved
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    # A wrapped note reads whole once its line breaks are spaces again.
+    joined = re.sub(r"\s*\n\s*", " ", text)
+    assert "admission ack, not a result" in notes
+    missing = [note for note in set(notes) if f"({note})" not in joined]
+    assert not missing, f"cut at 80 columns: {missing}"
