@@ -223,3 +223,24 @@ async def test_the_demo_at_80_columns_shows_every_explanation_whole(
     assert "admission ack, not a result" in notes
     missing = [note for note in set(notes) if f"({note})" not in joined]
     assert not missing, f"cut at 80 columns: {missing}"
+
+
+def test_the_first_tracing_snippet_prints_spans_with_nothing_else_running(
+    tmp_path: Path,
+) -> None:
+    page = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+    turning_on = page.split("## Turning it on", 1)[1]
+    first = re.search(r"```python\n(.*?)```", turning_on, re.S)
+    assert first is not None
+    snippet = first.group(1)
+    assert "ConsoleSpanExporter" in snippet
+    assert "OTLP" not in snippet
+    # In a process of its own: the snippet sets the global tracer provider.
+    script = tmp_path / "console_otel.py"
+    script.write_text(snippet, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"name": "invoke_agent investigator"' in done.stdout
+    assert "retry" not in (done.stdout + done.stderr).lower()
