@@ -7,7 +7,7 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck pytest bench bench-full clean
+.PHONY: demo test lint typecheck pytest docs wheel-smoke bench bench-full clean
 
 # uv installs into the venv: it resolves and downloads in parallel, which keeps
 # a fresh `make test` (every framework extra included) within minutes.
@@ -23,12 +23,14 @@ $(STAMP_BASE): pyproject.toml | $(BIN)/python
 	$(UV) -e '.[mcp]'
 	touch $@
 
+# The development tools are PEP 735 dependency groups of pyproject.toml (not
+# published extras); uv 0.13 installs them with --group.
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(UV) -e '.[dev]'
+	$(UV) -e '.[mcp]' --group dev
 	touch $@ $(STAMP_BASE)
 
 $(STAMP_BENCH): pyproject.toml | $(BIN)/python
-	$(UV) -e '.[dev,bench]'
+	$(UV) -e '.[mcp]' --group dev --group bench
 	touch $@ $(STAMP_DEV) $(STAMP_BASE)
 
 demo: $(STAMP_BASE)
@@ -44,7 +46,18 @@ typecheck: $(STAMP_DEV)
 pytest: $(STAMP_DEV)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+# The documentation site, with --strict (mkdocs.yml): a broken link or
+# cross-reference fails the build. About 10 s.
+docs: $(STAMP_DEV)
+	$(BIN)/mkdocs build --quiet --strict
+
+test: lint typecheck docs pytest
+
+# The wheel in a clean venv on each Python 3.11-3.13 present: the demo, the
+# README's script, `init`, then `serve` answering tools/list (about a minute
+# with uv's cache warm). A separate CI step, so `make test` keeps its budget.
+wheel-smoke: $(STAMP_DEV)
+	$(BIN)/python tests/wheel_smoke.py
 
 # The real interactive Claude Code (no -p) in a pseudo-terminal, driving a run
 # through the MCP Tasks extension against the fake model API on 127.0.0.1.
@@ -60,4 +73,4 @@ bench-full: $(STAMP_BENCH)
 	$(BIN)/python -m benchmarks --full
 
 clean:
-	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site .mypy_cache .pytest_cache .ruff_cache

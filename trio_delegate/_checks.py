@@ -68,6 +68,17 @@ class _ShortRepr(reprlib.Repr):
             return f"<an integer of about {x.bit_length() * 0.30103:.0f} digits>"
         return repr(x)
 
+    def repr_function(self, x: Any, level: int) -> str:
+        # reprlib cuts an object's repr in the middle (``<function syn...x7f…>``):
+        # a function is told by its name, and the address says nothing.
+        name = getattr(x, "__qualname__", None)
+        if not isinstance(name, str):
+            return self.repr_instance(x, level)
+        return f"<function {name[: self.maxstring]}>"
+
+    repr_builtin_function_or_method = repr_function
+    repr_method = repr_function
+
     def repr_instance(self, x: object, level: int) -> str:
         try:
             return super().repr_instance(x, level)

@@ -1,7 +1,8 @@
-"""``trio-delegate mcp-config claude|codex``: the client configuration for ``serve``.
+"""``trio-delegate mcp-config CLIENT``: the client configuration for ``serve``.
 
 Prints the snippet a client needs to start ``trio-delegate serve`` (Claude
-Code's ``.mcp.json``, Codex's ``config.toml``) with absolute paths to this
+Code's ``.mcp.json``, Claude Desktop's ``claude_desktop_config.json``,
+Cursor's and VS Code's ``mcp.json``, Codex's ``config.toml``) with absolute paths to this
 installation's executable and to the configuration file, so it works from
 any working directory and without ``PATH``, and with the settings that let
 headless runs (``claude -p``, ``codex exec``) call the tools. It refuses
@@ -22,19 +23,23 @@ from typing import Final
 
 from ._self import installed_script
 from ._server_config import DEFAULT_FOREGROUND_LIMIT_SECONDS, ConfigError, load_server_config
+from ._urls import docs_page
 
 __all__ = [
     "CLIENTS",
     "DEFAULT_SERVER_NAME",
     "McpConfigError",
+    "claude_desktop_json",
     "claude_mcp_json",
     "codex_config_toml",
+    "cursor_mcp_json",
     "run_mcp_config",
     "serve_command",
+    "vscode_mcp_json",
 ]
 
 #: The clients a snippet can be printed for.
-CLIENTS: Final = ("claude", "codex")
+CLIENTS: Final = ("claude", "claude-desktop", "cursor", "vscode", "codex")
 
 #: The server's name in the client's configuration; the tools are
 #: ``mcp__delegate__<tool>`` (Claude Code) and ``mcp__delegate`` (Codex).
@@ -76,7 +81,7 @@ def serve_command(config: str | os.PathLike[str]) -> list[str]:
         raise McpConfigError(
             f"the configuration file {str(path)!r} does not exist (resolved to {path.absolute()})",
             f"pass the path of your serve configuration with --config FILE (or create "
-            f"{DEFAULT_CONFIG} here; see docs/mcp.md)",
+            f"one here with trio-delegate init; see {docs_page('mcp', 'the-configuration-file')})",
         )
     try:
         load_server_config(path)
@@ -99,10 +104,50 @@ def serve_command(config: str | os.PathLike[str]) -> list[str]:
     return [str(python), "-m", "trio_delegate", "serve", "--config", config_path]
 
 
-def claude_mcp_json(command: Sequence[str], *, name: str = DEFAULT_SERVER_NAME) -> str:
-    """Claude Code's ``.mcp.json`` starting *command* as the server *name*."""
+def _mcp_servers_json(command: Sequence[str], name: str) -> str:
+    # The "mcpServers" object of a stdio server, as Claude Code, Claude Desktop
+    # and Cursor read it: {"mcpServers": {NAME: {"command": ..., "args": [...]}}}.
     entry = {"command": command[0], "args": list(command[1:])}
     return json.dumps({"mcpServers": {name: entry}}, indent=2) + "\n"
+
+
+def claude_mcp_json(command: Sequence[str], *, name: str = DEFAULT_SERVER_NAME) -> str:
+    """Claude Code's ``.mcp.json`` starting *command* as the server *name*."""
+    return _mcp_servers_json(command, name)
+
+
+def claude_desktop_json(command: Sequence[str], *, name: str = DEFAULT_SERVER_NAME) -> str:
+    """Claude Desktop's ``claude_desktop_config.json`` entry starting *command* as *name*.
+
+    The format of the MCP user quickstart (modelcontextprotocol.io/quickstart/user):
+    ``{"mcpServers": {NAME: {"command": ..., "args": [...]}}}``, in
+    ``~/Library/Application Support/Claude/claude_desktop_config.json`` (macOS)
+    or ``%APPDATA%\\Claude\\claude_desktop_config.json`` (Windows).
+    """
+    return _mcp_servers_json(command, name)
+
+
+def cursor_mcp_json(command: Sequence[str], *, name: str = DEFAULT_SERVER_NAME) -> str:
+    """Cursor's ``mcp.json`` starting *command* as the server *name*.
+
+    The stdio format of Cursor's MCP documentation (cursor.com/docs/mcp):
+    ``{"mcpServers": {NAME: {"command": ..., "args": [...]}}}``, in
+    ``.cursor/mcp.json`` of a project or ``~/.cursor/mcp.json``.
+    """
+    return _mcp_servers_json(command, name)
+
+
+def vscode_mcp_json(command: Sequence[str], *, name: str = DEFAULT_SERVER_NAME) -> str:
+    """VS Code's ``mcp.json`` starting *command* as the server *name*.
+
+    The format of VS Code's MCP configuration reference
+    (code.visualstudio.com/docs/copilot/reference/mcp-configuration): a
+    top-level ``servers`` object, each stdio server with ``"type": "stdio"``,
+    ``command`` and ``args``, in ``.vscode/mcp.json`` of a workspace or the
+    user profile's ``mcp.json``.
+    """
+    entry = {"type": "stdio", "command": command[0], "args": list(command[1:])}
+    return json.dumps({"servers": {name: entry}}, indent=2) + "\n"
 
 
 def codex_config_toml(
@@ -155,19 +200,64 @@ def _claude_help(name: str) -> str:
     )
 
 
+def _json_help(where: Sequence[str], merge: str) -> str:
+    places = "".join(f"#   {place}\n" for place in where)
+    return (
+        f"# Save the JSON above as\n{places}"
+        f"# or merge its {merge} entry into the file that is there. It holds this\n"
+        "# machine's absolute paths: keep it out of version control. Restart the\n"
+        "# client (or reload its MCP servers) to connect.\n"
+    )
+
+
+#: The JSON clients: the snippet, and how to use it (on stderr: JSON carries no comments).
+_JSON_CLIENTS: Final = {
+    "claude-desktop": (
+        claude_desktop_json,
+        _json_help(
+            (
+                "~/Library/Application Support/Claude/claude_desktop_config.json (macOS)",
+                "%APPDATA%\\Claude\\claude_desktop_config.json (Windows)",
+            ),
+            '"mcpServers"',
+        ),
+    ),
+    "cursor": (
+        cursor_mcp_json,
+        _json_help(
+            (".cursor/mcp.json of a project", "~/.cursor/mcp.json (every project)"), '"mcpServers"'
+        ),
+    ),
+    "vscode": (
+        vscode_mcp_json,
+        _json_help(
+            (
+                ".vscode/mcp.json of a workspace",
+                "the profile's mcp.json (MCP: Open User Configuration)",
+            ),
+            '"servers"',
+        ),
+    ),
+}
+
+
 def run_mcp_config(client: str, config: str | None, name: str = DEFAULT_SERVER_NAME) -> int:
     """Print *client*'s snippet for ``serve --config CONFIG``; return the exit code.
 
     Returns:
-        0 with the snippet on stdout (how to use it on stderr, for Claude
-        Code, whose JSON cannot carry comments); 2 with the problem and the
-        fix on stderr.
+        0 with the snippet on stdout (how to use it on stderr, for the
+        JSON clients, whose files cannot carry comments); 2 with the problem
+        and the fix on stderr.
     """
     try:
         command = serve_command(config if config is not None else DEFAULT_CONFIG)
         if client == "claude":
             sys.stdout.write(claude_mcp_json(command, name=name))
             sys.stderr.write(_claude_help(name))
+        elif client in _JSON_CLIENTS:
+            snippet, usage = _JSON_CLIENTS[client]
+            sys.stdout.write(snippet(command, name=name))
+            sys.stderr.write(usage)
         else:
             limit = load_server_config(command[-1]).foreground_limit_seconds
             sys.stdout.write(codex_config_toml(command, name=name, foreground_limit_seconds=limit))

@@ -194,9 +194,7 @@ class _Loader:
 
     def load(self) -> ServerConfig:
         data = self.read()
-        self.check_keys(
-            data, _TOP_LEVEL, None, "the file has [runtime] and [server] tables and [[subagents]]"
-        )
+        self.check_keys(data, _TOP_LEVEL, None, "the file takes these tables")
         runtime = data.get("runtime", {})
         config = self.runtime(runtime)
         store = self.store(runtime["store"], "runtime.store") if "store" in runtime else None
@@ -210,11 +208,12 @@ class _Loader:
         for key in table:
             if key not in allowed:
                 close = difflib.get_close_matches(key, allowed, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
+                # One sentence per part: the likely fix first, then what is allowed.
+                hint = f"did you mean {close[0]!r}? Otherwise remove it: " if close else ""
                 self.fail(
                     _join(prefix, key),
                     "unknown key",
-                    f"{hint}{what}; the keys allowed here are: {', '.join(allowed)}",
+                    f"{hint}{what}: {', '.join(allowed)}",
                 )
 
     # -- [runtime] -----------------------------------------------------------------
@@ -227,7 +226,7 @@ class _Loader:
             table,
             (*fields, "store"),
             "runtime",
-            "[runtime] takes the fields of trio_delegate.Config",
+            "[runtime] takes the fields of trio_delegate.Config and store",
         )
         values: dict[str, Any] = {}
         for key, value in table.items():
@@ -253,7 +252,7 @@ class _Loader:
     def server(self, table: Any) -> tuple[float | None, float, str | None]:
         if not isinstance(table, dict):
             self.fail("server", f"must be a table, got {describe(table)}", "write it as [server]")
-        self.check_keys(table, _SERVER_KEYS, "server", "[server] says how the MCP server answers")
+        self.check_keys(table, _SERVER_KEYS, "server", "[server] takes these keys")
         limit: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS
         if "foreground_limit_seconds" in table:
             limit = self.timeout(
@@ -380,13 +379,13 @@ class _Loader:
         allowed: tuple[str, ...]
         if "command" in table:
             allowed = (*_COMMON_KEYS, *_COMMAND_KEYS)
-            what = "a command subagent takes"
+            what = "a command subagent takes these keys"
         elif "python" in table:
             allowed = (*_COMMON_KEYS, *_PYTHON_KEYS)
-            what = "a Python subagent takes"
+            what = "a Python subagent takes these keys"
         elif "kind" in table:
             allowed = (*_COMMON_KEYS, *_AGENT_KEYS)
-            what = "an agent CLI subagent takes"
+            what = "an agent CLI subagent takes these keys"
         else:
             self.fail(
                 prefix,

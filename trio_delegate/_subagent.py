@@ -55,9 +55,10 @@ def _to_name(value: Any) -> str:
 
 def _check_runner(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not _is_async_callable(value):
+        fix = ": define it with async def" if callable(value) else ": pass an async function"
         raise InvalidArgumentsError(
             f"Subagent.runner of {instance.name!r} must be an async function "
-            f"`async def runner(ctx) -> result`, got {describe(value)}"
+            f"`async def runner(ctx) -> result`, got {describe(value)}{fix}"
         )
 
 

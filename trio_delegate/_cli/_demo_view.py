@@ -32,7 +32,9 @@ __all__ = [
     "Summary",
     "format_event",
     "format_step",
+    "event_lines",
     "format_summary",
+    "log_lines",
     "render_table",
     "short_id",
 ]
@@ -51,6 +53,9 @@ STATUS_STYLES: dict[str, str] = {
 # Enough log lines to follow the story while the table and log still fit a
 # 24-line terminal alongside an 8-row table.
 _LOG_LINES = 8
+# Screen lines for the log when notes wrap (a narrow terminal): the 8-row table
+# takes 13, so 10 more still fit 24 lines.
+_LOG_SCREEN_LINES = 10
 
 
 def short_id(run_id: str) -> str:
@@ -335,6 +340,40 @@ def _event_text(event: Event) -> Text:
     return text
 
 
+#: Where a note moved to its own line starts: under the subagent column.
+_NOTE_INDENT = " " * 8
+
+
+def event_lines(event: Event, width: int) -> list[Text]:
+    """*event* as screen lines of at most *width* cells, its note never cut.
+
+    The note says what the answer means, which is the point of the demo: when
+    the whole line does not fit (an 80-column terminal), the note goes on
+    lines of its own under the call, wrapped.
+    """
+    line = _event_text(event)
+    if line.cell_len <= width or not event.note:
+        return [line]
+    note = Text(f"{_NOTE_INDENT}({event.note})", style="dim")
+    return [_event_text(attrs.evolve(event, note="")), note]
+
+
+def log_lines(entries: Sequence[Text | Event], console: Console) -> list[Text]:
+    """The newest *entries* that fit in :data:`_LOG_SCREEN_LINES` screen lines, oldest first."""
+    width = console.width
+    shown: list[Text] = []
+    budget = _LOG_SCREEN_LINES
+    for entry in reversed(entries):
+        lines = event_lines(entry, width) if isinstance(entry, Event) else [entry]
+        # A wrapped note or heading takes as many lines as wrapping it gives.
+        height = sum(len(line.wrap(console, width)) for line in lines)
+        if height > budget:
+            break
+        budget -= height
+        shown[:0] = lines
+    return shown
+
+
 class LiveReporter:
     """A ``rich.live.Live`` table of runs with the narrated log underneath.
 
@@ -348,7 +387,9 @@ class LiveReporter:
         self.poll_interval: float | None = poll_interval
         # No auto-refresh thread: the scenario's polling task refreshes the view.
         self._live = Live(console=console, auto_refresh=False, vertical_overflow="visible")
-        self._log: collections.deque[Text] = collections.deque(maxlen=_LOG_LINES)
+        # Steps as their heading, events as they are: an event is laid out for
+        # the terminal's width when drawn.
+        self._log: collections.deque[Text | Event] = collections.deque(maxlen=_LOG_LINES)
         self._rows: tuple[RunRow, ...] = ()
         self._at = 0.0
 
@@ -362,14 +403,15 @@ class LiveReporter:
 
     def step(self, at: float, title: str) -> None:
         """Log the step heading (drawn on the next refresh)."""
-        heading = Text(no_wrap=True, overflow="ellipsis")
+        # Wrapped, not cut: the heading names what the step shows.
+        heading = Text()
         heading.append(f"[{at:4.1f}s] ", style="dim")
         heading.append(title, style="bold")
         self._log.append(heading)
 
     def event(self, event: Event) -> None:
         """Log the event (drawn on the next refresh)."""
-        self._log.append(_event_text(event))
+        self._log.append(event)
 
     def refresh(self, at: float, rows: Sequence[RunRow]) -> None:
         """Redraw the table from the polled statuses."""
@@ -388,8 +430,9 @@ class LiveReporter:
             self._print_summary(summary)
 
     def _render(self) -> None:
-        table = render_table(self._rows, self._at, self._console.width)
-        view: RenderableType = Group(table, *self._log)
+        width = self._console.width
+        table = render_table(self._rows, self._at, width)
+        view: RenderableType = Group(table, *log_lines(self._log, self._console))
         self._live.update(view, refresh=True)
 
     def _print_summary(self, summary: Summary) -> None:

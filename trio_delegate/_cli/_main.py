@@ -1,7 +1,7 @@
 """The ``trio-delegate`` command line.
 
-One sub-command per job (``demo``, ``serve``, ``mcp-config``, ``runs``). Each sub-command registers
-its parser with :func:`_add_demo`-style functions and sets a ``handler`` that
+One sub-command per job (``demo``, ``init``, ``serve``, ``mcp-config``, ``runs``). Each
+sub-command registers its parser with :func:`_add_demo`-style functions and sets a ``handler`` that
 takes the parsed arguments and returns the exit code, so adding one (``serve``,
 ``runs`` ...) is one more ``_add_...`` function.
 """
@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import __version__
+from .._urls import docs_page
 from ._runs import DEFAULT_DB, add_runs_parser
 
 __all__ = ["build_parser", "main"]
@@ -96,7 +97,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="serve the delegation tools to an MCP client (Claude Code, Codex ...) over stdio",
         description=(
             "Serve the delegation tools over stdio to one MCP client, with the subagents "
-            "of a TOML configuration file (see docs/mcp.md). The client's runs are "
+            f"of a TOML configuration file ({docs_page('mcp')}). The client's runs are "
             "cancelled, and their processes killed, when it disconnects. Exits 2 on a bad "
             "configuration, before serving."
         ),
@@ -147,10 +148,11 @@ def _add_mcp_config(commands: argparse._SubParsersAction[argparse.ArgumentParser
 
     command = commands.add_parser(
         "mcp-config",
-        help="print the client configuration that starts `serve` (Claude Code, Codex)",
+        help="print the client configuration that starts `serve` (Claude Code, Codex, ...)",
         description=(
             "Print the snippet that makes a client start `trio-delegate serve`: Claude Code's "
-            ".mcp.json or Codex's config.toml entry, with absolute paths to this "
+            ".mcp.json, Claude Desktop's claude_desktop_config.json, Cursor's or VS Code's "
+            "mcp.json, or Codex's config.toml entry, with absolute paths to this "
             "installation and to the configuration file, and the settings headless runs "
             "need to call the tools. Exits 2, saying what to fix, when the configuration "
             "does not load or the MCP SDK is missing."
@@ -171,6 +173,28 @@ def _add_mcp_config(commands: argparse._SubParsersAction[argparse.ArgumentParser
     command.set_defaults(handler=_run_mcp_config)
 
 
+def _run_init(args: argparse.Namespace) -> int:
+    from ._init import run_init
+
+    return run_init()
+
+
+def _add_init(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ._init import CONFIG_NAME, RUNNERS_NAME
+
+    init = commands.add_parser(
+        "init",
+        help=f"write a starter {CONFIG_NAME} (and {RUNNERS_NAME}) here for `serve`",
+        description=(
+            f"Write a commented starter {CONFIG_NAME} and the runner module it names "
+            f"({RUNNERS_NAME}) into the current directory, so that `trio-delegate serve "
+            f"--config {CONFIG_NAME}` works right after it. Refuses (exit 2) when either "
+            "file is already there."
+        ),
+    )
+    init.set_defaults(handler=_run_init)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``trio-delegate`` argument parser with every sub-command."""
     parser = argparse.ArgumentParser(
@@ -181,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     commands.required = True
     _add_demo(commands)
+    _add_init(commands)
     _add_serve(commands)
     _add_mcp_config(commands)
     add_runs_parser(commands)

@@ -15,6 +15,7 @@ direction overrides and lone surrogates are shown as escapes.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import re
@@ -82,6 +83,9 @@ _UNSAFE: Final = re.compile(
 _UNSAFE_JSON: Final = re.compile(
     "[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
+
+#: How many of the newest runs `runs show` searches for an id given by its start.
+PREFIX_SCAN_RUNS: Final = 10_000
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -357,17 +361,42 @@ def _show(args: argparse.Namespace) -> int:
     if opened is None:
         return 1
     reader, name = opened
+    matches: list[RunRecord] = []
     try:
         record = reader.get(args.run_id)
+        if record is None and isinstance(args.run_id, str) and args.run_id:
+            # A prefix (the demo shows ids cut to 8 characters), among the newest runs.
+            recent = reader.list_runs(limit=PREFIX_SCAN_RUNS)
+            matches = [run for run in recent if run.run_id.startswith(args.run_id)]
+            if len(matches) == 1:
+                record = matches[0]
     except StoreError as exc:
         fail(exc, err)
         return 1
     finally:
         reader.close()
     if record is None:
-        print(f"trio-delegate: no run {_shown(describe(args.run_id))} in {_shown(name)}", file=err)
+        asked = _shown(describe(args.run_id))
+        if matches:
+            shown = ", ".join(_shown(run.run_id) for run in matches[:5])
+            more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
+            print(
+                f"trio-delegate: {asked} is the start of {len(matches)} run ids in "
+                f"{_shown(name)} ({shown}{more}); give more of the id",
+                file=err,
+            )
+        else:
+            print(
+                f"trio-delegate: no run {asked} in {_shown(name)}, nor one of the newest "
+                f"{PREFIX_SCAN_RUNS:,} whose id starts so; trio-delegate runs list shows them",
+                file=err,
+            )
         return 1
     fields = plain(record)
+    # One way to print a time: the deadline (Unix time in the record) in ISO
+    # 8601 UTC, as the admission, start and end times are.
+    if isinstance(fields.get("deadline_at"), float):
+        fields["deadline_at"] = iso_time(fields["deadline_at"])
     if args.json:
         out.write(json_text(fields) + "\n")
         return 0
@@ -381,6 +410,15 @@ def _show(args: argparse.Namespace) -> int:
         table.add_row(key, literal(text))
     Console(file=out, width=160).print(table)
     return 0
+
+
+def iso_time(unix_time: float) -> str:
+    """*unix_time* as ``wall_clock_now`` writes a time: ISO 8601, UTC, milliseconds."""
+    try:
+        moment = datetime.datetime.fromtimestamp(unix_time, datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return repr(unix_time)  # a stored value no calendar holds: shown as it is
+    return moment.isoformat(timespec="milliseconds")
 
 
 def plain(record: RunRecord) -> dict[str, Any]:

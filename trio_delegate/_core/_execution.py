@@ -224,6 +224,14 @@ def _check(run: Run, config: Config, value: Any) -> Outcome | _Deferred:
     return outcome
 
 
+#: What a runner may return, and what to do about anything else.
+_JSON_READY: Final = (
+    "a runner returns JSON-ready data: None, bool, int, float, str, and lists and "
+    "str-keyed dicts of those; convert anything else in the runner (a datetime with "
+    ".isoformat(), say) before starting a replacement, which would fail the same way"
+)
+
+
 def _encode(run: Run, config: Config, value: Any, entries: Any) -> Outcome:
     """Check *value* (and a transcript's *entries*) and hold them as canonical JSON.
 
@@ -240,13 +248,15 @@ def _encode(run: Run, config: Config, value: Any, entries: Any) -> Outcome:
         except JsonProblem as exc:
             return failed(ValueError(f"the transcript is not JSON the runtime can keep: {exc}"))
         except TypeError as exc:
-            return failed(TypeError(f"the transcript is not JSON: {exc}"))
+            return failed(TypeError(f"the transcript is not JSON-ready ({exc}); {_JSON_READY}"))
     try:
         result = CanonicalJson.of(value, max_depth=config.max_nesting_depth)
     except JsonProblem as exc:
         return failed(ValueError(f"the result is not JSON the runtime can keep: {exc}"))
     except TypeError as exc:
-        return failed(exc)
+        # Say what a result may be: a replacement running the same runner would
+        # fail the same way, so the fix is in the runner.
+        return failed(TypeError(f"the result is not JSON-ready ({exc}); {_JSON_READY}"))
     size, limit = result.size, config.max_result_bytes
     if size > limit:
         return failed(

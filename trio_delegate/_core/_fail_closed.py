@@ -16,6 +16,7 @@ import attrs
 
 from .._errors import UnresolvedDelegationError, UnresolvedRun
 from .._status import RunStatus
+from ._run import CancelReason
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -100,9 +101,22 @@ def _entry(record: Run | Evicted) -> UnresolvedRun:
         return UnresolvedRun(
             record.run_id, record.subagent, record.status.value, _why_evicted(record.status)
         )
-    return UnresolvedRun(
-        record.run_id, record.subagent.name, record.status.value, _why(record.run_id, record.status)
-    )
+    outcome = record.outcome
+    if (
+        record.status is RunStatus.CANCELLED
+        and outcome is not None
+        and outcome.reason is CancelReason.PARENT_CLOSED
+    ):
+        # The usual first-hour mistake: leaving `async with open_parent(...)` while
+        # a background run still runs. The fix is a wait, not a replacement.
+        why = (
+            "it had not ended when the parent closed, and closing the parent "
+            f"cancelled it: await parent.wait({record.run_id!r}) before leaving the "
+            "parent's async with block"
+        )
+    else:
+        why = _why(record.run_id, record.status)
+    return UnresolvedRun(record.run_id, record.subagent.name, record.status.value, why)
 
 
 def _why_evicted(status: RunStatus) -> str:

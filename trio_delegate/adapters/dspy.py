@@ -39,7 +39,13 @@ Needs the ``dspy`` extra (``pip install 'trio-delegate[dspy]'``).
 
 from __future__ import annotations
 
-from . import _bridge  # noqa: F401  # isort: skip  (trio_asyncio before the framework)
+try:  # isort: skip  (trio_asyncio before the framework)
+    from . import _bridge  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    # The bridge's own hint cannot know which adapter is being imported.
+    raise ImportError(
+        "trio_delegate.adapters.dspy needs DSPy and trio-asyncio: pip install 'trio-delegate[dspy]'"
+    ) from exc
 
 import functools
 from collections.abc import Callable, Mapping, Sequence

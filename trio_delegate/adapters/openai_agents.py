@@ -27,7 +27,14 @@ Needs the ``openai-agents`` extra (``pip install 'trio-delegate[openai-agents]'`
 
 from __future__ import annotations
 
-from . import _bridge  # noqa: F401  # isort: skip  (trio_asyncio before the framework)
+try:  # isort: skip  (trio_asyncio before the framework)
+    from . import _bridge  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    # The bridge's own hint cannot know which adapter is being imported.
+    raise ImportError(
+        "trio_delegate.adapters.openai_agents needs the OpenAI Agents SDK and trio-asyncio: "
+        "pip install 'trio-delegate[openai-agents]'"
+    ) from exc
 
 import inspect
 import json

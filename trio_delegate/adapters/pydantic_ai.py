@@ -28,7 +28,14 @@ Needs the ``pydantic-ai`` extra (``pip install 'trio-delegate[pydantic-ai]'``).
 
 from __future__ import annotations
 
-from . import _bridge  # noqa: F401  # isort: skip  (trio_asyncio before the framework)
+try:  # isort: skip  (trio_asyncio before the framework)
+    from . import _bridge  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    # The bridge's own hint cannot know which adapter is being imported.
+    raise ImportError(
+        "trio_delegate.adapters.pydantic_ai needs Pydantic AI and trio-asyncio: "
+        "pip install 'trio-delegate[pydantic-ai]'"
+    ) from exc
 
 from collections.abc import Sequence
 from typing import Any

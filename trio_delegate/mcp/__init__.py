@@ -15,6 +15,13 @@ Needs the ``mcp`` extra (``pip install 'trio-delegate[mcp]'``).
 See ``docs/mcp.md`` for client configuration.
 """
 
+import importlib.util
+
+# Found, not imported (that costs start-up time): without the SDK, a hint
+# naming the extra instead of a bare "No module named 'mcp'".
+if importlib.util.find_spec("mcp") is None:  # pragma: no cover - depends on the environment
+    raise ImportError("trio_delegate.mcp needs the MCP SDK: pip install 'trio-delegate[mcp]'")
+
 from .._server_config import ConfigError, ServerConfig, load_server_config
 from ._serve import serve_stdio
 from ._server import (

@@ -1,0 +1,102 @@
+"""A Claude model delegating to subagents: the Anthropic SDK and the delegation tools.
+
+    pip install 'trio-delegate' anthropic
+    ANTHROPIC_API_KEY=... python examples/anthropic_quickstart.py "Why might a login fail?"
+
+The key comes from ``ANTHROPIC_API_KEY``; ``ANTHROPIC_BASE_URL`` points the
+client at another endpoint (a proxy, a gateway, a local fake), and
+``ANTHROPIC_MODEL`` picks the model. The model sees the five delegation tools
+(``parent.tools().anthropic_tools()``); each tool call it makes goes to
+``tools.call``, and its answer, or the error's payload, goes back as the
+``tool_result``. The loop ends when the model answers in text; leaving the
+parent then checks that every delegated run was resolved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import anthropic
+import trio
+
+import trio_delegate as td
+
+SYSTEM = (
+    "You lead a small team. Delegate research to the researcher subagent with "
+    "delegate_task; wait for every background run before you answer."
+)
+#: A turn limit, so a model that never stops calling tools cannot loop forever.
+MAX_TURNS = 10
+
+
+async def researcher(ctx: td.ChildContext) -> dict[str, str]:
+    """A stand-in subagent: replace it with your own (a model, tools, a command...)."""
+    await trio.sleep(0.1)
+    return {"finding": f"looked into {ctx.task!r}: the session cookie had expired"}
+
+
+def client_from_environment() -> anthropic.Anthropic:
+    """The client, with the key and (optionally) the base URL from the environment."""
+    key = os.environ.get("ANTHROPIC_API_KEY")
+    if not key:
+        sys.exit("set ANTHROPIC_API_KEY to your Anthropic API key")
+    return anthropic.Anthropic(api_key=key, base_url=os.environ.get("ANTHROPIC_BASE_URL"))
+
+
+async def answer_tool_call(tools: td.DelegationTools, name: str, arguments: Any) -> dict[str, Any]:
+    """One tool call, as the tool_result block the model reads."""
+    try:
+        result = await tools.call(name, arguments)
+    except td.DelegationError as exc:
+        # Failures reach the model as error results it can act on (replaces=...).
+        return {"content": json.dumps(exc.to_payload()), "is_error": True}
+    return {"content": json.dumps(result), "is_error": False}
+
+
+async def run_lead(client: anthropic.Anthropic, prompt: str) -> str:
+    """The lead model's loop over one parent; its final text."""
+    model = os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+    subagents = [td.Subagent("researcher", researcher, description="Researches a question.")]
+    async with td.open_runtime(subagents) as rt, rt.open_parent("lead") as parent:
+        tools = parent.tools()
+        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        for _ in range(MAX_TURNS):
+
+            def ask() -> Any:
+                # The SDK is synchronous here: it runs in a worker thread, so the
+                # subagents keep running while the model thinks.
+                with client.messages.stream(
+                    model=model,
+                    max_tokens=1024,
+                    system=SYSTEM,
+                    tools=tools.anthropic_tools(),
+                    messages=messages,
+                ) as stream:
+                    return stream.get_final_message()
+
+            message = await trio.to_thread.run_sync(ask)
+            messages.append(
+                {"role": "assistant", "content": [block.model_dump() for block in message.content]}
+            )
+            calls = [block for block in message.content if block.type == "tool_use"]
+            if not calls:
+                return "".join(block.text for block in message.content if block.type == "text")
+            results = []
+            for block in calls:
+                answer = await answer_tool_call(tools, block.name, block.input)
+                results.append({"type": "tool_result", "tool_use_id": block.id, **answer})
+            messages.append({"role": "user", "content": results})
+        raise RuntimeError(f"the model was still calling tools after {MAX_TURNS} turns")
+
+
+def main() -> None:
+    """Run the lead on the prompt given on the command line."""
+    prompt = " ".join(sys.argv[1:]) or "Why might a login fail after a password reset?"
+    print(trio.run(run_lead, client_from_environment(), prompt))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""``trio-delegate init`` and the clients of ``mcp-config``: a start for a wheel user."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import trio_delegate as td
+from trio_delegate._cli._init import CONFIG_NAME, RUNNERS_NAME
+from trio_delegate._cli._main import main
+from trio_delegate._server_config import load_server_config
+from trio_delegate._urls import DOCS_URL
+
+
+def test_init_writes_a_configuration_serve_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    # load_server_config imports the runner module from the file's directory.
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "starter_agents", raising=False)
+    assert main(["init"]) == 0
+    out = capsys.readouterr().out
+    assert f"trio-delegate serve --config {CONFIG_NAME}" in out
+    assert DOCS_URL in out
+    config = load_server_config(tmp_path / CONFIG_NAME)
+    assert [subagent.name for subagent in config.subagents] == ["outliner", "counter"]
+
+    async def use_them() -> tuple[object, object]:
+        async with td.open_runtime(config.subagents) as rt, rt.open_parent("p") as parent:
+            outline = await parent.delegate("outliner", "One. Two!")
+            counted = await parent.delegate("counter", "Three words here. And four.")
+            return outline.final_result, counted.final_result
+
+    assert trio.run(use_them) == ("- One.\n- Two!", {"words": 5, "sentences": 2})
+    monkeypatch.delitem(sys.modules, "starter_agents", raising=False)
+
+
+@pytest.mark.parametrize("existing", [CONFIG_NAME, RUNNERS_NAME])
+def test_init_never_overwrites(
+    existing: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / existing).write_text("mine\n")
+    assert main(["init"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"{existing} already exists" in err
+    assert "fix: " in err
+    assert (tmp_path / existing).read_text() == "mine\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == [existing]
+
+
+def test_a_missing_configuration_names_init_and_the_site(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["mcp-config", "claude"]) == 2
+    err = capsys.readouterr().err
+    assert "trio-delegate init" in err
+    assert f"{DOCS_URL}mcp/" in err
+    assert "docs/" not in err.replace(DOCS_URL, "")
+
+
+def _snippet(
+    client: str, config: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[dict[str, Any], str]:
+    assert main(["mcp-config", client, "--config", str(config), "--name", "team"]) == 0
+    out, err = capsys.readouterr()
+    return json.loads(out), err
+
+
+@pytest.fixture
+def starter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["init"]) == 0
+    yield tmp_path / CONFIG_NAME
+    monkeypatch.delitem(sys.modules, "starter_agents", raising=False)
+
+
+@pytest.mark.parametrize("client", ["claude-desktop", "cursor"])
+def test_claude_desktop_and_cursor_get_their_mcp_servers_object(
+    client: str, starter: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    # The documented stdio entry: {"mcpServers": {NAME: {"command", "args"}}}.
+    snippet, err = _snippet(client, starter, capsys)
+    assert list(snippet) == ["mcpServers"]
+    entry = snippet["mcpServers"]["team"]
+    assert sorted(entry) == ["args", "command"]
+    assert os.path.isabs(entry["command"])
+    assert os.access(entry["command"], os.X_OK)
+    assert entry["args"][-3:] == ["serve", "--config", str(starter.resolve())]
+    assert all(isinstance(arg, str) for arg in entry["args"])
+    assert "keep it out of version control" in err.replace("\n# ", " ")
+
+
+def test_vscode_gets_its_servers_object_with_a_stdio_type(
+    starter: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    # VS Code's format: {"servers": {NAME: {"type": "stdio", "command", "args"}}}.
+    snippet, err = _snippet("vscode", starter, capsys)
+    assert list(snippet) == ["servers"]
+    entry = snippet["servers"]["team"]
+    assert entry["type"] == "stdio"
+    assert sorted(entry) == ["args", "command", "type"]
+    assert os.path.isabs(entry["command"])
+    assert entry["args"][-3:] == ["serve", "--config", str(starter.resolve())]
+    assert ".vscode/mcp.json" in err
+
+
+@pytest.mark.parametrize("client", ["claude-desktop", "cursor", "vscode"])
+def test_the_new_clients_refuse_a_missing_configuration(
+    client: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["mcp-config", client, "--config", str(tmp_path / "missing.toml")]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "does not exist" in err

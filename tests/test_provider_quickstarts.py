@@ -1,0 +1,109 @@
+"""The real-provider quickstarts run, offline, against the fake Anthropic and OpenAI APIs.
+
+Each example is run as a script with only its environment changed: the key,
+and the base URL pointing the official SDK at a fake on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from .fakes import FakeAnthropic, FakeModelServer, FakeResponses, Reply, Turn, call, text
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TOOLS = {
+    "delegate_task",
+    "subagent_status",
+    "wait_subagent",
+    "cancel_subagent",
+    "continue_subagent",
+}
+
+
+def answer_with_the_finding(turn: Turn) -> Reply:
+    result = turn.last.json()
+    assert not turn.last.is_error
+    assert result["subagent"] == "researcher"
+    return text(f"The team found: {result['final_result']['finding']}")
+
+
+def run_example(
+    name: str,
+    fake: FakeModelServer,
+    environment: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> str:
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(sys, "argv", [name, "Why did the login fail?"])
+    runpy.run_path(str(EXAMPLES / name), run_name="__main__")
+    assert fake.problems == []
+    return capsys.readouterr().out
+
+
+def script() -> list[object]:
+    return [
+        call("delegate_task", subagent="researcher", task="the login bug"),
+        answer_with_the_finding,
+    ]
+
+
+def test_the_anthropic_quickstart(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FakeAnthropic(script()) as fake:  # type: ignore[arg-type]
+        out = run_example(
+            "anthropic_quickstart.py",
+            fake,
+            {"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": fake.url},
+            monkeypatch,
+            capsys,
+        )
+    assert "The team found: looked into 'the login bug'" in out
+    first, second = (request.body for request in fake.requests)
+    assert {tool["name"] for tool in first["tools"]} == TOOLS
+    # The key from the environment was sent (newer SDKs send it as a bearer token).
+    headers = fake.requests[0].headers
+    sent = {headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer ")}
+    assert "sk-ant-test" in sent
+    # The tool's answer went back as a tool_result after the model's tool_use.
+    assert [message["role"] for message in second["messages"]] == ["user", "assistant", "user"]
+
+
+def test_the_openai_quickstart(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FakeResponses(script()) as fake:  # type: ignore[arg-type]
+        out = run_example(
+            "openai_quickstart.py",
+            fake,
+            {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": f"{fake.url}/v1"},
+            monkeypatch,
+            capsys,
+        )
+    assert "The team found: looked into 'the login bug'" in out
+    first, second = (request.body for request in fake.requests)
+    assert {tool["name"] for tool in first["tools"]} == TOOLS
+    assert all(tool["strict"] for tool in first["tools"])
+    assert fake.requests[0].headers["authorization"] == "Bearer sk-test"
+    types = [item.get("type", "message") for item in second["input"]]
+    assert types == ["message", "function_call", "function_call_output"]
+
+
+@pytest.mark.parametrize(
+    ("name", "variable"),
+    [("anthropic_quickstart.py", "ANTHROPIC_API_KEY"), ("openai_quickstart.py", "OPENAI_API_KEY")],
+)
+def test_without_a_key_it_says_which_variable_to_set(
+    name: str, variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(sys, "argv", [name])
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(str(EXAMPLES / name), run_name="__main__")
+    assert variable in str(info.value.code)
