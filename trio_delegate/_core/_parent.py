@@ -523,6 +523,7 @@ class Parent(metaclass=NoPublicConstructor):
             runtime._persister.started(run, now)
         if runtime._events is not None:
             runtime._events.started(run)
+        runtime._grace.started(run)
         self._nursery.start_soon(execute, run, self, name=run.subagent._task_name)
 
     async def _foreground(self, run: Run) -> RunResult:
@@ -623,6 +624,9 @@ class Parent(metaclass=NoPublicConstructor):
             self._scheduler.released()
 
     def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
+        if run.status is RunStatus.RUNNING and run.is_live:
+            # Its runner has a grace to stop in (contract §18).
+            self._runtime._grace.delivered(run, self._runtime._now())
         events = self._runtime._events
         if events is not None:
             events.cancel_requested(run, reason)

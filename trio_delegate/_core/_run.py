@@ -180,10 +180,15 @@ class Outcome:
             assert error is not None
             return error_type(error), safe_message(error)
         if status is RunStatus.CANCELLED:
-            return None, (self.reason or CancelReason.REQUEST).value
-        if status is RunStatus.TIMED_OUT:
-            return None, f"its deadline of {timeout:g} s passed"
-        return None, None
+            message = (self.reason or CancelReason.REQUEST).value
+        elif status is RunStatus.TIMED_OUT:
+            message = f"its deadline of {timeout:g} s passed"
+        else:
+            return None, None
+        if self.error is not None:
+            # Decided without its runner, which did not stop (contract §18).
+            message = f"{message} ({safe_message(self.error)})"
+        return None, message
 
 
 def completed(result: CanonicalJson, transcript: CanonicalJson | None) -> Outcome:

@@ -24,6 +24,7 @@ from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord
 from .._subagent import Subagent
 from ._events import runtime_events
+from ._grace import Grace
 from ._groups import open_transparent_nursery
 from ._ids import RunIds, new_runtime_id
 from ._parent import Parent
@@ -51,6 +52,7 @@ class Runtime(metaclass=NoPublicConstructor):
         "_closed",
         "_closed_at",
         "_events",
+        "_grace",
         "_live_count",
         "_now",
         "_nursery",
@@ -78,6 +80,8 @@ class Runtime(metaclass=NoPublicConstructor):
         # same clock through the run context on every call, several per run.
         self._now = trio.lowlevel.current_clock().current_time
         self._run_ids = RunIds()
+        # Decides runs whose runners do not stop (contract §18).
+        self._grace = Grace(config.cancel_grace_seconds, self._now, self._live_runs)
         self._subagents = MappingProxyType(dict(subagents))
         # Each subagent's child deadline in seconds (or None) under this config.
         self._timeouts = {
@@ -210,6 +214,9 @@ class Runtime(metaclass=NoPublicConstructor):
             return compiled
         return compile_result_schema(spec, max_nesting=nesting)
 
+    def _live_runs(self) -> int:
+        return self._live_count
+
     def _evicted(self, run: Run) -> None:
         """Retention evicted *run*: it is answered from the store, if anywhere."""
         del self._runs[run.run_id]
@@ -258,10 +265,15 @@ class Runtime(metaclass=NoPublicConstructor):
         Nested runs stop with the run that contains them.
         """
         self._closed = True
-        self._closed_at = self._now()
+        now = self._closed_at = self._now()
         for parent in list(self._parents.values()):
             if parent._depth == 0:
                 parent._cancel_pending(CancelReason.RUNTIME_CLOSED)
+        grace = self._grace
+        for run in self._runs.values():
+            if run.is_live:
+                grace.delivered(run, now)
+        grace.closing()
         # Running runs are cancelled all at once by cancelling the nursery that
         # holds them; Run.settle_interrupted reads _closed_at as their request time.
         assert self._nursery is not None
@@ -408,6 +420,7 @@ async def _owning_nursery(runtime: Runtime) -> AsyncIterator[None]:
     """The nursery that holds the runtime's top-level runs."""
     async with open_transparent_nursery() as nursery:
         runtime._nursery = nursery
+        nursery.start_soon(runtime._grace.watch, name="trio_delegate grace")
         try:
             yield
         finally:
