@@ -562,7 +562,8 @@ class Parent(metaclass=NoPublicConstructor):
         replaces = builtin(replaces)
         if not isinstance(replaces, str):
             raise InvalidArgumentsError(
-                f"replaces must be the run_id of a failed, cancelled or timed-out run, "
+                f"replaces must be the run_id of a failed, cancelled or timed-out run (or of "
+                "a completed one that expired before it was observed), "
                 f"got {describe(replaces)}"
             )
         record: Run | Evicted | None = self._ledger.get(replaces)
@@ -575,7 +576,10 @@ class Parent(metaclass=NoPublicConstructor):
                 f"replaces={describe(replaces)} is not a run this parent started (or it "
                 "expired); pass the exact run_id of the failed, cancelled or timed-out run"
             )
-        if record.status is RunStatus.COMPLETED:
+        if record.status is RunStatus.COMPLETED and not isinstance(record, Evicted):
+            # A completed run that expired before anyone observed it is the
+            # exception: its result is gone from memory, and a replacement is
+            # the only way left to resolve it (contract §7, fail-closed).
             raise InvalidArgumentsError(
                 f"replaces={replaces!r} names a completed run, which needs no replacement; "
                 "wait for it to read its result"
