@@ -34,7 +34,7 @@ from .._json import CanonicalJson, JsonProblem, text_problem
 from .._results import CancelAck, RunHandle, RunResult
 from .._schema import SchemaMismatch, SchemaSpec
 from .._status import RunStatus
-from .._stores._protocol import RunRecord, StoredRun
+from .._stores._protocol import RunRecord, StoredRun, is_run_id
 from .._tools import DelegationTools
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
@@ -217,7 +217,10 @@ class Parent(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_usable()
         check_bool("background", background)
-        earlier = self._find(run_id)
+        try:
+            earlier = self._find(run_id)
+        except UnknownRunError as unknown:
+            earlier = await self._find_admitted_elsewhere(run_id, unknown)
         if isinstance(earlier, StoredRun):
             record = await self._load(run_id)
             self._check_usable()  # it may have closed while the store answered
@@ -300,7 +303,10 @@ class Parent(metaclass=NoPublicConstructor):
             if timeout is None
             else check_seconds("timeout", timeout, allow_zero=True, allow_none=False)
         )
-        run = self._find(run_id)
+        try:
+            run = self._find(run_id)
+        except UnknownRunError as unknown:
+            run = await self._find_admitted_elsewhere(run_id, unknown)
         if type(run) is StoredRun:
             return await self._wait_in_store(run_id, limit)
         if run.ended_at is not None:  # terminal
@@ -677,6 +683,29 @@ class Parent(metaclass=NoPublicConstructor):
             "runtimes are not valid here)",
             run_id=run_id if len(run_id) <= 128 else None,
         )
+
+    async def _find_admitted_elsewhere(self, run_id: str, unknown: UnknownRunError) -> StoredRun:
+        """The run *run_id* of this owner that another runtime sharing the store admitted.
+
+        This runtime's view of the store trails a commit elsewhere (contract
+        §16), and a run admitted elsewhere while still live is not in it at
+        all: an id this runtime has never seen is read from the store itself
+        before it is called unknown.
+
+        Raises:
+            UnknownRunError: *unknown*, when the store does not hold it for this owner
+                either (or there is no store).
+            StoreError: the store could not be read.
+            RuntimeClosedError: this parent or its runtime closed meanwhile.
+        """
+        persister = self._runtime._persister
+        if persister is None or type(unknown) is not UnknownRunError or not is_run_id(run_id):
+            raise unknown
+        record = await persister.load(run_id)
+        self._check_usable()
+        if record is None or record.owner != self._owner:
+            raise unknown
+        return StoredRun(record.owner, record.subagent, record.status)
 
     def _expired(self, run_id: str) -> ExpiredRunError:
         config = self._runtime.config
