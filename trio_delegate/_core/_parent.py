@@ -38,7 +38,6 @@ from .._stores._protocol import RunRecord, StoredRun, is_run_id
 from .._tools import DelegationTools
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
-from ._persistence import history_of
 from ._run import CancelReason, Outcome, Run, terminal_error
 from ._scheduler import Scheduler
 from ._settlements import SettledRuns, Settlements
@@ -230,9 +229,13 @@ class Parent(metaclass=NoPublicConstructor):
                     "a finished run can be continued: wait for it first"
                 )
             name = record.subagent
+            persister = self._runtime._persister
+            assert persister is not None
+            entries = await persister.conversation(record)
+            self._check_usable()
             try:
                 carried = CanonicalJson.of(
-                    history_of(record), max_depth=self._runtime.config.max_nesting_depth + 2
+                    entries, max_depth=self._runtime.config.max_nesting_depth + 2
                 )
             except (JsonProblem, TypeError) as exc:  # pragma: no cover - checked when recorded
                 raise InvalidArgumentsError(

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast, final
 import attrs
 import trio
 
-from .._errors import StoreError
+from .._errors import InvalidArgumentsError, StoreError
 from .._status import RunStatus
 from .._stores._memory import MemoryStore
 from .._stores._postgres import PostgresStore
@@ -523,8 +523,15 @@ class Persister:
                 if outcome.transcript is not None:
                     transcript = tuple(outcome.transcript.copy())
             ended_at = self._stamp()
-        history = run.history_record
-        if history is None:
+        continues = run.continues
+        if continues is not None:
+            # A continuation's history is the conversation of the run it
+            # continues, which the store holds already: recorded by reference,
+            # so a chain is stored in space linear in its length (contract §12).
+            history: tuple[Any, ...] = ()
+        elif run.history_record is not None:
+            history = run.history_record
+        else:
             history = tuple(run.history.copy()) if run.history is not None else ()
         return RunRecord(
             run_id=run.run_id,
@@ -544,6 +551,7 @@ class Persister:
             ended_at=ended_at,
             started_at=run.started_at,
             deadline_at=run.deadline_at,
+            continues=continues,
         )
 
     # -- other runtimes sharing the store (contract §16) ------------------------------
@@ -718,6 +726,47 @@ class Persister:
             return None
         return stored
 
+    async def conversation(self, record: RunRecord) -> list[Any]:
+        """The whole conversation of the stored terminal run *record* (see :func:`history_of`).
+
+        A continuation recorded by reference is rebuilt along its chain: back
+        to the first run that holds its history (or a transcript) itself,
+        then forward, each run adding its task and, if it completed, its
+        result. One read per link, and nothing copied twice.
+
+        Raises:
+            InvalidArgumentsError: a run of the chain is no longer in the store
+                (pruned), has not ended there, or the chain loops (a tampered store).
+            StoreError: the store could not be read.
+        """
+        chain = [record]
+        seen = {record.run_id}
+        while chain[-1].transcript is None and chain[-1].continues is not None:
+            earlier_id = chain[-1].continues
+            earlier = await self.load(earlier_id)
+            if earlier is None or not earlier.status.is_terminal or earlier_id in seen:
+                state = (
+                    "is no longer in the store"
+                    if earlier is None
+                    else "appears twice in its chain"
+                    if earlier_id in seen
+                    else f"is {earlier.status.value} in the store"
+                )
+                raise InvalidArgumentsError(
+                    f"the conversation of run {record.run_id} cannot be carried on: run "
+                    f"{earlier_id}, whose conversation it continues, {state}; start a new "
+                    "delegation instead"
+                )
+            seen.add(earlier_id)
+            chain.append(earlier)
+        first = chain.pop()
+        entries = history_of(first)
+        for link in reversed(chain):
+            entries.append({"role": "user", "content": link.task})
+            if link.status is RunStatus.COMPLETED:
+                entries.append({"role": "assistant", "content": link.final_result})
+        return entries
+
     async def load(self, run_id: str) -> RunRecord | None:
         """The stored record of *run_id*.
 
@@ -739,7 +788,11 @@ class Persister:
 
 
 def history_of(record: RunRecord) -> list[Any]:
-    """The whole conversation of a stored terminal run."""
+    """The whole conversation of a stored terminal run that holds its history itself.
+
+    (A continuation recorded by reference needs its chain:
+    :meth:`Persister.conversation`.)
+    """
     if record.transcript is not None:
         return list(record.transcript)
     return conversation(
