@@ -36,6 +36,7 @@ from .._schema import SchemaMismatch, SchemaSpec
 from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun, is_run_id
 from .._tools import DelegationTools
+from ._adoption import as_recorded
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
 from ._run import CancelReason, Outcome, Run, terminal_error
@@ -618,10 +619,13 @@ class Parent(metaclass=NoPublicConstructor):
             run.commit(outcome)
             persister.settle(run, outcome)
         else:
+            depth = self._runtime.config.max_nesting_depth
             persister.settle(
                 run,
                 outcome,
-                lambda error: run.commit(outcome if error is None else outcome.unrecorded(error)),
+                lambda error: run.commit(
+                    outcome if error is None else as_recorded(outcome, error, depth)
+                ),
             )
 
     def run_committed(self, run: Run, was_running: bool) -> None:

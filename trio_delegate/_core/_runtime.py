@@ -23,6 +23,7 @@ from .._schema import ResultSchema, SchemaSpec, compile_result_schema
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord
 from .._subagent import Subagent
+from ._adoption import adopted
 from ._events import runtime_events
 from ._grace import Grace
 from ._groups import open_transparent_nursery
@@ -246,18 +247,40 @@ class Runtime(metaclass=NoPublicConstructor):
         now = self._now()
         if run.is_live:
             if record.status.is_terminal:
-                # Written off elsewhere (interrupted): it must not go on here.
-                run.request_cancel(now, CancelReason.TAKEN_OVER)
+                # Written off elsewhere (interrupted): it must not go on here,
+                # and it ends as the store says (contract §16: the first
+                # terminal record stored wins, everywhere).
+                self._adopt(run, record)
             elif record.cancel_requested:
                 run.request_cancel(now, CancelReason.REQUEST)
         if record.observed and record.status is RunStatus.COMPLETED:
             run.host.run_observed_elsewhere(run)
 
-    def lease_lost(self) -> None:
-        """The shared store stayed unreachable: stop every live run before the lease ends."""
+    def _adopt(self, run: Run, record: RunRecord) -> None:
+        """End live *run* with the terminal *record* another runtime stored for it."""
+        scope = run.scope
+        try:
+            outcome = adopted(record, self.config.max_nesting_depth)
+        except Exception:  # a tampered store: stop the run, hand nothing out
+            run.request_cancel(self._now(), CancelReason.TAKEN_OVER)
+            return
+        if scope is not None:
+            scope.cancel()  # its runner stops; whatever it returns is dropped
+        run.decide(outcome)
+
+    def lease_lost(self, expired: bool = False) -> None:
+        """The shared store stayed unreachable: stop every live run before the lease ends.
+
+        Args:
+            expired: the lease has run out already (the process was stopped
+                or cut off for longer): the runs may have been written off
+                elsewhere, so each ends as its stored record says once its
+                own ending is written.
+        """
         now = self._now()
+        reason = CancelReason.LEASE_EXPIRED if expired else CancelReason.LEASE_LOST
         for run in [run for run in self._runs.values() if run.is_live]:
-            run.request_cancel(now, CancelReason.LEASE_LOST)
+            run.request_cancel(now, reason)
 
     def _close_now(self) -> None:
         """Refuse every further call and stop every run.
