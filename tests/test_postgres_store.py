@@ -18,6 +18,7 @@ import pytest
 import trio
 
 import trio_delegate as td
+from trio_delegate._stores._postgres import SCHEMA_VERSION
 from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE
 
 from .pg_server import PostgresServer
@@ -150,7 +151,7 @@ async def test_a_version_1_schema_is_migrated_and_reads_the_same(
     (version,) = admin.execute(
         f"SELECT value FROM {pg_schema}.meta WHERE key = 'schema_version'"
     ).fetchone() or ("",)
-    assert version == "2"
+    assert version == str(SCHEMA_VERSION)
 
 
 async def test_two_handles_creating_one_schema_at_once_both_succeed(

@@ -42,6 +42,13 @@ def _int_at_least(name: str, minimum: int) -> Any:
     return check
 
 
+def _seconds_above_zero(name: str) -> Any:
+    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        check_seconds(f"Config.{name}", value, allow_zero=False, allow_none=False)
+
+    return check
+
+
 def _seconds_at_least_zero(name: str) -> Any:
     def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         check_seconds(f"Config.{name}", value, allow_zero=True, allow_none=False)
@@ -80,6 +87,11 @@ class Config:
             tool arguments, schemas, results and transcripts; deeper input is
             ``InvalidArgumentsError``, a deeper result or transcript fails
             its run.
+        cancel_grace_seconds: how long after a run's cancellation was delivered
+            (a request, its deadline, a close) the run is decided even if its
+            runner has not returned: ``cancelled`` (or ``timed_out``) with a
+            reason saying the runner did not stop; what the runner returns
+            later is dropped and logged.
     """
 
     subagent_timeout_seconds: float | None = attrs.field(
@@ -113,4 +125,9 @@ class Config:
         default=DEFAULT_MAX_NESTING,
         converter=builtin,
         validator=_int_at_least("max_nesting_depth", 1),
+    )
+    cancel_grace_seconds: float = attrs.field(
+        default=30.0,
+        converter=builtin,
+        validator=_seconds_above_zero("cancel_grace_seconds"),
     )

@@ -72,6 +72,19 @@ async def run_sync(
         # while the thread (which is not abandoned) still runs.
         while not done and time.perf_counter() < until:
             await trio.lowlevel.cancel_shielded_checkpoint()
+        if done:
+            return
+        try:
+            # Past *still_for*: the clock may move, so that a virtual deadline
+            # stops the work.
+            await trio.sleep_forever()
+        finally:
+            # Cancelled (that deadline, or the work ended): the thread is only
+            # winding down now, and the clock stands still again until it is
+            # done, so that the grace a run gets to stop in (contract §18) is
+            # not spent in an instant of real time.
+            while not done:
+                await trio.lowlevel.cancel_shielded_checkpoint()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(keep_busy)
@@ -81,6 +94,7 @@ async def run_sync(
             result = await outcome.acapture(work)
         finally:
             done = True
+            nursery.cancel_scope.cancel()  # a keep_busy left waiting ends
     return result.unwrap()
 
 

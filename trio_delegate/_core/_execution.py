@@ -53,42 +53,47 @@ _COMPLETED_NULL: Final = Outcome(_COMPLETED, NULL)
 
 async def execute(run: Run, parent: Parent) -> None:
     """Run *run*'s runner to its end and decide the run exactly once."""
-    scope = run.scope
-    assert scope is not None
-    events = parent._runtime._events
-    if events is not None:
-        events.entered(run)
-    outcome: Outcome | None = None
     try:
-        with scope:
-            # The common case inline: one coroutine fewer per run.
-            if run.subagent.children:
-                value = await _call_with_nested_parent(run, parent)
-            else:
-                value = await run.subagent.runner(_context(run))
-            try:
-                config = parent._runtime.config
-                checked: Outcome | _Deferred
-                if run.schema is None and not isinstance(value, _STRUCTURED):
-                    # The usual result, a scalar without a schema: checked and
-                    # encoded here at once (two calls fewer than _check).
-                    checked = _encode(run, config, value, None)
+        scope = run.scope
+        assert scope is not None
+        events = parent._runtime._events
+        if events is not None:
+            events.entered(run)
+        outcome: Outcome | None = None
+        try:
+            with scope:
+                # The common case inline: one coroutine fewer per run.
+                if run.subagent.children:
+                    value = await _call_with_nested_parent(run, parent)
                 else:
-                    checked = _check(run, config, value)
-            except Exception as exc:
-                # Whatever the value does to the checks (a type's hook
-                # raising, say), the run is decided: it failed.
-                checked = failed(exc)
-            outcome = checked if type(checked) is Outcome else await checked.run()
-    except BaseException as exc:
-        reraise = _decide_raised(run, exc)
-        if reraise is exc:
-            raise
-        if reraise is not None:
-            raise reraise from None
-        return
-    # None: the scope caught a cancellation (a cancel request or the deadline).
-    run.decide(outcome if outcome is not None else run.interrupted())
+                    value = await run.subagent.runner(_context(run))
+                try:
+                    config = parent._runtime.config
+                    checked: Outcome | _Deferred
+                    if run.schema is None and not isinstance(value, _STRUCTURED):
+                        # The usual result, a scalar without a schema: checked and
+                        # encoded here at once (two calls fewer than _check).
+                        checked = _encode(run, config, value, None)
+                    else:
+                        checked = _check(run, config, value)
+                except Exception as exc:
+                    # Whatever the value does to the checks (a type's hook
+                    # raising, say), the run is decided: it failed.
+                    checked = failed(exc)
+                outcome = checked if type(checked) is Outcome else await checked.run()
+        except BaseException as exc:
+            reraise = _decide_raised(run, exc)
+            if reraise is exc:
+                raise
+            if reraise is not None:
+                raise reraise from None
+            return
+        # None: the scope caught a cancellation (a cancel request or the deadline).
+        run.decide(outcome if outcome is not None else run.interrupted())
+    finally:
+        # Counted from _launch: the grace watchdog ends with the last task, and
+        # logs what a run decided without its runner returned late.
+        parent._runtime._grace.ended(run)
 
 
 def _context(run: Run, nested: Parent | None = None) -> ChildContext:

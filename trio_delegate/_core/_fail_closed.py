@@ -2,7 +2,9 @@
 
 A run a parent started is *resolved* when it completed and was observed, or
 when it ended failed, cancelled or timed out and a replacement
-(``replaces=<its id>``, same parent) is itself resolved. The ledger holds
+(``replaces=<its id>``, same parent) is itself resolved. A completed run
+that retention evicted before anyone observed it can be replaced too: its
+result is gone, and without a replacement it could never be resolved. The ledger holds
 exactly the runs that are not resolved yet, oldest first, so resolving is a
 walk up the ``replaces`` chain and the memory it needs is bounded by the
 unresolved work, not by every run ever started.
@@ -99,7 +101,10 @@ class Ledger:
 def _entry(record: Run | Evicted) -> UnresolvedRun:
     if isinstance(record, Evicted):
         return UnresolvedRun(
-            record.run_id, record.subagent, record.status.value, _why_evicted(record.status)
+            record.run_id,
+            record.subagent,
+            record.status.value,
+            _why_evicted(record.run_id, record.status),
         )
     outcome = record.outcome
     if (
@@ -119,10 +124,17 @@ def _entry(record: Run | Evicted) -> UnresolvedRun:
     return UnresolvedRun(record.run_id, record.subagent.name, record.status.value, why)
 
 
-def _why_evicted(status: RunStatus) -> str:
+def _why_evicted(run_id: str, status: RunStatus) -> str:
+    if status is RunStatus.COMPLETED:
+        return (
+            "it completed but expired from retention before it was observed, so its result "
+            "is no longer held: wait for it if a store holds its result, else start a "
+            f"replacement with replaces={run_id!r} and wait for that (a longer "
+            "Config.retention_seconds or a larger retention_max_runs keeps results longer)"
+        )
     return (
-        f"it ended {status.value} and expired from retention before it was observed; "
-        "its result can no longer be read"
+        f"it ended {status.value} and expired from retention before it was observed: start "
+        f"a replacement with replaces={run_id!r} and wait for it"
     )
 
 

@@ -34,11 +34,11 @@ from .._json import CanonicalJson, JsonProblem, text_problem
 from .._results import CancelAck, RunHandle, RunResult
 from .._schema import SchemaMismatch, SchemaSpec
 from .._status import RunStatus
-from .._stores._protocol import RunRecord, StoredRun
+from .._stores._protocol import RunRecord, StoredRun, is_run_id
 from .._tools import DelegationTools
+from ._adoption import as_recorded
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
-from ._persistence import history_of
 from ._run import CancelReason, Outcome, Run, terminal_error
 from ._scheduler import Scheduler
 from ._settlements import SettledRuns, Settlements
@@ -217,7 +217,10 @@ class Parent(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_usable()
         check_bool("background", background)
-        earlier = self._find(run_id)
+        try:
+            earlier = self._find(run_id)
+        except UnknownRunError as unknown:
+            earlier = await self._find_admitted_elsewhere(run_id, unknown)
         if isinstance(earlier, StoredRun):
             record = await self._load(run_id)
             self._check_usable()  # it may have closed while the store answered
@@ -227,9 +230,13 @@ class Parent(metaclass=NoPublicConstructor):
                     "a finished run can be continued: wait for it first"
                 )
             name = record.subagent
+            persister = self._runtime._persister
+            assert persister is not None
+            entries = await persister.conversation(record)
+            self._check_usable()
             try:
                 carried = CanonicalJson.of(
-                    history_of(record), max_depth=self._runtime.config.max_nesting_depth + 2
+                    entries, max_depth=self._runtime.config.max_nesting_depth + 2
                 )
             except (JsonProblem, TypeError) as exc:  # pragma: no cover - checked when recorded
                 raise InvalidArgumentsError(
@@ -300,7 +307,10 @@ class Parent(metaclass=NoPublicConstructor):
             if timeout is None
             else check_seconds("timeout", timeout, allow_zero=True, allow_none=False)
         )
-        run = self._find(run_id)
+        try:
+            run = self._find(run_id)
+        except UnknownRunError as unknown:
+            run = await self._find_admitted_elsewhere(run_id, unknown)
         if type(run) is StoredRun:
             return await self._wait_in_store(run_id, limit)
         if run.ended_at is not None:  # terminal
@@ -523,6 +533,7 @@ class Parent(metaclass=NoPublicConstructor):
             runtime._persister.started(run, now)
         if runtime._events is not None:
             runtime._events.started(run)
+        runtime._grace.started(run)
         self._nursery.start_soon(execute, run, self, name=run.subagent._task_name)
 
     async def _foreground(self, run: Run) -> RunResult:
@@ -561,7 +572,8 @@ class Parent(metaclass=NoPublicConstructor):
         replaces = builtin(replaces)
         if not isinstance(replaces, str):
             raise InvalidArgumentsError(
-                f"replaces must be the run_id of a failed, cancelled or timed-out run, "
+                f"replaces must be the run_id of a failed, cancelled or timed-out run (or of "
+                "a completed one that expired before it was observed), "
                 f"got {describe(replaces)}"
             )
         record: Run | Evicted | None = self._ledger.get(replaces)
@@ -574,7 +586,10 @@ class Parent(metaclass=NoPublicConstructor):
                 f"replaces={describe(replaces)} is not a run this parent started (or it "
                 "expired); pass the exact run_id of the failed, cancelled or timed-out run"
             )
-        if record.status is RunStatus.COMPLETED:
+        if record.status is RunStatus.COMPLETED and not isinstance(record, Evicted):
+            # A completed run that expired before anyone observed it is the
+            # exception: its result is gone from memory, and a replacement is
+            # the only way left to resolve it (contract §7, fail-closed).
             raise InvalidArgumentsError(
                 f"replaces={replaces!r} names a completed run, which needs no replacement; "
                 "wait for it to read its result"
@@ -604,10 +619,13 @@ class Parent(metaclass=NoPublicConstructor):
             run.commit(outcome)
             persister.settle(run, outcome)
         else:
+            depth = self._runtime.config.max_nesting_depth
             persister.settle(
                 run,
                 outcome,
-                lambda error: run.commit(outcome if error is None else outcome.unrecorded(error)),
+                lambda error: run.commit(
+                    outcome if error is None else as_recorded(outcome, error, depth)
+                ),
             )
 
     def run_committed(self, run: Run, was_running: bool) -> None:
@@ -623,6 +641,9 @@ class Parent(metaclass=NoPublicConstructor):
             self._scheduler.released()
 
     def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
+        if run.status is RunStatus.RUNNING and run.is_live:
+            # Its runner has a grace to stop in (contract §18).
+            self._runtime._grace.delivered(run, self._runtime._now())
         events = self._runtime._events
         if events is not None:
             events.cancel_requested(run, reason)
@@ -669,6 +690,29 @@ class Parent(metaclass=NoPublicConstructor):
             "runtimes are not valid here)",
             run_id=run_id if len(run_id) <= 128 else None,
         )
+
+    async def _find_admitted_elsewhere(self, run_id: str, unknown: UnknownRunError) -> StoredRun:
+        """The run *run_id* of this owner that another runtime sharing the store admitted.
+
+        This runtime's view of the store trails a commit elsewhere (contract
+        §16), and a run admitted elsewhere while still live is not in it at
+        all: an id this runtime has never seen is read from the store itself
+        before it is called unknown.
+
+        Raises:
+            UnknownRunError: *unknown*, when the store does not hold it for this owner
+                either (or there is no store).
+            StoreError: the store could not be read.
+            RuntimeClosedError: this parent or its runtime closed meanwhile.
+        """
+        persister = self._runtime._persister
+        if persister is None or type(unknown) is not UnknownRunError or not is_run_id(run_id):
+            raise unknown
+        record = await persister.load(run_id)
+        self._check_usable()
+        if record is None or record.owner != self._owner:
+            raise unknown
+        return StoredRun(record.owner, record.subagent, record.status)
 
     def _expired(self, run_id: str) -> ExpiredRunError:
         config = self._runtime.config

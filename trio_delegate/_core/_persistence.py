@@ -26,18 +26,19 @@ import datetime
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast, final
 
 import attrs
 import trio
 
-from .._errors import StoreError
+from .._errors import InvalidArgumentsError, StoreError
 from .._status import RunStatus
 from .._stores._memory import MemoryStore
 from .._stores._postgres import PostgresStore
 from .._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun
 from .._stores._sqlite import SQLiteStore
+from ._adoption import Conflict
 from ._run import Outcome, conversation, safe_message
 
 if TYPE_CHECKING:
@@ -69,8 +70,9 @@ class WatchHost(Protocol):
         """The store's record of one of this runtime's runs changed (another runtime
         may have flagged it, or recorded it as ended)."""
 
-    def lease_lost(self) -> None:
-        """The store stayed unreachable for most of this runtime's lease."""
+    def lease_lost(self, expired: bool = False) -> None:
+        """The store stayed unreachable for most of this runtime's lease
+        (*expired*: for all of it)."""
 
 
 @final
@@ -218,6 +220,7 @@ class Persister:
         "_idle",
         "_ignores_writes",
         "_index",
+        "_lapsed",
         "_receive",
         "_renewal",
         "_renewed_at",
@@ -270,6 +273,10 @@ class Persister:
         # what the lease guard waits on once it has stopped the live runs.
         self._renewed_at = 0.0
         self._renewal = trio.Event()
+        # Whether this runtime's lease may have run out at some point (a
+        # stopped process, a long cut): from then on, each ending it writes
+        # is checked against the store (see _adoption). Sticky.
+        self._lapsed = False
 
     async def attach(self) -> tuple[str, ...]:
         """Attach to the store; returns the ids it marked interrupted.
@@ -283,6 +290,8 @@ class Persister:
             raise store_error(exc, "open") from None
         for run_id, stored in snapshot.terminal:
             self._remember(run_id, stored)
+        # Attached: the lease is as fresh as it gets (the watcher renews it).
+        self._renewed_at = trio.current_time()
         return snapshot.interrupted
 
     async def detach(self) -> None:
@@ -334,6 +343,8 @@ class Persister:
                     # and ended before the commit needs one row, not three).
                     latest = {record.run_id: record for record, _ in batch}
                     failures = await self._write(list(latest.values()))
+                    if self._may_be_written_off():
+                        failures.update(await self._conflicts(latest.values(), failures))
                     self._writing = []
                     if failures:
                         for record, done in batch:
@@ -383,6 +394,46 @@ class Persister:
         failures = await self._write(batch[:middle])
         failures.update(await self._write(batch[middle:]))
         return failures
+
+    def _note_gap(self, now: float) -> None:
+        """A sweep renewed the lease at *now*: note if it had gone without for long."""
+        lease = self.store.lease_seconds
+        if lease is not None and now - self._renewed_at >= lease / 2:
+            self._lapsed = True
+
+    def _may_be_written_off(self) -> bool:
+        """Whether another runtime may have recorded this runtime's runs as interrupted.
+
+        Only once its lease may have run out: a runtime that kept renewing
+        its lease cannot have been written off, and its writes are not checked.
+        """
+        if not self._lapsed and self.store.lease_seconds is not None:
+            self._note_gap(trio.current_time())
+        return self._lapsed
+
+    async def _conflicts(
+        self, written: Iterable[RunRecord], failures: dict[str, StoreError]
+    ) -> dict[str, StoreError]:
+        """The endings just written that the store did not keep: another one stood.
+
+        The store leaves a terminal record alone; the one it holds is read
+        back and comes back as a :class:`Conflict` for the run to adopt.
+        """
+        conflicts: dict[str, StoreError] = {}
+        for record in written:
+            if not record.status.is_terminal or record.run_id in failures:
+                continue
+            try:
+                stored = await self.store.get(record.run_id)
+            except Exception:
+                continue  # unreadable now: the run ends as it decided
+            if (
+                stored is not None
+                and stored.status.is_terminal
+                and (stored.status, stored.error_type) != (record.status, record.error_type)
+            ):
+                conflicts[record.run_id] = Conflict(stored)
+        return conflicts
 
     def _failed(self, records: Sequence[RunRecord], exc: Exception) -> dict[str, StoreError]:
         self.stats.failed_records += len(records)
@@ -523,8 +574,15 @@ class Persister:
                 if outcome.transcript is not None:
                     transcript = tuple(outcome.transcript.copy())
             ended_at = self._stamp()
-        history = run.history_record
-        if history is None:
+        continues = run.continues
+        if continues is not None:
+            # A continuation's history is the conversation of the run it
+            # continues, which the store holds already: recorded by reference,
+            # so a chain is stored in space linear in its length (contract §12).
+            history: tuple[Any, ...] = ()
+        elif run.history_record is not None:
+            history = run.history_record
+        else:
             history = tuple(run.history.copy()) if run.history is not None else ()
         return RunRecord(
             run_id=run.run_id,
@@ -544,6 +602,7 @@ class Persister:
             ended_at=ended_at,
             started_at=run.started_at,
             deadline_at=run.deadline_at,
+            continues=continues,
         )
 
     # -- other runtimes sharing the store (contract §16) ------------------------------
@@ -602,7 +661,7 @@ class Persister:
         self._renewed_at = trio.current_time()
         async with trio.open_nursery() as nursery:
             if lease is not None:
-                nursery.start_soon(self._guard_lease, host, lease - margin)
+                nursery.start_soon(self._guard_lease, host, lease - margin, lease)
             await self._watch(host, cursor, interval, in_process)
 
     async def _changes(self, cursor: int) -> ChangeBatch:
@@ -614,7 +673,7 @@ class Persister:
             )
         return await self.store.changes(cursor)
 
-    async def _guard_lease(self, host: WatchHost, within: float) -> None:
+    async def _guard_lease(self, host: WatchHost, within: float, lease: float) -> None:
         """Stop the runtime's live runs when no sweep has renewed its lease for *within* s.
 
         A task of its own: a sweep against an unreachable server can block
@@ -622,8 +681,10 @@ class Persister:
         """
         while True:
             await trio.sleep_until(self._renewed_at + within)
-            if self._renewed_at + within <= trio.current_time():
-                host.lease_lost()
+            now = trio.current_time()
+            if self._renewed_at + within <= now:
+                self._lapsed = True
+                host.lease_lost(expired=now >= self._renewed_at + lease)
                 renewal = self._renewal = trio.Event()
                 await renewal.wait()  # a sweep got through again: guard anew
 
@@ -637,7 +698,9 @@ class Persister:
             except Exception:
                 pass
             else:
-                self._renewed_at = trio.current_time()
+                now = trio.current_time()
+                self._note_gap(now)
+                self._renewed_at = now
                 self._renewal.set()
             try:
                 batch = await self._changes(cursor)
@@ -718,6 +781,47 @@ class Persister:
             return None
         return stored
 
+    async def conversation(self, record: RunRecord) -> list[Any]:
+        """The whole conversation of the stored terminal run *record* (see :func:`history_of`).
+
+        A continuation recorded by reference is rebuilt along its chain: back
+        to the first run that holds its history (or a transcript) itself,
+        then forward, each run adding its task and, if it completed, its
+        result. One read per link, and nothing copied twice.
+
+        Raises:
+            InvalidArgumentsError: a run of the chain is no longer in the store
+                (pruned), has not ended there, or the chain loops (a tampered store).
+            StoreError: the store could not be read.
+        """
+        chain = [record]
+        seen = {record.run_id}
+        while chain[-1].transcript is None and chain[-1].continues is not None:
+            earlier_id = chain[-1].continues
+            earlier = await self.load(earlier_id)
+            if earlier is None or not earlier.status.is_terminal or earlier_id in seen:
+                state = (
+                    "is no longer in the store"
+                    if earlier is None
+                    else "appears twice in its chain"
+                    if earlier_id in seen
+                    else f"is {earlier.status.value} in the store"
+                )
+                raise InvalidArgumentsError(
+                    f"the conversation of run {record.run_id} cannot be carried on: run "
+                    f"{earlier_id}, whose conversation it continues, {state}; start a new "
+                    "delegation instead"
+                )
+            seen.add(earlier_id)
+            chain.append(earlier)
+        first = chain.pop()
+        entries = history_of(first)
+        for link in reversed(chain):
+            entries.append({"role": "user", "content": link.task})
+            if link.status is RunStatus.COMPLETED:
+                entries.append({"role": "assistant", "content": link.final_result})
+        return entries
+
     async def load(self, run_id: str) -> RunRecord | None:
         """The stored record of *run_id*.
 
@@ -739,7 +843,11 @@ class Persister:
 
 
 def history_of(record: RunRecord) -> list[Any]:
-    """The whole conversation of a stored terminal run."""
+    """The whole conversation of a stored terminal run that holds its history itself.
+
+    (A continuation recorded by reference needs its chain:
+    :meth:`Persister.conversation`.)
+    """
     if record.transcript is not None:
         return list(record.transcript)
     return conversation(

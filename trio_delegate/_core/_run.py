@@ -45,6 +45,7 @@ __all__ = [
     "Phase",
     "Run",
     "RunHost",
+    "StoredEnding",
     "completed",
     "conversation",
     "error_type",
@@ -66,6 +67,10 @@ class CancelReason(enum.Enum):
         "runtimes have written it off"
     )
     TAKEN_OVER = "because another runtime sharing the store recorded it as ended"
+    LEASE_EXPIRED = (
+        "because its runtime's lease on the shared store ran out (its process was stopped "
+        "or cut off for longer than the lease)"
+    )
 
 
 class Phase(enum.Enum):
@@ -106,6 +111,16 @@ def error_type(error: BaseException) -> str:
     """The name of *error*'s type, as a plain ``str`` (a class may rename itself)."""
     name: str = builtin(type(error).__name__)
     return name
+
+
+@final
+class StoredEnding(Exception):
+    """A run's ending as another runtime recorded it (see ``_adoption``)."""
+
+    def __init__(self, type_name: str | None, message: str | None) -> None:
+        super().__init__(message or "")
+        self.type_name = type_name
+        self.message = message
 
 
 @final
@@ -159,7 +174,9 @@ class Outcome:
         pending run's cancellation reads ``cancelled`` immediately, and a run
         stopped because its store is unreachable is not held up by it.
         """
-        return self.status is RunStatus.COMPLETED
+        # A run stopped once its lease had run out may have been written off
+        # elsewhere meanwhile: it ends as the store says (see _adoption).
+        return self.status is RunStatus.COMPLETED or self.reason is CancelReason.LEASE_EXPIRED
 
     def unrecorded(self, error: StoreError) -> Outcome:
         """This outcome, when its record could not be written.
@@ -175,15 +192,25 @@ class Outcome:
     def error_details(self, timeout: float | None) -> tuple[str | None, str | None]:
         """``(error_type, error_message)`` as recorded and reported."""
         status = self.status
+        error = self.error
+        if type(error) is StoredEnding:
+            # Adopted from the store: answered as it was recorded there.
+            if status is RunStatus.FAILED:
+                return error.type_name or "Error", error.message or ""
+            return None, error.message
         if status is RunStatus.FAILED:
-            error = self.error
             assert error is not None
             return error_type(error), safe_message(error)
         if status is RunStatus.CANCELLED:
-            return None, (self.reason or CancelReason.REQUEST).value
-        if status is RunStatus.TIMED_OUT:
-            return None, f"its deadline of {timeout:g} s passed"
-        return None, None
+            message = (self.reason or CancelReason.REQUEST).value
+        elif status is RunStatus.TIMED_OUT:
+            message = f"its deadline of {timeout:g} s passed"
+        else:
+            return None, None
+        if self.error is not None:
+            # Decided without its runner, which did not stop (contract §18).
+            message = f"{message} ({safe_message(self.error)})"
+        return None, message
 
 
 def completed(result: CanonicalJson, transcript: CanonicalJson | None) -> Outcome:

@@ -23,7 +23,9 @@ from .._schema import ResultSchema, SchemaSpec, compile_result_schema
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord
 from .._subagent import Subagent
+from ._adoption import adopted
 from ._events import runtime_events
+from ._grace import Grace
 from ._groups import open_transparent_nursery
 from ._ids import RunIds, new_runtime_id
 from ._parent import Parent
@@ -51,6 +53,7 @@ class Runtime(metaclass=NoPublicConstructor):
         "_closed",
         "_closed_at",
         "_events",
+        "_grace",
         "_live_count",
         "_now",
         "_nursery",
@@ -78,6 +81,8 @@ class Runtime(metaclass=NoPublicConstructor):
         # same clock through the run context on every call, several per run.
         self._now = trio.lowlevel.current_clock().current_time
         self._run_ids = RunIds()
+        # Decides runs whose runners do not stop (contract §18).
+        self._grace = Grace(config.cancel_grace_seconds, self._now, self._live_runs)
         self._subagents = MappingProxyType(dict(subagents))
         # Each subagent's child deadline in seconds (or None) under this config.
         self._timeouts = {
@@ -210,6 +215,9 @@ class Runtime(metaclass=NoPublicConstructor):
             return compiled
         return compile_result_schema(spec, max_nesting=nesting)
 
+    def _live_runs(self) -> int:
+        return self._live_count
+
     def _evicted(self, run: Run) -> None:
         """Retention evicted *run*: it is answered from the store, if anywhere."""
         del self._runs[run.run_id]
@@ -239,18 +247,40 @@ class Runtime(metaclass=NoPublicConstructor):
         now = self._now()
         if run.is_live:
             if record.status.is_terminal:
-                # Written off elsewhere (interrupted): it must not go on here.
-                run.request_cancel(now, CancelReason.TAKEN_OVER)
+                # Written off elsewhere (interrupted): it must not go on here,
+                # and it ends as the store says (contract §16: the first
+                # terminal record stored wins, everywhere).
+                self._adopt(run, record)
             elif record.cancel_requested:
                 run.request_cancel(now, CancelReason.REQUEST)
         if record.observed and record.status is RunStatus.COMPLETED:
             run.host.run_observed_elsewhere(run)
 
-    def lease_lost(self) -> None:
-        """The shared store stayed unreachable: stop every live run before the lease ends."""
+    def _adopt(self, run: Run, record: RunRecord) -> None:
+        """End live *run* with the terminal *record* another runtime stored for it."""
+        scope = run.scope
+        try:
+            outcome = adopted(record, self.config.max_nesting_depth)
+        except Exception:  # a tampered store: stop the run, hand nothing out
+            run.request_cancel(self._now(), CancelReason.TAKEN_OVER)
+            return
+        if scope is not None:
+            scope.cancel()  # its runner stops; whatever it returns is dropped
+        run.decide(outcome)
+
+    def lease_lost(self, expired: bool = False) -> None:
+        """The shared store stayed unreachable: stop every live run before the lease ends.
+
+        Args:
+            expired: the lease has run out already (the process was stopped
+                or cut off for longer): the runs may have been written off
+                elsewhere, so each ends as its stored record says once its
+                own ending is written.
+        """
         now = self._now()
+        reason = CancelReason.LEASE_EXPIRED if expired else CancelReason.LEASE_LOST
         for run in [run for run in self._runs.values() if run.is_live]:
-            run.request_cancel(now, CancelReason.LEASE_LOST)
+            run.request_cancel(now, reason)
 
     def _close_now(self) -> None:
         """Refuse every further call and stop every run.
@@ -258,10 +288,15 @@ class Runtime(metaclass=NoPublicConstructor):
         Nested runs stop with the run that contains them.
         """
         self._closed = True
-        self._closed_at = self._now()
+        now = self._closed_at = self._now()
         for parent in list(self._parents.values()):
             if parent._depth == 0:
                 parent._cancel_pending(CancelReason.RUNTIME_CLOSED)
+        grace = self._grace
+        for run in self._runs.values():
+            if run.is_live:
+                grace.delivered(run, now)
+        grace.closing()
         # Running runs are cancelled all at once by cancelling the nursery that
         # holds them; Run.settle_interrupted reads _closed_at as their request time.
         assert self._nursery is not None
@@ -408,6 +443,7 @@ async def _owning_nursery(runtime: Runtime) -> AsyncIterator[None]:
     """The nursery that holds the runtime's top-level runs."""
     async with open_transparent_nursery() as nursery:
         runtime._nursery = nursery
+        nursery.start_soon(runtime._grace.watch, name="trio_delegate grace")
         try:
             yield
         finally:

@@ -9,6 +9,7 @@ before the parent may claim completion.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, final
 
@@ -30,10 +31,12 @@ class SettledRuns(AsyncIterator[RunHandle]):
     An async iterator of ``RunHandle``\\ s with terminal statuses, in
     settlement order, from the moment it was made; it ends once its parent
     has closed (after the runs its close ended). Leave it early with
-    :meth:`aclose` (or ``async with``) so nothing more is kept for it.
+    :meth:`aclose` (or ``async with``) so nothing more is kept for it; an
+    iterator nobody holds any more (``async for ... : break``) is forgotten
+    as soon as it is garbage.
     """
 
-    __slots__ = ("_owner", "_receive")
+    __slots__ = ("__weakref__", "_owner", "_receive")
 
     def __init__(self, owner: Settlements, receive: trio.MemoryReceiveChannel[RunHandle]) -> None:
         self._owner = owner
@@ -71,7 +74,11 @@ class Settlements:
 
     def __init__(self, parent_owner: str) -> None:
         self.parent_owner = parent_owner
-        self._streams: dict[SettledRuns, trio.MemorySendChannel[RunHandle]] = {}
+        # Held weakly: an iterator left by ``break`` and dropped must not stay
+        # subscribed, buffering every later settlement until the parent closes.
+        self._streams: weakref.WeakKeyDictionary[SettledRuns, trio.MemorySendChannel[RunHandle]] = (
+            weakref.WeakKeyDictionary()
+        )
         # Terminal runs whose outcome no wait has told, oldest settled first,
         # as (run id, subagent, status): a plain tuple costs a fraction of a
         # RunHandle to make, on every background run; unobserved() makes the
@@ -117,6 +124,6 @@ class Settlements:
     def close(self) -> None:
         """The parent closed and joined its runs: every stream ends."""
         self._closed = True
-        streams, self._streams = self._streams, {}
-        for send in streams.values():
+        streams, self._streams = self._streams, weakref.WeakKeyDictionary()
+        for send in list(streams.values()):
             send.close()

@@ -72,7 +72,7 @@ def _encode(value: object) -> str:
 
 
 #: The head key of a live run whose head this store handle wrote (see LiveHeads).
-_HeadKey = tuple[str, str, str, str, str, str | None, str, tuple[Any, ...]]
+_HeadKey = tuple[str, str, str, str, str, str | None, str, tuple[Any, ...], str | None]
 
 
 @final
@@ -96,21 +96,21 @@ def _checked(text: str) -> str:
 
 
 def _head(record: RunRecord) -> str:
-    return _checked(
-        _encode(
-            {
-                "run_id": record.run_id,
-                "runtime_id": record.runtime_id,
-                "owner": record.owner,
-                "subagent": record.subagent,
-                "task": record.task,
-                "task_summary": record.task_summary,
-                "history": record.history,
-                "replaces": record.replaces,
-                "admitted_at": record.admitted_at,
-            }
-        )
-    )
+    head = {
+        "run_id": record.run_id,
+        "runtime_id": record.runtime_id,
+        "owner": record.owner,
+        "subagent": record.subagent,
+        "task": record.task,
+        "task_summary": record.task_summary,
+        "history": record.history,
+        "replaces": record.replaces,
+        "admitted_at": record.admitted_at,
+    }
+    if record.continues is not None:
+        # A continuation by reference (schema versions: SQLite 4, PostgreSQL 3).
+        head["continues"] = record.continues
+    return _checked(_encode(head))
 
 
 def encode_state(record: RunRecord) -> str:
@@ -264,7 +264,11 @@ def decode_record(
             f"({type(exc).__name__}: {exc}); it was changed by something else",
             path=where,
         ) from exc
-    if not (is_run_id(record.run_id) and is_runtime_id(record.runtime_id)):
+    if not (
+        is_run_id(record.run_id)
+        and is_runtime_id(record.runtime_id)
+        and (record.continues is None or is_run_id(record.continues))
+    ):
         raise StoreError(
             f"the store {where} holds a record whose ids ({record.run_id!r}, "
             f"{record.runtime_id!r}) are not ids a runtime made; it was changed by "
@@ -334,6 +338,7 @@ class LiveHeads:
             record.replaces,
             record.admitted_at,
             record.history,
+            record.continues,
         )
 
     def holds(self, record: RunRecord) -> bool:

@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "PostgresReader", "PostgresStore", "mask_dsn"]
 
 _APPLICATION: Final = "trio_delegate"
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 _PRUNE_EVERY: Final = 512
 #: Notified change numbers are kept per writer for at most this many writers.
@@ -340,6 +340,10 @@ class _Sql:
             # change; NULL where anything else made it (a flag, an
             # interruption, a write over a flag it had not seen).
             1: [q("ALTER TABLE {s}.runs ADD COLUMN writer text")],
+            # A continuation's head may name the run it continues instead of
+            # holding its conversation again: nothing to rewrite, but an older
+            # trio_delegate must not read such a history as empty.
+            2: [],
         }
         self.set_version = q("UPDATE {s}.meta SET value = %s WHERE key = 'schema_version'")
 

@@ -164,7 +164,8 @@ class RunRecord:
         task: the task text (the message, for a continuation).
         task_summary: the summary shown in result envelopes.
         status: the run's status when the record was written.
-        history: the conversation it was given.
+        history: the conversation it was given; ``()`` for a continuation
+            recorded by reference (see *continues*).
         replaces: the run it replaces, if any.
         final_result: the JSON-ready result of a completed run.
         error_type: the error's type name for a failed run.
@@ -179,6 +180,11 @@ class RunRecord:
             any runtime). Sticky: a store never clears it.
         observed: its outcome was handed to its owner (a ``wait`` returned it)
             in some runtime. Sticky: a store never clears it.
+        continues: for a continuation, the run whose whole conversation it
+            was given; its *history* is then that run's conversation as the
+            store holds it (rebuilt along the chain on read), not written
+            again with each link: a chain is stored in space linear in its
+            length (contract §12).
     """
 
     run_id: str
@@ -200,6 +206,7 @@ class RunRecord:
     deadline_at: float | None = None
     cancel_requested: bool = False
     observed: bool = False
+    continues: str | None = None
 
 
 @final

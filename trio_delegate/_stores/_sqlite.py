@@ -66,7 +66,7 @@ from ._protocol import (
 __all__ = ["SCHEMA_VERSION", "SQLiteReader", "SQLiteStore"]
 
 _APPLICATION: Final = "trio_delegate"
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 _LIVE = ("pending", "running")
 #: Store-side retention is applied after this many written records (and on attach).
 _PRUNE_EVERY: Final = 512
@@ -142,11 +142,22 @@ def _migrate_to_3(conn: sqlite3.Connection) -> None:
     conn.execute(f"INSERT INTO meta VALUES ('terminal_rows', ({_COUNT_TERMINAL}))")
 
 
+def _migrate_to_4(conn: sqlite3.Connection) -> None:
+    """Version 4: a continuation's head may name the run it continues (``continues``)
+    instead of holding that run's conversation again.
+
+    Nothing to rewrite: rows of version 3 hold their histories whole and read
+    as before. The version only keeps an older trio_delegate, which would
+    read such a continuation's history as empty, from opening the store.
+    """
+
+
 #: _MIGRATIONS[n] brings a store from version n to n + 1.
 _MIGRATIONS: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {
     0: _migrate_to_1,
     1: _migrate_to_2,
     2: _migrate_to_3,
+    3: _migrate_to_4,
 }
 
 _COLUMNS: Final = "record, state, cancel_requested, observed"

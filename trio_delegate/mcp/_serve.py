@@ -127,27 +127,121 @@ async def _serve(
     ):
         server = make_server(runtime)
         logger.info("%s", ready)
+        exit_guard = _ExitGuard(runtime)
         async with trio.open_nursery() as nursery:
             if signals is not None:
 
                 async def watch(signals: AsyncIterator[int]) -> None:
                     nonlocal received
                     async for signum in signals:
+                        if received is not None:
+                            # A second signal: do not wait out the grace.
+                            exit_guard.exit_now(f"stopped by a second {_name(signum)}", signum)
                         received = signum
+                        exit_guard.arm(f"stopped by {_name(signum)}", signum)
                         nursery.cancel_scope.cancel()
-                        return
 
-                nursery.start_soon(watch, signals)
+                # A system task: it must still hear a second signal while the
+                # runtime's close waits for runners that do not stop.
+                trio.lowlevel.spawn_system_task(watch, signals)
             read_stream, write_stream = streams
-            async with mended(read_stream, write_stream) as readable:
+            watched = _Watched(read_stream, lambda: exit_guard.arm("stdin ended", None))
+            async with mended(watched, write_stream) as readable:
                 await server.run(readable, write_stream, server.create_initialization_options())
+            exit_guard.arm("the connection ended", None)
             nursery.cancel_scope.cancel()
         if received is not None:
             # The connection's runs are settled and their processes gone;
             # only the stdin reader is left, blocked for good.
             logger.info("stopped by %s; the connection's runs were cancelled", _name(received))
+            stuck = _stuck(runtime)
+            if stuck:
+                logger.warning(
+                    "exiting and abandoning the runs whose runners did not stop: %s",
+                    ", ".join(stuck),
+                )
             signal.signal(received, signal.SIG_DFL)
             os.kill(os.getpid(), received)
+
+
+#: How long after the grace the server waits for its runtime to close before it
+#: exits anyway (contract §18): room for the stores to commit the last records.
+_EXIT_MARGIN_SECONDS: Final = 3.0
+
+
+class _ExitGuard:
+    """Ends the process if the runtime's close outlasts the grace (contract §18).
+
+    A runner that does not stop is decided ``cancel_grace_seconds`` after
+    its cancellation, but its task holds the runtime open until it returns,
+    and Trio cannot kill it. Once the server is stopping, a timer on a
+    daemon thread (which a runner blocking the event loop cannot hold up
+    either) names the runs it abandons on stderr and exits with a non-zero
+    status: 128 plus the signal's number, or 1 when the input ended.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._timer: threading.Timer | None = None
+
+    def arm(self, why: str, signum: int | None) -> None:
+        """Start the countdown (once: later calls keep the first one)."""
+        if self._timer is not None:
+            return
+        delay = self._runtime.config.cancel_grace_seconds + _EXIT_MARGIN_SECONDS
+        timer = threading.Timer(delay, self.exit_now, (why, signum))
+        timer.daemon = True
+        self._timer = timer
+        timer.start()
+
+    def exit_now(self, why: str, signum: int | None) -> None:
+        """Name the runs that are still running on stderr, and end the process."""
+        try:
+            stuck = ", ".join(_stuck(self._runtime)) or "none"
+        except Exception:  # pragma: no cover - read from the timer's thread, racing the loop
+            stuck = "(they could not be listed)"
+        line = (
+            f"trio-delegate: {why}, and the runtime did not close within "
+            f"Config.cancel_grace_seconds ({self._runtime.config.cancel_grace_seconds:g} s) "
+            f"plus {_EXIT_MARGIN_SECONDS:g} s; exiting and abandoning the runs whose runners "
+            f"did not stop: {stuck}\n"
+        )
+        try:
+            os.write(2, line.encode("utf-8", "backslashreplace"))
+        finally:
+            os._exit(1 if signum is None else 128 + signum)
+
+
+def _stuck(runtime: Runtime) -> list[str]:
+    """The runs still running in *runtime*: decided without their runners, or live."""
+    named = [
+        f"{run_id} (subagent {subagent!r}, still running {seconds:.1f} s after it was decided)"
+        for run_id, subagent, seconds in runtime._grace.abandoned()
+    ]
+    named += [
+        f"{run.run_id} (subagent {run.subagent.name!r}, {run.status.value})"
+        for run in list(runtime._runs.values())
+        if run.is_live
+    ]
+    return named
+
+
+class _Watched:
+    """*stream* (iterated by ``async for``), calling *on_end* when it ends."""
+
+    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_end = on_end
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._stream.__anext__()
+        except StopAsyncIteration:
+            self._on_end()
+            raise
 
 
 def _name(signum: int) -> str:

@@ -1,0 +1,80 @@
+"""One ending per run in a shared store (contract §16): adopting the stored record.
+
+A terminal record never changes, and the first one stored wins everywhere.
+A runtime whose own ending of a run lost to a terminal record written
+elsewhere (its lease ran out while its process was stopped, or it was cut
+off, and another runtime recorded the run as interrupted) adopts the stored
+record: the run commits with the stored outcome, so ``status``, ``wait`` and
+``delegate`` answer what the store holds, and a result is never handed out
+unless it is the run's stored terminal record.
+
+Two ways lead here: the store watcher reads a terminal record of a run that
+is still live in this runtime (:func:`adopted` at once), or the writer finds,
+after writing an ending, that the store kept another one (:class:`Conflict`,
+checked only once this runtime's lease may have lapsed: a runtime that kept
+its lease cannot have been written off).
+"""
+
+from __future__ import annotations
+
+from typing import Final, final
+
+from .._errors import InvalidResultError, RunFailedError, StoreError
+from .._json import CanonicalJson
+from .._status import RunStatus
+from .._stores._protocol import RunRecord
+from ._run import Outcome, StoredEnding, failed
+
+__all__ = ["Conflict", "adopted", "as_recorded"]
+
+#: The error type a schema mismatch is recorded under (see ``_schema``).
+_SCHEMA_MISMATCH: Final = "SchemaMismatch"
+
+
+@final
+class Conflict(StoreError):
+    """The store kept another terminal record of a run than the one this runtime wrote."""
+
+    def __init__(self, record: RunRecord) -> None:
+        super().__init__(
+            f"run {record.run_id} was recorded as {record.status.value} by another runtime "
+            "first; that record stands",
+            run_id=record.run_id,
+        )
+        self.record = record
+
+
+def adopted(record: RunRecord, max_depth: int) -> Outcome:
+    """The outcome a run commits with when its terminal *record* was stored elsewhere.
+
+    Raises:
+        JsonProblem, TypeError: a completed record whose result is not JSON the
+            runtime can keep (a tampered store); the caller fails the run.
+    """
+    status = record.status
+    if status is RunStatus.COMPLETED:
+        transcript = record.transcript
+        return Outcome(
+            status,
+            result=CanonicalJson.of(record.final_result, max_depth=max_depth),
+            transcript=(
+                None
+                if transcript is None
+                else CanonicalJson.of(list(transcript), max_depth=max_depth)
+            ),
+        )
+    ending = StoredEnding(record.error_type, record.error_message)
+    failure_type: type[RunFailedError] = (
+        InvalidResultError if record.error_type == _SCHEMA_MISMATCH else RunFailedError
+    )
+    return Outcome(status, error=ending, failure_type=failure_type)
+
+
+def as_recorded(outcome: Outcome, error: StoreError, max_depth: int) -> Outcome:
+    """What a run that decided *outcome* commits with when its record met *error*."""
+    if type(error) is Conflict:
+        try:
+            return adopted(error.record, max_depth)
+        except Exception as exc:  # a tampered store: no result is handed out
+            return failed(exc)
+    return outcome.unrecorded(error)

@@ -1,0 +1,216 @@
+"""Runners that do not stop (contract §18): the grace after a cancellation.
+
+A runner is user code: it can catch ``trio.Cancelled`` and carry on, or
+shield itself for ever, and Trio cannot kill a task. So once a run's
+cancellation has been delivered (a request, its child deadline, its
+caller's or parent's cancellation, a close), :class:`Grace` decides the run
+``Config.cancel_grace_seconds`` later if its runner has not returned by
+then: ``cancelled`` (``timed_out`` for a deadline) with a reason saying the
+runner did not stop. Waiters, ``status``, settlement streams and the
+fail-closed check answer from then on, and the parent's slot is free.
+
+The runner's task still holds its runtime's nursery open until it returns.
+While the runtime closes, the watchdog logs, at once and then every grace
+period, which runs refuse to stop and for how long.
+
+One watchdog task per runtime keeps a heap of ``(decide_at, seq, run)``:
+an entry per running run with a deadline (pushed when it starts) and one
+per delivered cancellation. An entry of a run that has settled is dead; the
+heap is rebuilt without them whenever they outnumber the live runs, so it
+holds no more than a small multiple of the live runs (and no settled run's
+result for long).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, final
+
+import trio
+
+from .._status import RunStatus
+from ._run import Outcome
+
+if TYPE_CHECKING:
+    from ._run import Run
+
+__all__ = ["Grace", "RunnerDidNotStop"]
+
+logger = logging.getLogger("trio_delegate")
+
+# Rebuild the heap once it holds more dead entries than this beyond the live runs.
+_SLACK: Final = 64
+
+
+@final
+class RunnerDidNotStop(Exception):
+    """Why a run was decided without its runner: the cause of its ending."""
+
+
+@final
+class Grace:
+    """One runtime's grace watchdog (see the module docstring)."""
+
+    __slots__ = (
+        "_abandoned",
+        "_closing",
+        "_heap",
+        "_live",
+        "_now",
+        "_scope",
+        "_seq",
+        "_target",
+        "_wake",
+        "seconds",
+        "tasks",
+    )
+
+    def __init__(self, seconds: float, now: Callable[[], float], live: Callable[[], int]) -> None:
+        self.seconds = seconds
+        self._now = now
+        self._heap: list[tuple[float, int, Run]] = []
+        self._seq = 0
+        self._wake = trio.Event()
+        # When the watchdog will look next (math.inf: it waits for an entry).
+        self._target = math.inf
+        # Run tasks that have been started and have not returned.
+        self.tasks = 0
+        # How many runs of the runtime are live: when to rebuild the heap.
+        self._live = live
+        # Runs decided without their runner, whose task has not returned: run -> since.
+        self._abandoned: dict[Run, float] = {}
+        self._closing = False
+        self._scope: trio.CancelScope | None = None
+
+    # -- what the runtime tells it ---------------------------------------------------
+
+    def started(self, run: Run) -> None:
+        """*run*'s task is about to start; its deadline, if any, starts its grace."""
+        self.tasks += 1
+        if run.deadline != math.inf:
+            self._push(run.deadline + self.seconds, run)
+
+    def delivered(self, run: Run, now: float) -> None:
+        """*run*'s cancellation was delivered at *now*: decide it a grace later."""
+        self._push(now + self.seconds, run)
+
+    def ended(self, run: Run) -> None:
+        """*run*'s task returned (whatever it did)."""
+        self.tasks -= 1
+        since = self._abandoned.pop(run, None)
+        if since is not None:
+            logger.warning(
+                "run %s (subagent %r) returned %.1f s after it was decided %s; what it "
+                "returned was dropped",
+                run.run_id,
+                run.subagent.name,
+                self._clock() - since,
+                run.status.value,
+            )
+        if self._closing and self.tasks == 0 and self._scope is not None:
+            self._scope.cancel()
+
+    def closing(self) -> None:
+        """The runtime is closing: report stuck runs until every task has returned."""
+        self._closing = True
+        if self._abandoned:
+            self._report()
+        if self.tasks == 0 and self._scope is not None:
+            self._scope.cancel()
+        self._wake.set()
+
+    # -- the watchdog ------------------------------------------------------------
+
+    async def watch(self) -> None:
+        """Decide overdue runs, and report stuck ones while the runtime closes.
+
+        Shielded: the runtime's close cancels the nursery this task lives in,
+        and the grace must still run out; it ends once the runtime is closing
+        and every run task has returned.
+        """
+        with trio.CancelScope(shield=True) as scope:
+            self._scope = scope
+            if self._closing and self.tasks == 0:
+                return
+            next_report = math.inf
+            while True:
+                now = self._clock()
+                self._decide_due(now)
+                if self._closing and self._abandoned:
+                    if next_report == math.inf:
+                        next_report = now + self.seconds
+                    elif now >= next_report:
+                        self._report()
+                        next_report = now + self.seconds
+                self._target = min(self._heap[0][0] if self._heap else math.inf, next_report)
+                wake = self._wake = trio.Event()
+                with trio.move_on_at(self._target):
+                    await wake.wait()
+
+    def _decide_due(self, now: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, _, run = heapq.heappop(heap)
+            if run.is_live and run.status is RunStatus.RUNNING:
+                self._give_up(run, now)
+
+    def _give_up(self, run: Run, now: float) -> None:
+        """Decide *run* without its runner, which has not stopped."""
+        # cancelled or timed_out exactly as if the runner had stopped (contract §3).
+        interrupted = run.interrupted()
+        outcome = Outcome(
+            interrupted.status,
+            error=RunnerDidNotStop(
+                f"its runner did not stop within the {self.seconds:g} s grace after its "
+                "cancellation, Config.cancel_grace_seconds, and the run was decided without it"
+            ),
+            reason=interrupted.reason,
+        )
+        self._abandoned[run] = now
+        logger.warning(
+            "run %s (subagent %r) did not stop within %g s of its cancellation: it is %s now; "
+            "its runner still holds the runtime open until it returns",
+            run.run_id,
+            run.subagent.name,
+            self.seconds,
+            outcome.status.value,
+        )
+        run.decide(outcome)
+
+    def _report(self) -> None:
+        now = self._clock()
+        stuck = ", ".join(
+            f"{run.run_id} (subagent {run.subagent.name!r}, {now - since:.1f} s)"
+            for run, since in self._abandoned.items()
+        )
+        logger.warning(
+            "the runtime is closing, and %d run(s) refuse to stop (for how long since they "
+            "were decided): %s",
+            len(self._abandoned),
+            stuck,
+        )
+
+    def abandoned(self) -> list[tuple[str, str, float]]:
+        """``(run_id, subagent, seconds since decided)`` of the runs that refuse to stop."""
+        now = self._clock()
+        return [
+            (run.run_id, run.subagent.name, now - since) for run, since in self._abandoned.items()
+        ]
+
+    def _push(self, at: float, run: Run) -> None:
+        heap = self._heap
+        if len(heap) > 2 * self._live() + _SLACK:
+            # Mostly dead entries (runs that settled): keep only the live ones.
+            heap[:] = [entry for entry in heap if entry[2].is_live]
+            heapq.heapify(heap)
+        self._seq += 1
+        heapq.heappush(heap, (at, self._seq, run))
+        if at < self._target:
+            self._target = at
+            self._wake.set()
+
+    def _clock(self) -> float:
+        return self._now()
