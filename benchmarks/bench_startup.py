@@ -154,7 +154,7 @@ def _row(number: str, busy: bool, samples: dict[str, Sample]) -> Row:
     return Row(
         number,
         "serve: spawn to first answer"
-        + (", one core kept busy by a spinning process" if busy else ", idle")
+        + (", one core kept busy by a spinning process" if busy else ", no core kept busy")
         + " (wall ms)",
         status,
         baseline=f"python {ms['python'].show('{:.0f}', 'ms')}<br>"
