@@ -63,6 +63,12 @@ SLOTS = (
         "bench_tracing",
         "no tracing benchmark yet (benchmarks/bench_tracing.py)",
     ),
+    Slot(
+        "12",
+        "serve: spawn to first answer, idle and with one core busy (wall ms)",
+        "bench_startup",
+        "no start-up benchmark yet (benchmarks/bench_startup.py)",
+    ),
 )
 
 

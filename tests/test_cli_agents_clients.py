@@ -381,7 +381,15 @@ async def codex_session(tmp_path: Path) -> Scenario:
         )
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert events[-1]["type"] == "turn.completed"
-    # Codex 0.163 offers MCP tools as one namespace tool.
+    check_offered(fake)
+    check_session(fake, scenario)
+    return scenario
+
+
+def check_offered(fake: FakeResponses) -> None:
+    """The first model request offered every tool (Codex 0.163: as one namespace tool)."""
+    offered = [tool.get("name") for tool in fake.turns[0].request.body["tools"]]
+    assert "mcp__delegate" in offered, f"the first request offered only {offered}"
     [namespace] = [
         tool for tool in fake.turns[0].request.body["tools"] if tool.get("name") == "mcp__delegate"
     ]
@@ -395,8 +403,6 @@ async def codex_session(tmp_path: Path) -> Scenario:
             "continue_subagent",
         ]
     )
-    check_session(fake, scenario)
-    return scenario
 
 
 async def client_gone(scenario: Scenario) -> None:
@@ -458,3 +464,52 @@ def test_cap_codex_structured_results(codex: Scenario) -> None:
 
 async def test_cap_codex_cancellation_reaches_child(codex: Scenario) -> None:
     await client_gone(codex)
+
+
+#: Well past the second Codex gives a server that is not ``required``
+#: (``mcp_optional_startup_grace_ms``), well within ``startup_timeout_sec``.
+START_DELAY = 4
+#: Starts the command after it (``argv[1:]``) late: a server that is slow to
+#: start. (Codex passes its servers a few variables only: the delay is written in.)
+SLOW_START = f"""
+import os, sys, time
+time.sleep({START_DELAY})
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+async def test_codex_waits_for_a_server_that_starts_slowly(tmp_path: Path) -> None:
+    """Configured by ``mcp-config codex``, Codex offers the tools of a server slower than 1 s.
+
+    The delay is a lower bound (the server is held back that long), never a
+    deadline: with the server ``required``, Codex waits for it however slow
+    the machine; without, Codex sends its first model request after one
+    second, without the tools, and reports the model's call as
+    ``unsupported call: mcp__delegatedelegate_task``.
+    """
+    config = serve_config(tmp_path)
+    work = tmp_path / "project"
+    work.mkdir()
+    slow = tmp_path / "slow_start.py"
+    slow.write_text(SLOW_START)
+    command = [PY, str(slow), *serve_command(config)]
+    seen: list[Any] = []
+
+    def echoed(turn: Turn) -> Reply:
+        seen.append(turn.last.text)
+        return text("Done.")
+
+    steps: list[Step] = [call("mcp__delegate.delegate_task", subagent="echo", task="hi"), echoed]
+    with FakeResponses(steps) as fake:
+        env = codex_env(tmp_path / "home", fake, config=codex_config_toml(command))
+        await run_client(
+            fake,
+            [codex_program(), "exec", "--json", "--skip-git-repo-check", "-"],
+            env,
+            work,
+            b"Use the delegation tools.",
+        )
+    check_offered(fake)
+    assert fake.remaining == 0
+    [result] = seen
+    assert json.loads(result)["final_result"] == "echo: hi"

@@ -46,6 +46,8 @@ def test_codex_gets_a_config_toml_entry_that_approves_its_tools(
     assert entry["default_tools_approval_mode"] == "approve"
     # Codex must not give up before the server answers a foreground call.
     assert entry["tool_timeout_sec"] > 20
+    # Nor start without the tools of a server slower than its 1 s grace.
+    assert entry["required"] is True
 
 
 def test_no_foreground_limit_gives_codex_a_long_tool_timeout() -> None:

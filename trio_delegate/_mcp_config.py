@@ -160,8 +160,13 @@ def codex_config_toml(
 
     Every tool is approved (``default_tools_approval_mode = "approve"``):
     ``codex exec`` runs with the approval policy ``never`` and refuses a tool
-    that needs approval. The tool timeout leaves room for the foreground
-    limit.
+    that needs approval. The server is ``required``: Codex waits for an
+    optional server only ``mcp_optional_startup_grace_ms`` (1 s by default)
+    before it builds the model's tool list, and a server still starting then
+    is left out of that session, so its model calls tools Codex does not
+    know; a required one is waited for up to ``startup_timeout_sec`` (and
+    Codex refuses to start, naming it, when it fails). The tool timeout
+    leaves room for the foreground limit.
     """
     if foreground_limit_seconds is None:
         # No limit: a foreground call takes as long as its run.
@@ -175,6 +180,9 @@ def codex_config_toml(
         f"command = {_toml_string(command[0])}\n"
         f"args = [{', '.join(_toml_string(arg) for arg in command[1:])}]\n"
         f"startup_timeout_sec = {_STARTUP_SECONDS}\n"
+        f"# Codex waits only 1 s (mcp_optional_startup_grace_ms) for a server that is not\n"
+        f"# required, then starts without its tools: wait up to startup_timeout_sec instead.\n"
+        f"required = true\n"
         f"# Above [server] foreground_limit_seconds, so a call answers before Codex gives up.\n"
         f"tool_timeout_sec = {timeout}\n"
         f"# codex exec never asks: without this it refuses every tool call.\n"

@@ -33,6 +33,11 @@ A schema itself is checked against the 2020-12 meta-schema at admission, on
 the event loop: against one flat copy of it (the published one resolves a
 dynamic reference for every subschema, ten times the cost), counted like
 any check, and refused past :data:`SCHEMA_CHECK_STEPS`.
+
+jsonschema and RE2 are imported when the first schema is compiled (once, a
+few tens of milliseconds on the caller's thread), not with the package: many
+processes check none (``trio-delegate serve`` until a call brings a
+``final_schema``), and importing them was a tenth of a server's start-up.
 """
 
 from __future__ import annotations
@@ -43,18 +48,12 @@ import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 from urllib.parse import urljoin
 
 import attrs
 import cattrs
-import jsonschema
-import re2
 import trio
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-from jsonschema.validators import extend
-from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 
 from ._checks import BriefDict, BriefList, describe
 from ._converter import converter, to_json_ready
@@ -62,6 +61,9 @@ from ._errors import InvalidArgumentsError
 from ._json import CanonicalJson, JsonProblem, TooDeep, check_nesting, text_problem
 from ._threads import run_sync
 from ._typeschema import is_structured_type, schema_for_type
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 __all__ = [
     "CANCEL_CHECK_STEPS",
@@ -166,7 +168,14 @@ class _Budget:
 
 _BUDGET: contextvars.ContextVar[_Budget] = contextvars.ContextVar("trio_delegate_schema_budget")
 
-_Keyword = Callable[[Any, Any, Any, Any], Iterator[ValidationError] | None]
+_Keyword = Callable[[Any, Any, Any, Any], "Iterator[ValidationError] | None"]
+
+
+def _error(message: str) -> ValidationError:
+    """A keyword's error (keywords run only once :func:`_validators` imported jsonschema)."""
+    from jsonschema.exceptions import ValidationError
+
+    return ValidationError(message)
 
 
 def _weight(value: Any) -> int:
@@ -195,8 +204,13 @@ def _counted(keyword: _Keyword) -> _Keyword:
     return counted
 
 
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False
+@functools.cache
+def _re2_options() -> Any:
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    return options
 
 
 @functools.lru_cache(maxsize=1024)
@@ -206,12 +220,14 @@ def _regex(pattern: str) -> Any:
     Raises:
         re2.error: RE2 cannot run it.
     """
-    return re2.compile(pattern, _RE2_OPTIONS)
+    import re2
+
+    return re2.compile(pattern, _re2_options())
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
     if validator.is_type(instance, "string") and _regex(pattern).search(instance) is None:
-        yield ValidationError(f"{describe(instance)} does not match {describe(pattern)}")
+        yield _error(f"{describe(instance)} does not match {describe(pattern)}")
 
 
 def _pattern_properties(
@@ -239,9 +255,7 @@ def _unique_items(
         budget.spend()
         key = _equality_key(item)
         if key in seen:
-            yield ValidationError(
-                f"the array has non-unique elements (item {index} repeats an earlier one)"
-            )
+            yield _error(f"the array has non-unique elements (item {index} repeats an earlier one)")
             return
         seen.add(key)
 
@@ -257,7 +271,7 @@ def _any_of(
     for index, branch in enumerate(branches):
         if _passes(validator, instance, branch, index):
             return
-    yield ValidationError(f"{describe(instance)} is not valid under any of the given schemas")
+    yield _error(f"{describe(instance)} is not valid under any of the given schemas")
 
 
 def _one_of(
@@ -270,9 +284,9 @@ def _one_of(
             if len(passed) == 2:
                 break
     if not passed:
-        yield ValidationError(f"{describe(instance)} is not valid under any of the given schemas")
+        yield _error(f"{describe(instance)} is not valid under any of the given schemas")
     elif len(passed) == 2:
-        yield ValidationError(
+        yield _error(
             f"{describe(instance)} is valid under more than one of the given schemas "
             f"(#{passed[0]} and #{passed[1]})"
         )
@@ -296,20 +310,31 @@ def _equality_key(value: Any) -> Any:
     return ("a", tuple(_equality_key(item) for item in value))
 
 
-_KEYWORDS: dict[str, _Keyword] = {
-    **Draft202012Validator.VALIDATORS,
-    "pattern": _pattern,
-    "patternProperties": _pattern_properties,
-    "uniqueItems": _unique_items,
-    "anyOf": _any_of,
-    "oneOf": _one_of,
-}
-_BoundedValidator = extend(  # type: ignore[no-untyped-call]
-    Draft202012Validator,
-    validators={name: _counted(keyword) for name, keyword in _KEYWORDS.items()},
-)
-
 _DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
+
+
+@functools.cache
+def _validators() -> tuple[Any, Any]:
+    """The bounded validator class and the meta-schema's validator, built once, on first use."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import extend
+
+    keywords: dict[str, _Keyword] = {
+        **Draft202012Validator.VALIDATORS,
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "uniqueItems": _unique_items,
+        "anyOf": _any_of,
+        "oneOf": _one_of,
+    }
+    bounded = extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator,
+        validators={name: _counted(keyword) for name, keyword in keywords.items()},
+    )
+    # Checks schemas against the 2020-12 meta-schema, counted like any check; its
+    # "regex" format is not asserted (that would compile patterns with Python's
+    # re): RE2 decides on patterns instead.
+    return bounded, bounded(_flat_meta_schema())
 
 
 def _flat_meta_schema() -> dict[str, Any]:
@@ -322,6 +347,8 @@ def _flat_meta_schema() -> dict[str, Any]:
     root, so one document holding every vocabulary's ``properties`` and
     ``$defs``, with those references pointing at ``"#"``, checks the same.
     """
+    from jsonschema_specifications import REGISTRY as SPECIFICATIONS
+
     root = SPECIFICATIONS.contents(_DRAFT)
     properties: dict[str, Any] = {}
     defs: dict[str, Any] = {}
@@ -344,12 +371,6 @@ def _flat_meta_schema() -> dict[str, Any]:
         elif isinstance(node, list):
             stack.extend(node)
     return flat
-
-
-# Checks schemas against the 2020-12 meta-schema, counted like any check; its
-# "regex" format is not asserted (that would compile patterns with Python's
-# re): RE2 decides on patterns instead.
-_META_VALIDATOR = _BoundedValidator(_flat_meta_schema())
 
 
 @final
@@ -533,9 +554,13 @@ def _compile(
         raise InvalidArgumentsError(
             f"{field} nests more than {depth_limit} levels deep: flatten the schema"
         ) from None
+    import jsonschema.exceptions
+    import re2
+
+    bounded, meta_validator = _validators()
     token = _BUDGET.set(_Budget(SCHEMA_CHECK_STEPS, inline=True))
     try:
-        error = jsonschema.exceptions.best_match(_META_VALIDATOR.iter_errors(schema))
+        error = jsonschema.exceptions.best_match(meta_validator.iter_errors(schema))
     except _OverBudget:
         raise InvalidArgumentsError(
             f"{field} is too large to check at admission (more than {SCHEMA_CHECK_STEPS} "
@@ -562,7 +587,7 @@ def _compile(
                 "back-references"
             ) from None
     text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-    return ResultSchema(schema, target, validator=_BoundedValidator(schema), text=text)
+    return ResultSchema(schema, target, validator=bounded(schema), text=text)
 
 
 def _walk(node: Any) -> Iterator[tuple[str, Any, Any]]:

@@ -24,10 +24,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from .._checks import describe
 from .._converter import converter
 from .._errors import DelegationError, StoreError
@@ -39,6 +35,12 @@ from .._stores._sqlite import SQLiteReader
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
+# rich is imported where a table is drawn, not with the module: every command
+# line (``serve`` too) builds this module's parser, and rich is a twentieth of
+# a server's start-up.
 
 __all__ = [
     "DEFAULT_DB",
@@ -99,6 +101,8 @@ def _escape_json(match: re.Match[str]) -> str:
 
 def literal(text: str) -> Text:
     """*text* as it is: never read as markup, with what a terminal would act on escaped."""
+    from rich.text import Text
+
     return Text(_UNSAFE.sub(_escape, text))
 
 
@@ -117,6 +121,8 @@ def runs_table(
     title: str, records: Iterable[RunRecord], columns: Sequence[Column], caption: str | None = None
 ) -> Table:
     """A table of *records*, one row each, with *columns*; the title shown literally."""
+    from rich.table import Table
+
     table = Table(title=literal(title), caption=caption, show_lines=False)
     for heading, _ in columns:
         table.add_column(heading, overflow="fold")
@@ -340,6 +346,9 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         out.write(json_text([plain(record) for record in records]) + "\n")
         return 0
+    from rich.console import Console
+    from rich.text import Text
+
     table = runs_table(
         f"runs in {name}",
         records,
@@ -400,6 +409,9 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         out.write(json_text(fields) + "\n")
         return 0
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=literal(f"run {record.run_id}"), show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
