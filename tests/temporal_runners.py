@@ -51,6 +51,12 @@ async def echo(ctx: td.ChildContext) -> Any:
     }
 
 
+async def typed(ctx: td.ChildContext) -> Any:
+    """Exactly the fields of the tests' structured result type."""
+    _mark("started", ctx)
+    return {"task": ctx.task, "subagent": ctx.subagent}
+
+
 async def chat(ctx: td.ChildContext) -> td.Output:
     """A result with a transcript: the history, the task and a reply."""
     _mark("started", ctx)
