@@ -7,6 +7,7 @@ Losing processes (a worker, a parent) is in tests/test_temporal_processes.py.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -244,6 +245,19 @@ async def test_hostile_strings(pool: Pool) -> None:
 
 
 # -- configuration ----------------------------------------------------------------------
+
+
+async def test_unreachable_server_fails_the_run_naming_it() -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{unused.getsockname()[1]}"
+    subagent = td.Subagent("echo", temporal_runner(address), timeout_seconds=60)
+    config = td.Config(fail_closed=False)
+    async with td.open_runtime([subagent], config=config) as rt, rt.open_parent() as parent:
+        with pytest.raises(td.RunFailedError) as caught:
+            await parent.delegate("echo", "anyone?")
+    assert caught.value.error_type == "TemporalRunError"
+    assert f"Temporal at {address}" in caught.value.error_message
 
 
 def test_temporal_runner_checks_its_arguments() -> None:

@@ -138,7 +138,10 @@ class TemporalRunner:
             )
         request = self._request(ctx, remaining)
         loop = _PrivateLoop.get()
-        client = await loop.wait(loop.submit(self._client.get(self)))
+        try:
+            client = await loop.wait(loop.submit(self._client.get(self)))
+        except Exception as exc:
+            raise _remote_error(ctx, self, exc) from None
         remote = _RemoteRun(self, client, request)
         execution = loop.submit(remote.execute())
         try:
