@@ -63,6 +63,12 @@ SLOTS = (
         "bench_tracing",
         "no tracing benchmark yet (benchmarks/bench_tracing.py)",
     ),
+    Slot(
+        "12",
+        "Temporal: runs through the runtime vs plain asyncio, runs per second",
+        "bench_temporal",
+        "no Temporal benchmark yet (benchmarks/bench_temporal.py)",
+    ),
 )
 
 

@@ -27,7 +27,9 @@ def _markers() -> Path:
 
 def _mark(kind: str, ctx: td.ChildContext) -> None:
     path = _markers() / f"{kind}-{ctx.run_id}-{os.getpid()}"
-    tmp = path.with_suffix(".tmp")
+    # Written aside and renamed: a reader never sees a marker half written (and
+    # marks() never matches the hidden temporary name).
+    tmp = path.with_name(f".{path.name}")
     tmp.write_text(str(os.getpid()))
     os.replace(tmp, path)
 

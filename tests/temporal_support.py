@@ -37,6 +37,7 @@ __all__ = [
     "WorkerProcess",
     "cli",
     "open_on",
+    "pending_activities",
     "run_pool",
     "serve_temporal",
     "started",
@@ -164,19 +165,25 @@ class WorkerProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(timeout=GUARD)
+            code = self.process.wait(timeout=GUARD)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
             pytest.fail(f"the worker did not stop on SIGTERM:\n{self.log()}")
         finally:
             self._log.close()
+        if code != 0:
+            # Shown with the failing test's captured output.
+            print(f"worker {self.pid} exited {code}:\n{self.log()}", file=sys.stderr)
+        return code
 
 
 class Pool:
     """Workers on one task queue, writing markers to one folder."""
 
-    def __init__(self, address: str, folder: Path, task_queue: str) -> None:
+    def __init__(
+        self, address: str, folder: Path, task_queue: str, *, max_concurrent_runs: int = 8
+    ) -> None:
         self.address = address
         self.task_queue = task_queue
         self.folder = folder
@@ -189,7 +196,7 @@ class Pool:
             for name in RUNNERS
         )
         self.config.write_text(
-            f"[runtime]\nmax_concurrent_runs = 8\n\n"
+            f"[runtime]\nmax_concurrent_runs = {max_concurrent_runs}\n\n"
             f'[temporal]\naddress = "{address}"\ntask_queue = "{task_queue}"\n\n{subagents}'
         )
         self.workers: list[WorkerProcess] = []
@@ -241,6 +248,17 @@ def run_pool(address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         os.environ.pop("TD_TEMPORAL_MARKERS", None)
     # SIGTERM stops an idle worker cleanly.
     assert codes == [0, 0], [w.log() for w in pool.workers]
+
+
+def pending_activities(address: str, run_id: str) -> list[dict[str, Any]]:
+    """The workflow's pending activities as the Temporal CLI reports them (none
+    before the workflow exists: the parent starts it once the run is running)."""
+    described = cli(address, "workflow", "describe", "-w", run_id, "-o", "json")
+    if described.returncode != 0 and "not found" in described.stderr:
+        return []
+    assert described.returncode == 0, described.stderr
+    pending: list[dict[str, Any]] = json.loads(described.stdout).get("pendingActivities", [])
+    return pending
 
 
 def status(address: str, run_id: str) -> str:

@@ -27,6 +27,7 @@ from .temporal_support import (
     TESTS,
     Pool,
     open_on,
+    pending_activities,
     run_pool,
     serve_temporal,
     started,
@@ -133,3 +134,32 @@ async def test_killed_parent_runs_end_within_the_lease(pool: Pool) -> None:
         if parent.returncode is None:
             parent.kill()
             await parent.wait()
+
+
+async def test_worker_takes_at_most_max_concurrent_runs(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    pool = Pool(temporal_address, tmp_path, "tq-one-slot", max_concurrent_runs=1)
+    previous = os.environ.get("TD_TEMPORAL_MARKERS")
+    os.environ["TD_TEMPORAL_MARKERS"] = str(pool.markers)
+    try:
+        pool.start_workers(1)
+        async with open_on(pool) as rt, rt.open_parent() as parent:
+            first = await parent.start("slow", "first")
+            await started(first.run_id)
+            second = await parent.start("slow", "second")
+            # Its activity is scheduled: a worker with a free slot would take it now.
+            await until(lambda: bool(pending_activities(pool.address, second.run_id)), "queued")
+            parent.cancel(first.run_id)
+            with pytest.raises(td.RunCancelledError):
+                await parent.wait(first.run_id)
+            await started(second.run_id)
+            [cleaned] = marks("cleaned", first.run_id)
+            [begun] = marks("started", second.run_id)
+            # The second run began only once the first had ended, cleanup included.
+            assert begun.stat().st_mtime_ns >= cleaned.stat().st_mtime_ns
+    finally:
+        codes = pool.stop()
+        if previous is not None:
+            os.environ["TD_TEMPORAL_MARKERS"] = previous
+    assert codes == [0]
