@@ -16,6 +16,7 @@ import pytest
 import trio
 
 import trio_delegate as td
+from trio_delegate._cli._main import main
 from trio_delegate._server_config import ConfigError, load_server_config
 from trio_delegate.adapters.temporal import TemporalRunner, temporal_runner
 
@@ -320,3 +321,32 @@ def test_serve_config_temporal_errors_name_the_key(tmp_path: Path, text: str, ke
     with pytest.raises(ConfigError) as caught:
         load_server_config(path)
     assert caught.value.key == key
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('[[subagents]]\nname = "r"\ncommand = ["true"]\n', "has no [temporal] table"),
+        (
+            '[temporal]\naddress = "h:1"\n[[subagents]]\nname = "r"\nkind = "temporal"\n',
+            "nothing to run",
+        ),
+        (
+            '[temporal]\naddress = "h:1"\n[[subagents]]\nname = "a"\ncommand = ["true"]\n'
+            '[[subagents]]\nname = "b"\npython = "temporal_runners:echo"\nchildren = ["a"]\n',
+            "nested delegation does not run on Temporal workers",
+        ),
+        ("[temporal]\naddress = 7233\n", "temporal.address"),
+    ],
+)
+def test_temporal_worker_refuses_a_bad_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, says: str
+) -> None:
+    path = tmp_path / "worker.toml"
+    path.write_text(text)
+    (tmp_path / "temporal_runners.py").write_text("async def echo(ctx):\n    return 1\n")
+    assert main(["temporal-worker", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trio-delegate temporal-worker: ")
+    assert says in err
+    assert "fix:" in err
