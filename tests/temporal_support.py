@@ -160,16 +160,16 @@ class WorkerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def stop(self) -> int:
-        """SIGTERM, and the exit status."""
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        """Send *signum* (SIGTERM); return the exit status."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(signum)
         try:
             code = self.process.wait(timeout=GUARD)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-            pytest.fail(f"the worker did not stop on SIGTERM:\n{self.log()}")
+            pytest.fail(f"the worker did not stop on signal {signum}:\n{self.log()}")
         finally:
             self._log.close()
         if code != 0:

@@ -76,8 +76,9 @@ async def test_killed_worker_is_replaced_and_the_run_completes_once(
     assert sorted(codes) == [-signal.SIGKILL, 0]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 async def test_stopped_worker_cleans_up_and_hands_the_run_on(
-    temporal_address: str, tmp_path: Path
+    temporal_address: str, tmp_path: Path, signum: int
 ) -> None:
     pool = Pool(temporal_address, tmp_path, "tq-stopped-worker")
     previous = os.environ.get("TD_TEMPORAL_MARKERS")
@@ -87,8 +88,8 @@ async def test_stopped_worker_cleans_up_and_hands_the_run_on(
         async with open_on(pool) as rt, rt.open_parent() as parent:
             handle = await parent.start("slow", "hand on")
             await started(handle.run_id)
-            # SIGTERM: the worker cancels its run, waits for the cleanup, exits 0.
-            assert await trio.to_thread.run_sync(first.stop) == 0
+            # The worker cancels its run, waits for the cleanup, exits 0.
+            assert await trio.to_thread.run_sync(first.stop, signum) == 0
             assert [int(p.read_text()) for p in marks("cleaned", handle.run_id)] == [first.pid]
             [second] = pool.start_workers(1)
             await started(handle.run_id, 2)

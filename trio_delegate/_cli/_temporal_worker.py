@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import threading
@@ -54,9 +55,12 @@ _log = logging.getLogger("trio_delegate.temporal")
 def run_temporal_worker(config_path: str) -> int:
     """Serve *config_path*'s subagents as Temporal activities until SIGTERM or SIGINT.
 
+    Once it has served, it ends the process itself (with 0 after a signal
+    stopped it, 1 when the server cannot be reached), without the
+    interpreter's finalization: see the end of the function.
+
     Returns:
-        0 after a signal stopped it; 2 for a bad configuration; 1 when the
-        ``temporalio`` package is missing or the server cannot be reached.
+        2 for a bad configuration; 1 when the ``temporalio`` package is missing.
     """
     prog = "trio-delegate temporal-worker"
     try:
@@ -92,9 +96,17 @@ def run_temporal_worker(config_path: str) -> int:
     # runner), asyncio.run() would hand out a trio-asyncio loop.
     loop = asyncio.SelectorEventLoop()
     try:
-        return loop.run_until_complete(_serve(server_config, subagents))
+        code = loop.run_until_complete(_serve(server_config, subagents))
     finally:
         loop.close()
+    # The Temporal SDK's native threads may still call into Python while the
+    # interpreter finalizes, which aborts a worker that stopped cleanly
+    # ("PyGILState_Release ... finalizing", SIGABRT). Its runs are cleaned up
+    # and reported by now: leave without finalizing.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _served(server_config: ServerConfig) -> tuple[Subagent, ...]:
