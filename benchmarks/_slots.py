@@ -69,6 +69,12 @@ SLOTS = (
         "bench_startup",
         "no start-up benchmark yet (benchmarks/bench_startup.py)",
     ),
+    Slot(
+        "13",
+        "Temporal: runs through the runtime vs plain asyncio, runs per second",
+        "bench_temporal",
+        "no Temporal benchmark yet (benchmarks/bench_temporal.py)",
+    ),
 )
 
 

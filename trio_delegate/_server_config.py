@@ -4,7 +4,8 @@ The file has a ``[runtime]`` table (any :class:`Config` field), a
 ``[server]`` table (how the MCP server answers) and one ``[[subagents]]``
 table per subagent, each either a command (``command = [...]``, see
 :class:`CommandRunner`), a Python runner (``python = "module:function"``)
-or an agent CLI (``kind = "claude"`` or ``kind = "codex"``). Every problem is reported as one
+or an agent CLI (``kind = "claude"`` or ``kind = "codex"``), or runs on Temporal workers
+(``kind = "temporal"``, with a ``[temporal]`` table saying where). Every problem is reported as one
 :class:`ConfigError` naming the file, the key (``subagents[1].command``) and
 the fix; relative paths are resolved against the file's directory.
 """
@@ -33,9 +34,23 @@ from ._schema import compile_result_schema
 from ._stores._postgres import is_postgres_dsn, mask_dsn
 from ._subagent import NAME_PATTERN, Runner, Subagent, _is_async_callable
 
-__all__ = ["ConfigError", "ServerConfig", "load_server_config", "owner_problem"]
+__all__ = [
+    "ConfigError",
+    "ServerConfig",
+    "TemporalSettings",
+    "load_server_config",
+    "owner_problem",
+]
 
-_TOP_LEVEL: Final = ("runtime", "server", "subagents")
+_TOP_LEVEL: Final = ("runtime", "server", "subagents", "temporal")
+_TEMPORAL_KEYS: Final = ("address", "task_queue", "namespace")
+# A subagent whose runs go to Temporal workers: how its runs are watched.
+_TEMPORAL_SUBAGENT_KEYS: Final = (
+    "kind",
+    "lease_seconds",
+    "heartbeat_timeout_seconds",
+    "max_attempts",
+)
 _SERVER_KEYS: Final = ("foreground_limit_seconds", "progress_interval_seconds", "owner")
 #: The defaults of ``[server]`` (those of trio_delegate.mcp.build_server; not
 #: imported from there, which would need the MCP SDK).
@@ -96,6 +111,8 @@ class ServerConfig:
             progress (``[server]``).
         owner: the owner of the server's runs (``[server]``); ``None``: a new
             one per connection.
+        temporal: where ``kind = "temporal"`` subagents' runs go, and what
+            ``trio-delegate temporal-worker`` polls (``[temporal]``), if anywhere.
     """
 
     path: Path
@@ -105,6 +122,17 @@ class ServerConfig:
     foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS
     progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS
     owner: str | None = None
+    temporal: TemporalSettings | None = None
+
+
+@final
+@attrs.frozen
+class TemporalSettings:
+    """Where runs on Temporal go (``[temporal]``): the server, task queue and namespace."""
+
+    address: str
+    task_queue: str = "trio-delegate"
+    namespace: str = "default"
 
 
 #: Largest configuration file read: far above any real one.
@@ -141,6 +169,8 @@ class _Loader:
     path: Path
     # The subagent being read, named in errors about its keys.
     current: str | None = None
+    # [temporal], once read: kind = "temporal" subagents need it.
+    temporal_settings: TemporalSettings | None = None
 
     @property
     def base(self) -> Path:
@@ -199,8 +229,12 @@ class _Loader:
         config = self.runtime(runtime)
         store = self.store(runtime["store"], "runtime.store") if "store" in runtime else None
         limit, interval, owner = self.server(data.get("server", {}))
+        if "temporal" in data:
+            self.temporal_settings = self.temporal(data["temporal"])
         subagents = self.subagents(data.get("subagents"), config)
-        return ServerConfig(self.path, config, subagents, store, limit, interval, owner)
+        return ServerConfig(
+            self.path, config, subagents, store, limit, interval, owner, self.temporal_settings
+        )
 
     def check_keys(
         self, table: Mapping[str, Any], allowed: tuple[str, ...], prefix: str | None, what: str
@@ -278,6 +312,42 @@ class _Loader:
                 'write e.g. owner = "delegate", or remove the key for a new owner per connection',
             )
         return limit, interval, owner
+
+    # -- [temporal] ----------------------------------------------------------------
+
+    def temporal(self, table: Any) -> TemporalSettings:
+        if not isinstance(table, dict):
+            self.fail(
+                "temporal", f"must be a table, got {describe(table)}", "write it as [temporal]"
+            )
+        self.check_keys(
+            table, _TEMPORAL_KEYS, "temporal", "[temporal] says where runs on Temporal go"
+        )
+        if "address" not in table:
+            self.fail(
+                "temporal",
+                "has no address",
+                'add address = "host:port" (the Temporal server\'s gRPC address)',
+            )
+        values: dict[str, str] = {}
+        for key in _TEMPORAL_KEYS:
+            if key not in table:
+                continue
+            value = table[key]
+            if not isinstance(value, str) or not value.strip() or "\0" in value:
+                self.fail(
+                    f"temporal.{key}",
+                    f"must be a non-empty string, got {_toml(value)}",
+                    'write e.g. address = "127.0.0.1:7233", task_queue = "trio-delegate"',
+                )
+            if key == "address" and ":" not in value:
+                self.fail(
+                    "temporal.address",
+                    f"{_toml(value)} has no port",
+                    'write it as "host:port", e.g. "127.0.0.1:7233"',
+                )
+            values[key] = value
+        return TemporalSettings(**values)
 
     def store(self, value: Any, where: str) -> Path | str:
         """The SQLite file (relative to this file's folder), or a PostgreSQL URI."""
@@ -383,6 +453,9 @@ class _Loader:
         elif "python" in table:
             allowed = (*_COMMON_KEYS, *_PYTHON_KEYS)
             what = "a Python subagent takes these keys"
+        elif table.get("kind") == "temporal":
+            allowed = (*_COMMON_KEYS, *_TEMPORAL_SUBAGENT_KEYS)
+            what = "a subagent run on Temporal workers takes these keys"
         elif "kind" in table:
             allowed = (*_COMMON_KEYS, *_AGENT_KEYS)
             what = "an agent CLI subagent takes these keys"
@@ -400,6 +473,8 @@ class _Loader:
             runner = self.command(prefix, table, config)
         elif "python" in table:
             runner = self.python_runner(f"{prefix}.python", table["python"])
+        elif table["kind"] == "temporal":
+            runner = self.temporal_runner(prefix, table)
         else:
             runner = self.agent(prefix, table)
         description = table.get("description", "")
@@ -471,6 +546,43 @@ class _Loader:
                 key = "env"
             self.fail(f"{prefix}.{key}", exc.message, "fix the value as described")
         self.check_program(where, runner)
+        return runner
+
+    def temporal_runner(self, prefix: str, table: dict[str, Any]) -> Runner:
+        """A ``kind = "temporal"`` subagent: its runs go to the workers of ``[temporal]``."""
+        settings = self.temporal_settings
+        if settings is None:
+            self.fail(
+                f"{prefix}.kind",
+                '"temporal" needs a [temporal] table saying where the workers are',
+                'add [temporal] with address = "host:port" (and task_queue, namespace if not '
+                "the defaults)",
+            )
+        options: dict[str, Any] = {}
+        for key in ("lease_seconds", "heartbeat_timeout_seconds"):
+            if key in table:
+                options[key] = self.timeout(table[key], f"{prefix}.{key}")
+        if "heartbeat_timeout_seconds" in options and options["heartbeat_timeout_seconds"] is None:
+            self.fail(
+                f"{prefix}.heartbeat_timeout_seconds",
+                f'must be a number of seconds > 0, got "{_NO_DEADLINE}"',
+                "write e.g. heartbeat_timeout_seconds = 10",
+            )
+        if "max_attempts" in table:
+            options["max_attempts"] = table["max_attempts"]
+        # Imported only for such a subagent: the Temporal SDK loads on first use.
+        from .adapters.temporal import temporal_runner
+
+        try:
+            runner: Runner = temporal_runner(
+                settings.address,
+                task_queue=settings.task_queue,
+                namespace=settings.namespace,
+                **options,
+            )
+        except InvalidArgumentsError as exc:
+            key = next((k for k in options if k in exc.message), "kind")
+            self.fail(f"{prefix}.{key}", exc.message, "fix the value it names")
         return runner
 
     def agent(self, prefix: str, table: dict[str, Any]) -> AgentCLIRunner:

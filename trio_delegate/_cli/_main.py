@@ -128,6 +128,34 @@ def _owner(text: str) -> str:
     return text
 
 
+def _run_temporal_worker(args: argparse.Namespace) -> int:
+    # Imported here so that other sub-commands do not pay for the Temporal SDK.
+    from ._temporal_worker import run_temporal_worker
+
+    return run_temporal_worker(args.config)
+
+
+def _add_temporal_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = commands.add_parser(
+        "temporal-worker",
+        help="run the subagents of a serve configuration as Temporal workers' activities",
+        description=(
+            "Serve the subagents of a TOML configuration file (the one `serve` reads, with "
+            "a [temporal] table saying where) to parents whose runs go to Temporal (see "
+            "docs/scaling.md). [runtime] max_concurrent_runs bounds the runs this worker "
+            "takes. SIGTERM or SIGINT stops it once its runs are cancelled and cleaned up. "
+            "Exits 2 on a bad configuration, 1 when Temporal cannot be reached."
+        ),
+    )
+    worker.add_argument(
+        "--config",
+        required=True,
+        metavar="FILE",
+        help="the TOML file with [temporal] and [[subagents]]",
+    )
+    worker.set_defaults(handler=_run_temporal_worker)
+
+
 def _server_name(text: str) -> str:
     """Parse ``--name``: letters, digits, '_' and '-' (clients build tool names from it)."""
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", text):
@@ -209,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(commands)
     _add_mcp_config(commands)
     add_runs_parser(commands)
+    _add_temporal_worker(commands)
     return parser
 
 

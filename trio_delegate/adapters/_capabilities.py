@@ -58,6 +58,7 @@ FRAMEWORK_TITLES: Final = {
     "dspy": "DSPy",
     "claude": "Claude Agent SDK",
     "codex": "Codex",
+    "temporal": "Temporal",
 }
 
 
@@ -159,6 +160,25 @@ CAPABILITIES: Mapping[str, Mapping[str, Capability]] = MappingProxyType(
                 "child_runner": (
                     "codex.runner(): one turn of a Codex thread per run (openai-codex SDK); "
                     "cancellation interrupts the turn"
+                ),
+            }
+        ),
+        "temporal": _all(
+            {
+                "foreground": (
+                    "temporal.temporal_runner(address): each run one workflow execution on "
+                    "trio-delegate temporal-worker processes"
+                ),
+                "structured_results": (
+                    "final_schema reaches the remote runner; the parent checks the result"
+                ),
+                "cancellation_reaches_child": (
+                    "the workflow cancels the activity: the runner on the worker is "
+                    "cancelled within a heartbeat, and the run settles after its cleanup"
+                ),
+                "child_runner": (
+                    "the worker runs the subagent of the same name from its configuration "
+                    "file, in a Trio run of its own"
                 ),
             }
         ),
