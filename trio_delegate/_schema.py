@@ -59,7 +59,7 @@ from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 from ._checks import BriefDict, BriefList, describe
 from ._converter import converter, to_json_ready
 from ._errors import InvalidArgumentsError
-from ._json import CanonicalJson, JsonProblem, TooDeep, check_nesting, text_problem
+from ._json import CanonicalJson, JsonProblem, TooDeep, check_nesting, plain, text_problem
 from ._threads import run_sync
 from ._typeschema import is_structured_type, schema_for_type
 
@@ -488,12 +488,21 @@ def compile_result_schema(
             f"{field} must be a JSON Schema object, an attrs class or a dataclass, "
             f"got {describe(spec)}"
         )
+    if not isinstance(spec, dict):
+        # A host's own mapping (a MappingProxyType, say): read once, here.
+        try:
+            spec = dict(spec)
+        except Exception as exc:
+            raise InvalidArgumentsError(
+                f"{field} could not be read ({type(exc).__name__}); pass a plain dict"
+            ) from None
     # Depth and count first, without recursion and stopping at the limits:
     # encoding a value nested a million levels deep would exhaust the stack,
     # and one of a million items would take seconds before its size showed.
+    # The copy is made of builtins only: nothing of a dict subclass's own runs.
     depth_limit = min(max_nesting, MAX_SCHEMA_DEPTH)
     try:
-        check_nesting(spec, depth_limit, MAX_SCHEMA_VALUES)
+        spec = plain(spec, depth_limit, MAX_SCHEMA_VALUES)
     except TooDeep:
         raise InvalidArgumentsError(
             f"{field} nests more than {depth_limit} levels deep: flatten the schema"
@@ -503,14 +512,12 @@ def compile_result_schema(
             f"{field} is not accepted: {exc}; at most {MAX_SCHEMA_BYTES} bytes of JSON are "
             "allowed: simplify the schema"
         ) from None
+    except TypeError as exc:
+        raise InvalidArgumentsError(f"{field} is not JSON: {exc}") from None
     try:
         encoded = json.dumps(spec, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentsError(f"{field} is not JSON: {exc}") from None
-    except Exception as exc:  # a host's mapping whose own methods raise
-        raise InvalidArgumentsError(
-            f"{field} could not be read ({type(exc).__name__}); pass a plain dict"
-        ) from None
     problem = text_problem(encoded)
     if problem is not None:
         raise InvalidArgumentsError(f"{field} holds text that is not valid Unicode: {problem}")

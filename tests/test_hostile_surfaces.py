@@ -1,0 +1,175 @@
+"""Regression tests: the surfaces that hostile values, schemas, stores and
+processes reach (contract §5, §8, §11, §13, §15).
+
+Each test is named after the rule it protects. Bounded work is judged by
+what the code controls (calls counted, output size, the event loop thread's
+CPU time), never by wall-clock time.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+
+import trio_delegate as td
+
+from .helpers import returning, sub
+
+LENIENT = td.Config(fail_closed=False)
+
+
+# -- 1. JSON checks and copies never call a value's own methods ---------------------
+
+
+class _Calls:
+    """Counts calls of a hostile container's own methods."""
+
+    count = 0
+
+
+class EndlessList(list[Any]):
+    """A list whose own iteration never ends (and that grows while iterated)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            _Calls.count += 1
+            self.append(1)
+            yield 1
+
+    def __len__(self) -> int:
+        _Calls.count += 1
+        return 10**9
+
+
+class EndlessDict(dict[Any, Any]):
+    """A dict whose own views never end."""
+
+    def _endless(self) -> Iterator[Any]:
+        while True:
+            _Calls.count += 1
+            yield 1
+
+    def values(self) -> Any:
+        return self._endless()
+
+    def items(self) -> Any:
+        return ((str(n), n) for n in self._endless())
+
+    def keys(self) -> Any:
+        return self._endless()
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._endless()
+
+    def __len__(self) -> int:
+        _Calls.count += 1
+        return 10**9
+
+
+class EndlessTuple(tuple[Any, ...]):
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            _Calls.count += 1
+            yield 1
+
+
+def _hostile_results() -> list[tuple[str, Any, Any]]:
+    return [
+        ("a list subclass", EndlessList([1, "a"]), [1, "a"]),
+        ("a dict subclass", EndlessDict(a=1, b=[2]), {"a": 1, "b": [2]}),
+        ("a tuple subclass", EndlessTuple((1, 2)), [1, 2]),
+        ("nested", {"k": [EndlessList([EndlessDict(x=None)])]}, {"k": [[{"x": None}]]}),
+        ("a large one", EndlessList(range(5000)), list(range(5000))),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(value, expected) for _, value, expected in _hostile_results()],
+    ids=[name for name, _, _ in _hostile_results()],
+)
+async def test_json_checks_read_builtin_containers_through_the_builtin_types(
+    value: Any, expected: Any
+) -> None:
+    _Calls.count = 0
+    async with (
+        td.open_runtime([sub("odd", returning(value))], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(30):  # a hang guard only: the work is judged by _Calls
+            result = await parent.delegate("odd", "go")
+            answer = await parent.tools().call("wait_subagent", {"run_id": result.run_id})
+    assert result.final_result == expected
+    assert answer["final_result"] == expected
+    assert _Calls.count == 0, "a method of the value itself was called"
+
+
+async def test_a_schema_given_as_a_dict_subclass_is_read_through_the_builtin_type() -> None:
+    _Calls.count = 0
+    schema = EndlessDict(type="object", properties=EndlessDict(a=EndlessDict(type="integer")))
+    async with (
+        td.open_runtime([sub("echo", returning({"a": 1}))], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(30):
+            result = await parent.delegate("echo", "go", final_schema=schema)
+    assert result.final_result == {"a": 1}
+    assert _Calls.count == 0
+
+
+async def test_a_transcript_subclass_is_read_through_the_builtin_type() -> None:
+    _Calls.count = 0
+
+    async def runner(ctx: td.ChildContext) -> Any:
+        return td.Output("done", transcript=EndlessList([{"role": "user", "content": "go"}]))
+
+    async with (
+        td.open_runtime([sub("talk", runner)], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(30):
+            first = await parent.delegate("talk", "go")
+            assert first.final_result == "done"
+    assert _Calls.count == 0
+
+
+async def test_a_result_sharing_its_containers_is_bounded_by_max_result_bytes() -> None:
+    # Sixty levels of [x, x]: 2**60 values to walk, and a few bytes to hold.
+    value: Any = 0
+    for _ in range(60):
+        value = [value, value]
+    async with (
+        td.open_runtime([sub("dag", returning(value))], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(30):
+            with pytest.raises(td.RunFailedError, match="more than 500001 values"):
+                await parent.delegate("dag", "go")
+
+
+async def test_a_returned_coroutine_fails_the_run_and_is_closed() -> None:
+    made: list[Any] = []
+
+    async def inner() -> str:
+        return "never"
+
+    async def forgetful(ctx: td.ChildContext) -> Any:
+        coroutine = inner()
+        made.append(coroutine)
+        return coroutine if ctx.task == "bare" else {"nested": [coroutine]}
+
+    async with (
+        td.open_runtime([sub("forgetful", forgetful)], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        for task in ("bare", "nested"):
+            with pytest.raises(td.RunFailedError, match="without awaiting it"):
+                await parent.delegate("forgetful", task)
+    assert [coroutine.cr_frame for coroutine in made] == [None, None]
+    # Closed: collecting it warns of nothing (warnings are errors in this suite).
+    made.clear()
+    gc.collect()
