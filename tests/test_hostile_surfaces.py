@@ -173,3 +173,57 @@ async def test_a_returned_coroutine_fails_the_run_and_is_closed() -> None:
     # Closed: collecting it warns of nothing (warnings are errors in this suite).
     made.clear()
     gc.collect()
+
+
+# -- 2. a final_schema's references point at schemas inside it --------------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        ({"x": {"y": 5}, "$ref": "#/x/y"}, "points at 5"),
+        ({"x": {"y": [1]}, "$ref": "#/x/y"}, "points at"),
+        ({"x": {"y": "s"}, "$ref": "#/x/y"}, "points at"),
+        ({"x": {"y": None}, "$ref": "#/x/y"}, "points at None"),
+        ({"properties": {"type": {"type": "string"}}, "$ref": "#/properties"}, "not a valid"),
+        ({"enum": [{"type": 7}], "$ref": "#/enum/0"}, "not a valid"),
+        ({"$defs": {"a": {"$ref": "#/x/y"}}, "x": {"y": 5}, "$ref": "#/$defs/a"}, "points at 5"),
+        ({"$defs": {"a": {"$id": "b", "$ref": "#/x"}}, "$ref": "#/$defs/a"}, "re-base"),
+        (
+            {
+                "$defs": {"a": {"$id": "http://o.example/", "x": {}, "$ref": "#/x"}},
+                "$ref": "#/$defs/a",
+            },
+            "re-base",
+        ),
+    ],
+)
+async def test_a_reference_to_something_that_is_not_a_schema_is_refused_at_admission(
+    schema: dict[str, Any], says: str
+) -> None:
+    ran: list[str] = []
+
+    async def runner(ctx: td.ChildContext) -> int:
+        ran.append(ctx.task)
+        return 1
+
+    async with (
+        td.open_runtime([sub("checked", runner)], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        with pytest.raises(td.InvalidArgumentsError, match=f"final_schema .*{says}"):
+            await parent.delegate("checked", "t", final_schema=schema)
+        with pytest.raises(td.InvalidArgumentsError, match=says):
+            await parent.tools().call(
+                "delegate_task", {"subagent": "checked", "task": "t", "final_schema": schema}
+            )
+    assert ran == [], "the runner ran for a schema that is refused"
+
+
+async def test_a_percent_encoded_reference_is_resolved_as_the_validator_does() -> None:
+    schema = {"$defs": {"a b": {"type": "integer"}}, "$ref": "#/$defs/a%20b"}
+    async with (
+        td.open_runtime([sub("one", returning(1))], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+    ):
+        assert (await parent.delegate("one", "t", final_schema=schema)).final_result == 1

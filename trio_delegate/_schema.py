@@ -44,7 +44,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 from typing import Any, Final, final
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin
 
 import attrs
 import cattrs
@@ -543,6 +543,9 @@ def _compile(
     token = _BUDGET.set(_Budget(SCHEMA_CHECK_STEPS, inline=True))
     try:
         error = jsonschema.exceptions.best_match(_META_VALIDATOR.iter_errors(schema))
+        if error is None:
+            # In the same budget: every $ref's target is checked as a schema.
+            _check_refs(schema, field)
     except _OverBudget:
         raise InvalidArgumentsError(
             f"{field} is too large to check at admission (more than {SCHEMA_CHECK_STEPS} "
@@ -556,8 +559,6 @@ def _compile(
             f"{field} is not a valid JSON Schema (draft 2020-12): at {error.json_path}: "
             f"{_problem(error).split(': ', 1)[1]}"
         )
-    for ref in _refs(schema):
-        _check_ref(schema, ref, field)
     for where, pattern in _patterns(schema):
         try:
             _regex(pattern)
@@ -585,10 +586,11 @@ def _walk(node: Any) -> Iterator[tuple[str, Any, Any]]:
             stack.extend((f"{path}[{index}]", value) for index, value in enumerate(item))
 
 
-def _refs(node: Any) -> Iterator[str]:
-    for _, key, value in _walk(node):
-        if key in ("$ref", "$dynamicRef") and isinstance(value, str):
-            yield value
+def _refs(node: Any) -> Iterator[tuple[str, str, str]]:
+    """Every ``(path, keyword, value)`` of ``$ref``, ``$dynamicRef`` and ``$id`` strings."""
+    for path, key, value in _walk(node):
+        if key in ("$ref", "$dynamicRef", "$id") and isinstance(value, str):
+            yield path, key, value
 
 
 def _patterns(node: Any) -> Iterator[tuple[str, str]]:
@@ -606,7 +608,50 @@ def _patterns(node: Any) -> Iterator[tuple[str, str]]:
                 yield f"{path}.patternProperties", pattern
 
 
-def _check_ref(schema: dict[str, Any], ref: str, field: str) -> None:
+def _check_refs(schema: dict[str, Any], field: str) -> None:
+    """Check that every reference in *schema* points at a schema inside it.
+
+    Each target is resolved as ``jsonschema`` resolves it (a JSON Pointer
+    from the root, percent-decoded) and checked against the meta-schema (a
+    ``$ref`` to ``5``, ``[1]`` or a ``properties`` mapping would otherwise be
+    used as a schema only when a result is checked, after the run did its
+    work, and fail there with a raw ``TypeError``). An ``$id`` below the root
+    would re-base the references under it onto another document, which is
+    not how they are resolved here: it is refused.
+
+    Raises:
+        InvalidArgumentsError: naming the reference and what is wrong with it.
+        _OverBudget: the targets take more steps than the admission check may.
+    """
+    checked: set[int] = set()
+    for path, keyword, value in _refs(schema):
+        if keyword == "$id":
+            if path != "$":
+                raise InvalidArgumentsError(
+                    f"{field} has $id {describe(value)} at {path}, which would re-base the "
+                    "$ref inside it onto another document; remove $id below the root "
+                    "(references are resolved from the root, nothing is fetched)"
+                )
+            continue
+        target = _check_ref(schema, value, field)
+        if id(target) in checked:
+            continue
+        checked.add(id(target))
+        error = jsonschema.exceptions.best_match(_META_VALIDATOR.iter_errors(target))
+        if error is not None:
+            raise InvalidArgumentsError(
+                f"{field} has {keyword} {describe(value)} at {path}, which points at "
+                f"{describe(target)}: not a valid JSON Schema ({_problem(error).split(': ', 1)[1]})"
+                "; point it at a schema (an object or a boolean), e.g. under $defs"
+            )
+
+
+def _check_ref(schema: dict[str, Any], ref: str, field: str) -> Any:
+    """The value *ref* points at in *schema*.
+
+    Raises:
+        InvalidArgumentsError: *ref* points outside *schema*, or at nothing.
+    """
     problem = f"{field} has $ref {ref!r}"
     if ref != "#" and not ref.startswith("#/"):
         raise InvalidArgumentsError(
@@ -614,7 +659,8 @@ def _check_ref(schema: dict[str, Any], ref: str, field: str) -> None:
             "nothing is fetched: inline the referenced schema under $defs"
         )
     target: Any = schema
-    for raw in ref[2:].split("/") if ref != "#" else ():
+    # Percent-decoded first, then split: as the resolver reads it.
+    for raw in unquote(ref[2:]).split("/") if ref != "#" else ():
         part = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(target, dict) and part in target:
             target = target[part]
@@ -625,3 +671,4 @@ def _check_ref(schema: dict[str, Any], ref: str, field: str) -> None:
                 f"{problem}, which points at nothing in the schema: fix the path or add the "
                 "missing definition under $defs"
             )
+    return target
