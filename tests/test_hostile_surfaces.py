@@ -227,3 +227,57 @@ async def test_a_percent_encoded_reference_is_resolved_as_the_validator_does() -
         rt.open_parent() as parent,
     ):
         assert (await parent.delegate("one", "t", final_schema=schema)).final_result == 1
+
+
+# -- 4. Config.max_nesting_depth is bounded (contract §13, §15) -------------------
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(depth - 1):
+        value = [value]
+    return [value] if depth else value
+
+
+def test_max_nesting_depth_is_refused_past_what_can_be_walked() -> None:
+    with pytest.raises(td.InvalidArgumentsError, match=r"max_nesting_depth .* from 1 to 200"):
+        td.Config(max_nesting_depth=10**6)
+    with pytest.raises(td.InvalidArgumentsError, match="max_nesting_depth"):
+        td.Config(max_nesting_depth=201)
+    assert td.Config(max_nesting_depth=200).max_nesting_depth == 200
+
+
+async def test_the_deepest_nesting_allowed_is_walked_everywhere_without_recursion() -> None:
+    limit = 200
+    config = td.Config(fail_closed=False, max_nesting_depth=limit)
+    deepest, deeper = _nested(limit), _nested(500)
+    outputs = {"deepest": deepest, "deeper": deeper}
+
+    async def runner(ctx: td.ChildContext) -> Any:
+        value = outputs.get(ctx.task, "next")
+        # The transcript's list and entry take two levels of the limit.
+        entry = {"role": "user", "content": _nested(limit - 2)}
+        return td.Output(value, transcript=[entry])
+
+    unique = {"type": "array", "uniqueItems": True}
+    async with (
+        td.open_runtime([sub("deep", runner)], config=config) as rt,
+        rt.open_parent() as parent,
+    ):
+        tools = parent.tools()
+        result = await parent.delegate("deep", "deepest", final_schema=unique)
+        assert result.final_result == deepest
+        handle = await tools.call(
+            "delegate_task", {"subagent": "deep", "task": "deepest", "background": True}
+        )
+        answer = await tools.call("wait_subagent", {"run_id": handle["run_id"]})
+        assert answer["final_result"] == deepest
+        assert (await parent.continue_run(result.run_id, "more")).final_result == "next"
+        # Deeper than allowed: the run fails, as a DelegationError, wherever it is read.
+        with pytest.raises(td.RunFailedError, match="nests more than 200"):
+            await parent.delegate("deep", "deeper")
+        handle = await tools.call(
+            "delegate_task", {"subagent": "deep", "task": "deeper", "background": True}
+        )
+        with pytest.raises(td.RunFailedError, match="nests more than 200"):
+            await tools.call("wait_subagent", {"run_id": handle["run_id"]})

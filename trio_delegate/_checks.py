@@ -111,12 +111,21 @@ def builtin(value: Any) -> Any:
     return value
 
 
-def check_int(field: str, value: Any, *, minimum: int) -> int:
+def check_int(field: str, value: Any, *, minimum: int, maximum: int | None = None) -> int:
+    """Check an integer setting: at least *minimum* and, given it, at most *maximum*.
+
+    Raises:
+        InvalidArgumentsError: naming the field, the value and the range.
+    """
     value = builtin(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidArgumentsError(
-            f"{field} must be an integer >= {minimum}, got {describe(value)}"
-        )
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        bound = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+        raise InvalidArgumentsError(f"{field} must be an integer {bound}, got {describe(value)}")
     return value
 
 

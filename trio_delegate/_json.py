@@ -22,6 +22,7 @@ from typing import Any, Final, final
 __all__ = [
     "DEFAULT_MAX_NESTING",
     "IMMUTABLE_SCALARS",
+    "MAX_NESTING_LIMIT",
     "CanonicalJson",
     "JsonProblem",
     "NULL",
@@ -38,6 +39,14 @@ __all__ = [
 
 #: contract §15: ``Config.max_nesting_depth`` by default.
 DEFAULT_MAX_NESTING: Final = 64
+
+#: The largest ``Config.max_nesting_depth`` accepted (contract §13, §15).
+#: Parts of the runtime and the libraries it hands values to walk a value by
+#: recursion (the C JSON encoder and decoder, cattrs, equality keys of
+#: ``uniqueItems``), two or three frames a level; a value this deep leaves
+#: them well inside Python's default recursion limit of 1,000 frames,
+#: whatever the caller's own stack holds.
+MAX_NESTING_LIMIT: Final = 200
 
 #: Items in a value's containers up to which it is handled on the event loop
 #: (see :func:`is_small`): well under a millisecond of work.
