@@ -281,3 +281,38 @@ async def test_the_deepest_nesting_allowed_is_walked_everywhere_without_recursio
         )
         with pytest.raises(td.RunFailedError, match="nests more than 200"):
             await tools.call("wait_subagent", {"run_id": handle["run_id"]})
+
+
+# -- 5. tools after the runtime closed (contract §8) --------------------------------
+
+
+def _every_tools_call(tools: td.DelegationTools) -> dict[str, Any]:
+    return {
+        "names": lambda: tools.names,
+        "definitions": tools.definitions,
+        "openai_chat_tools": tools.openai_chat_tools,
+        "openai_responses_tools": tools.openai_responses_tools,
+        "anthropic_tools": tools.anthropic_tools,
+    }
+
+
+async def _all_raise_closed(tools: td.DelegationTools) -> None:
+    for method in _every_tools_call(tools).values():
+        with pytest.raises(td.RuntimeClosedError):
+            method()
+    with pytest.raises(td.RuntimeClosedError):
+        await tools.call("subagent_status", {"run_id": "run_x"})
+    with pytest.raises(td.RuntimeClosedError):
+        await tools.call("no such tool", "not json")
+    assert "DelegationTools" in repr(tools)
+
+
+async def test_every_tools_method_raises_runtime_closed_after_close() -> None:
+    async with td.open_runtime([sub("echo", returning("ok"))], config=LENIENT) as rt:
+        async with rt.open_parent() as parent:
+            tools = parent.tools()
+            assert tools.definitions()
+        await _all_raise_closed(tools)  # its parent closed
+        async with rt.open_parent() as parent:
+            tools = parent.tools()
+    await _all_raise_closed(tools)  # its runtime closed
