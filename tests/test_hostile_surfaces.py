@@ -272,7 +272,9 @@ async def test_the_deepest_nesting_allowed_is_walked_everywhere_without_recursio
         )
         answer = await tools.call("wait_subagent", {"run_id": handle["run_id"]})
         assert answer["final_result"] == deepest
-        assert (await parent.continue_run(result.run_id, "more")).final_result == "next"
+        carried = await parent.continue_run(result.run_id, "more")
+        assert isinstance(carried, td.RunResult)
+        assert carried.final_result == "next"
         # Deeper than allowed: the run fails, as a DelegationError, wherever it is read.
         with pytest.raises(td.RunFailedError, match="nests more than 200"):
             await parent.delegate("deep", "deeper")
