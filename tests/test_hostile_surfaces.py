@@ -318,3 +318,59 @@ async def test_every_tools_method_raises_runtime_closed_after_close() -> None:
         async with rt.open_parent() as parent:
             tools = parent.tools()
     await _all_raise_closed(tools)  # its runtime closed
+
+
+# -- 8. the testing kit answers in bounded time ----------------------------------
+
+
+def test_advance_goes_on_past_a_task_that_never_blocks() -> None:
+    import trio_delegate.testing as tdt
+
+    steps = 0
+
+    async def spinning(ctx: td.ChildContext) -> Any:
+        nonlocal steps
+        while True:
+            steps += 1
+            await trio.sleep(0)  # noqa: ASYNC115 - the loop as users write it
+
+    async def main() -> None:
+        spinner = td.Subagent("spin", spinning, timeout_seconds=5)
+        async with (
+            td.open_runtime([spinner], config=LENIENT) as rt,
+            rt.open_parent() as parent,
+        ):
+            handle = await parent.start("spin", "go")
+            await tdt.advance(10)
+            assert trio.current_time() == 10
+            # Its own deadline, at 5 s, was reached and ended it.
+            assert parent.status(handle.run_id).status is td.RunStatus.TIMED_OUT
+            with pytest.raises(td.RunTimedOutError):
+                await parent.wait(handle.run_id)
+
+    tdt.run(main, autojump=False)
+    # Bounded work: a few settles' worth of the loop, not an endless one.
+    assert 0 < steps < 100_000
+
+
+def test_trio_thread_call_from_its_own_trio_thread_fails_at_once() -> None:
+    import trio_delegate.testing as tdt
+
+    # call_timeout is only a hang guard: the call must fail at once.
+    with tdt.TrioThread(clock=tdt.mock_clock(), call_timeout=30) as host:
+        inner: list[BaseException] = []
+
+        async def reenter() -> None:
+            try:
+                host.call(trio.sleep, 0)
+            except RuntimeError as exc:
+                inner.append(exc)
+            try:
+                host.call_sync(trio.current_time)
+            except RuntimeError as exc:
+                inner.append(exc)
+
+        host.call(reenter)
+        assert len(inner) == 2
+        assert all("own Trio run" in str(exc) for exc in inner)
+        assert host.call_sync(trio.current_time) == 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, TypeVarTuple, Unpack
+from typing import TypeVar, TypeVarTuple, Unpack, final
 
 import trio
 import trio.testing
@@ -85,13 +85,53 @@ def current_mock_clock() -> trio.testing.MockClock:
     return clock
 
 
+#: Steps one task may take during a :func:`settle` before it is taken as
+#: busy (a loop on ``trio.sleep(0)``, which never blocks): far more than
+#: any task takes to react to one instant of time, few enough to cost
+#: milliseconds.
+BUSY_TASK_STEPS = 10_000
+
+
+@final
+class _BusyWatch(trio.abc.Instrument):
+    """Counts each task's steps during one settle; cancels it when a task is busy."""
+
+    def __init__(self, scope: trio.CancelScope, waiter: trio.lowlevel.Task) -> None:
+        self._scope = scope
+        self._waiter = waiter
+        self._steps: dict[trio.lowlevel.Task, int] = {}
+        self.busy: trio.lowlevel.Task | None = None
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self._waiter or self.busy is not None:
+            return
+        steps = self._steps.get(task, 0) + 1
+        self._steps[task] = steps
+        if steps > BUSY_TASK_STEPS:
+            # Every other task is as blocked as it will ever be: stop waiting.
+            self.busy = task
+            self._scope.cancel()
+
+
 async def settle() -> None:
     """Let every other task run until all are blocked, without moving the clock.
 
     After it returns, everything due at the current instant has happened.
     It wins over autojump: the clock does not move meanwhile.
+
+    A task that never blocks (a loop on ``trio.sleep(0)``) would keep every
+    task from being blocked for ever: once one task has taken
+    :data:`BUSY_TASK_STEPS` steps, the others are taken as settled, and
+    time can move on (its deadline, say, can stop it).
     """
-    await trio.testing.wait_all_tasks_blocked()
+    scope = trio.CancelScope()
+    watch = _BusyWatch(scope, trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(watch)
+    try:
+        with scope:
+            await trio.testing.wait_all_tasks_blocked()
+    finally:
+        trio.lowlevel.remove_instrument(watch)
 
 
 async def jump_to_next_deadline() -> bool:
