@@ -374,3 +374,151 @@ def test_trio_thread_call_from_its_own_trio_thread_fails_at_once() -> None:
         assert len(inner) == 2
         assert all("own Trio run" in str(exc) for exc in inner)
         assert host.call_sync(trio.current_time) == 0
+
+
+# -- 7. every runs view answers in bounded time, whatever the store holds ----------
+
+
+def _store_with(db: Any, results: dict[str, Any]) -> dict[str, str]:
+    """Runs of subagent "r" on an SQLite store at *db*, one per task in *results*."""
+
+    async def runner(ctx: td.ChildContext) -> Any:
+        await trio.lowlevel.checkpoint()
+        return results[ctx.task]
+
+    async def fill() -> dict[str, str]:
+        ids = {}
+        async with (
+            td.open_runtime([sub("r", runner)], store=td.SQLiteStore(db), config=LENIENT) as rt,
+            rt.open_parent("p") as parent,
+        ):
+            for task in results:
+                ids[task] = (await parent.delegate("r", task)).run_id
+        return ids
+
+    return trio.run(fill)
+
+
+def _run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from trio_delegate._cli._main import main
+
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        pytest.param("x\n" * 300_000, id="many lines"),
+        pytest.param([{"a": 1}] * 80_000, id="many values"),
+    ],
+)
+def test_runs_show_cuts_a_large_value_and_json_prints_all_of_it(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], result: Any
+) -> None:
+    import json
+
+    db = tmp_path / "runs.db"
+    ids = _store_with(db, {"big": result})
+    code, out, _ = _run_cli(["runs", "show", ids["big"], "--db", str(db)], capsys)
+    assert code == 0
+    # Bounded output: a screenful, not the 600 KB-1 MB value (19.5 MB as a table).
+    assert len(out) < 40_000, len(out)
+    assert out.count("\n") < 400
+    assert "more characters; --json prints all of it" in out
+    code, out, _ = _run_cli(["runs", "show", ids["big"], "--db", str(db), "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["final_result"] == result
+
+
+def _tamper(db: Any, sql: str, *params: Any) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(sql, params)
+    conn.close()
+
+
+def test_runs_views_of_a_tampered_huge_task_are_bounded(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    db = tmp_path / "runs.db"
+    ids = _store_with(db, {"t": "ok"})
+    huge = "y" * 20_000_000
+    head = json.loads(_read_head(db, ids["t"]))
+    head["task"] = head["task_summary"] = huge
+    _tamper(db, "UPDATE runs SET record = ? WHERE run_id = ?", json.dumps(head), ids["t"])
+    for argv in (["runs", "show", ids["t"]], ["runs", "list"]):
+        code, out, _ = _run_cli([*argv, "--db", str(db)], capsys)
+        assert code == 0
+        assert len(out) < 40_000, (argv, len(out))
+
+
+def _read_head(db: Any, run_id: str) -> str:
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        (head,) = conn.execute("SELECT record FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    finally:
+        conn.close()
+    return str(head)
+
+
+def test_one_corrupt_row_is_a_store_error_for_that_record_only(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from trio_delegate._stores._sqlite import SQLiteReader
+
+    db = tmp_path / "runs.db"
+    ids = _store_with(db, {"good": "fine", "bad": "lost", "also good": "fine too"})
+    _tamper(db, "UPDATE runs SET record = '{not json' WHERE run_id = ?", ids["bad"])
+    code, out, err = _run_cli(["runs", "list", "--db", str(db), "--json"], capsys)
+    listed = json.loads(out)
+    assert code == 1
+    assert {run["run_id"] for run in listed if not run.get("damaged")} == {
+        ids["good"],
+        ids["also good"],
+    }
+    assert next(run for run in listed if run.get("damaged"))["error"]
+    assert "not valid trio_delegate JSON" in err
+    code, out, err = _run_cli(["runs", "list", "--db", str(db)], capsys)
+    assert code == 1
+    assert ids["good"] in out
+    assert ids["also good"] in out
+    assert "damaged" in out
+    # The change feed that runs watch follows reads past it too.
+    reader = SQLiteReader(db)
+    reader.tolerant = True
+    try:
+        batch = reader.changes(0)
+    finally:
+        reader.close()
+    assert {record.run_id for record in batch.records} == {ids["good"], ids["also good"]}
+    assert len(reader.damaged) == 1
+    # The damaged record itself is a StoreError where it is asked for.
+    code, _, err = _run_cli(["runs", "show", ids["bad"], "--db", str(db)], capsys)
+    assert code == 1
+    assert "not valid trio_delegate JSON" in err
+    code, out, _ = _run_cli(["runs", "show", ids["good"], "--db", str(db)], capsys)
+    assert code == 0
+    assert "fine" in out
+
+
+def test_runs_watch_goes_on_past_a_corrupt_row(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.db"
+    ids = _store_with(db, {"good": "fine", "bad": "lost"})
+    _tamper(db, "UPDATE runs SET record = '{not json' WHERE run_id = ?", ids["bad"])
+    argv = ["runs", "watch", "--db", str(db), "--interval", "0.01", "--duration", "0.02"]
+    code, out, err = _run_cli(argv, capsys)
+    assert code == 0, err
+    assert ids["good"] in out
+    assert "damaged" in out
