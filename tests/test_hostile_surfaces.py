@@ -522,3 +522,80 @@ def test_runs_watch_goes_on_past_a_corrupt_row(
     assert code == 0, err
     assert ids["good"] in out
     assert "damaged" in out
+
+
+# -- 6. serve --config: files that are not files, text that is not for a terminal ---
+
+_PY = __import__("sys").executable
+_ECHO = f"""
+[[subagents]]
+name = "echo"
+command = ['{_PY}', "-c", "import sys; print(sys.stdin.read())"]
+"""
+
+
+def _serve(argv: list[str], cwd: Any) -> Any:
+    import os
+    import subprocess
+
+    return subprocess.run(
+        [_PY, "-m", "trio_delegate", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,  # a hang guard only: it must answer at once
+        stdin=subprocess.DEVNULL,
+        cwd=cwd,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+        check=False,
+    )
+
+
+def test_serve_config_that_is_a_fifo_is_refused_without_blocking(tmp_path: Any) -> None:
+    import os
+
+    fifo = tmp_path / "subagents.toml"
+    os.mkfifo(fifo)
+    for argv in (["serve", "--config", str(fifo)], ["runs", "list", "--config", str(fifo)]):
+        done = _serve(argv, tmp_path)
+        assert done.returncode != 0, argv
+        assert "is a FIFO (named pipe), not a regular file" in done.stderr, done.stderr
+    assert _serve(["serve", "--config", str(fifo)], tmp_path).returncode == 2
+
+
+def test_a_store_that_is_a_fifo_is_a_configuration_error_before_start(tmp_path: Any) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "runs.db")
+    config = tmp_path / "subagents.toml"
+    config.write_text('[runtime]\nstore = "runs.db"\n' + _ECHO)
+    done = _serve(["serve", "--config", str(config)], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "runtime.store: 'runs.db' is a FIFO (named pipe), not a regular file" in done.stderr
+    assert "serving over stdio" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param('"\\u001b[2J\\u001b]0;owned\\u0007" = 1\n' + _ECHO, id="a key"),
+        pytest.param(
+            '[[subagents]]\nname = "x"\npython = "evil_mod:runner"\n', id="an import error"
+        ),
+        pytest.param(
+            '[[subagents]]\nname = "x\\u001b[31m"\ncommand = ["true"]\n', id="a subagent name"
+        ),
+    ],
+)
+def test_serve_never_writes_a_configurations_escape_sequences_raw(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    from trio_delegate._cli._main import main
+
+    (tmp_path / "evil_mod.py").write_text('raise ImportError("\\x1b[2J\\x1b]0;owned\\x07")\n')
+    config = tmp_path / "subagents.toml"
+    config.write_text(text)
+    assert main(["serve", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err, err
+    assert "\x07" not in err, err
+    assert "\\x1b" in err

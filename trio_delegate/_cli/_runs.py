@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._checks import describe
+from .._checks import describe, terminal_safe
 from .._errors import DelegationError, StoreError
 from .._server_config import ConfigError, store_in_config
 from .._status import RunStatus
@@ -73,21 +73,10 @@ STATUS_STYLE = {
     RunStatus.TIMED_OUT: "red",
 }
 
-# What a terminal would act on rather than show: C0 controls (but the line
-# break), DEL and C1 controls (ESC and CSI among them), the marks and
-# overrides that reorder text, and lone surrogates (not text at all).
-_UNSAFE: Final = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
 # The same, for JSON output: json.dumps already escapes C0 controls.
 _UNSAFE_JSON: Final = re.compile(
     "[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _escape_json(match: re.Match[str]) -> str:
@@ -126,7 +115,7 @@ def literal(text: str, limit: int = CELL_CHARS, hint: str = "") -> Text:
     Cut to *limit* characters first (saying how many more there are, and
     *hint*), so that the escaping and the drawing never go through more.
     """
-    return Text(_UNSAFE.sub(_escape, cut(text, limit, hint)))
+    return Text(terminal_safe(cut(text, limit, hint)))
 
 
 #: A column of a table of runs: its heading, and its cell for a record.
@@ -345,7 +334,7 @@ def open_reader(db: str, schema: str, err: TextIO) -> tuple[Reader, str] | None:
 
 
 def _shown(text: str) -> str:
-    return _UNSAFE.sub(_escape, text)
+    return terminal_safe(text)
 
 
 def fail(exc: DelegationError, err: TextIO) -> None:
