@@ -9,6 +9,7 @@ CPU time), never by wall-clock time.
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -599,3 +600,112 @@ def test_serve_never_writes_a_configurations_escape_sequences_raw(
     assert "\x1b" not in err, err
     assert "\x07" not in err, err
     assert "\\x1b" in err
+
+
+# -- 9. agent CLIs: their output parsed off the loop, their ids never flags --------
+
+_FAKE_CLI = """\
+import json, os, sys
+with open(os.environ["FAKE_ARGV"], "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+sys.stdin.read()
+session = os.environ["FAKE_SESSION"]
+out = sys.stdout
+for n in range(int(os.environ.get("FAKE_NOISE", "0"))):
+    out.write('{"type":"assistant","n":%d,"text":"x"}\\n' % n)
+if os.environ["FAKE_KIND"] == "claude":
+    out.write(json.dumps({"type": "result", "subtype": "success", "result": "ok",
+                          "session_id": session}) + "\\n")
+else:
+    out.write(json.dumps({"type": "thread.started", "thread_id": session}) + "\\n")
+    out.write(json.dumps({"type": "item.completed",
+                          "item": {"type": "agent_message", "text": "ok"}}) + "\\n")
+"""
+
+
+def _fake_agent(tmp_path: Any, kind: str, session: str, noise: int = 0) -> tuple[td.Subagent, Any]:
+    from trio_delegate._runners._agents import AgentCLIRunner
+
+    script = tmp_path / "fake_cli.py"
+    script.write_text(_FAKE_CLI)
+    program = tmp_path / "fake-cli"
+    program.write_text(f'#!/bin/sh\nexec {_PY} {script} "$@"\n')
+    program.chmod(0o755)
+    argv_log = tmp_path / "argv.jsonl"
+    env = {
+        "FAKE_ARGV": str(argv_log),
+        "FAKE_SESSION": session,
+        "FAKE_KIND": kind,
+        "FAKE_NOISE": str(noise),
+    }
+    runner = AgentCLIRunner(kind, str(program), env=env)  # type: ignore[arg-type]
+    return td.Subagent("agent", runner, timeout_seconds=60), argv_log
+
+
+def _argvs(log: Any) -> list[list[str]]:
+    import json
+
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("kind", ["claude", "codex"])
+async def test_a_session_id_from_a_cli_never_becomes_a_flag(tmp_path: Any, kind: str) -> None:
+    subagent, log = _fake_agent(tmp_path, kind, "--dangerously-skip-permissions")
+    async with td.open_runtime([subagent], config=LENIENT) as rt, rt.open_parent() as parent:
+        first = await parent.delegate("agent", "one")
+        carried = await parent.continue_run(first.run_id, "two")
+        assert isinstance(carried, td.RunResult)
+    continuation = _argvs(log)[1]
+    assert not any("dangerously" in part for part in continuation), continuation
+    assert "--resume" not in " ".join(continuation)
+    assert "fork" not in continuation
+
+
+@pytest.mark.parametrize("kind", ["claude", "codex"])
+async def test_a_session_id_goes_on_the_command_line_joined_or_after_double_dash(
+    tmp_path: Any, kind: str
+) -> None:
+    subagent, log = _fake_agent(tmp_path, kind, "0199a213-81c0_7800")
+    async with td.open_runtime([subagent], config=LENIENT) as rt, rt.open_parent() as parent:
+        first = await parent.delegate("agent", "one")
+        await parent.continue_run(first.run_id, "two")
+    continuation = _argvs(log)[1]
+    if kind == "claude":
+        assert "--resume=0199a213-81c0_7800" in continuation
+    else:
+        assert continuation[-3:] == ["--", "0199a213-81c0_7800", "-"]
+        assert continuation[:1] == ["exec"]
+
+
+def test_a_history_whose_session_id_is_not_one_is_never_forked() -> None:
+    from trio_delegate._runners._agents import session_and_prompt
+
+    def context(session: Any) -> td.ChildContext:
+        from trio_delegate._core._context import ChildContext
+
+        history = (
+            {"role": "user", "content": "one"},
+            {"role": "assistant", "content": "ok", "agent": "claude", "session_id": session},
+        )
+        return ChildContext("run_" + "0" * 32, "agent", "two", None, history, math.inf, None)
+
+    for bad in ("--dangerously-skip-permissions", "-x", "a b", "a\nb", "", 7, "a" * 129):
+        session, prompt = session_and_prompt("claude", context(bad))
+        assert session is None
+        assert "The conversation so far" in prompt
+    assert session_and_prompt("claude", context("abc-123"))[0] == "abc-123"
+
+
+async def test_megabytes_of_cli_output_never_hold_the_event_loop(tmp_path: Any) -> None:
+    from .helpers import timed_steps
+
+    # About 12 MB of JSON events: parsed on the event loop, a step of a second.
+    subagent, _ = _fake_agent(tmp_path, "claude", "abc", noise=300_000)
+    async with (
+        td.open_runtime([subagent], config=LENIENT) as rt,
+        rt.open_parent() as parent,
+        timed_steps() as timer,
+    ):
+        result = await parent.delegate("agent", "go")
+    assert result.final_result == "ok"
+    assert timer.longest < 0.1, f"a step held the loop for {timer.longest:.3f} s of CPU"
