@@ -8,11 +8,13 @@ CPU time), never by wall-clock time.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -709,3 +711,50 @@ async def test_megabytes_of_cli_output_never_hold_the_event_loop(tmp_path: Any) 
         result = await parent.delegate("agent", "go")
     assert result.final_result == "ok"
     assert timer.longest < 0.1, f"a step held the loop for {timer.longest:.3f} s of CPU"
+
+
+# -- 3. a result structured into a type comes back as that type, after a restart ---
+
+
+@attrs.frozen
+class Point:
+    x: int
+    y: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Label:
+    text: str
+
+
+@pytest.mark.parametrize("target", [Point, Label])
+@pytest.mark.parametrize("where", ["subagent", "call"])
+async def test_a_structured_result_keeps_its_type_after_a_restart(
+    tmp_path: Any, target: type, where: str
+) -> None:
+    value = {"x": 1, "y": 2} if target is Point else {"text": "hi"}
+    db = tmp_path / "runs.db"
+    default = {"final_schema": target} if where == "subagent" else {}
+    per_call = {"final_schema": target} if where == "call" else {}
+    subagent = td.Subagent("typed", returning(value), **default)
+    async with (
+        td.open_runtime([subagent], store=td.SQLiteStore(db), config=LENIENT) as rt,
+        rt.open_parent("host") as parent,
+    ):
+        handle = await parent.start("typed", "go", **per_call)
+        first = await parent.wait(handle.run_id)
+        assert isinstance(first, td.RunResult)
+        assert type(first.final_result) is target
+    gc.collect()
+    # A new runtime on the same store: the run is known only from the store.
+    async with (
+        td.open_runtime([subagent], store=td.SQLiteStore(db), config=LENIENT) as rt,
+        rt.open_parent("host") as parent,
+    ):
+        if where == "call":
+            # The host uses the type in this process (as it did before the restart).
+            await parent.delegate("typed", "again", final_schema=target)
+        again = await parent.wait(handle.run_id)
+        assert isinstance(again, td.RunResult)
+        assert type(again.final_result) is target
+        assert again == first

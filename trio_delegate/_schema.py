@@ -40,7 +40,9 @@ from __future__ import annotations
 import contextvars
 import copy
 import functools
+import hashlib
 import json
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 from typing import Any, Final, final
@@ -75,6 +77,7 @@ __all__ = [
     "SchemaMismatch",
     "SchemaSpec",
     "compile_result_schema",
+    "schema_for_tag",
 ]
 
 #: Largest accepted schema, in bytes of JSON.
@@ -367,6 +370,13 @@ class ResultSchema:
     _validator: Any = attrs.field(alias="validator", repr=False)
     _text: str = attrs.field(alias="text", repr=False)
 
+    @property
+    def type_tag(self) -> str | None:
+        """The tag a store keeps for :attr:`target` (see :func:`schema_for_tag`)."""
+        if self.target is None:
+            return None
+        return _type_tag(self.target, self._text)
+
     def schema_copy(self) -> dict[str, Any]:
         """A fresh copy of the schema, for a runner to read (and change) freely."""
         fresh: dict[str, Any] = json.loads(self._text)
@@ -570,7 +580,36 @@ def _compile(
                 "back-references"
             ) from None
     text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-    return ResultSchema(schema, target, validator=_BoundedValidator(schema), text=text)
+    compiled = ResultSchema(schema, target, validator=_BoundedValidator(schema), text=text)
+    if target is not None:
+        _KNOWN_TYPES[_type_tag(target, text)] = compiled
+    return compiled
+
+
+#: The schemas of the attrs classes and dataclasses this process has
+#: compiled, by tag: how a result read back from a store finds its type
+#: (contract §5) without a stored value ever naming code to import. Weak:
+#: a type that is gone is forgotten.
+_KNOWN_TYPES: weakref.WeakValueDictionary[str, ResultSchema] = weakref.WeakValueDictionary()
+
+
+def _type_tag(target: type, text: str) -> str:
+    """*target*'s module and name, and a digest of its JSON Schema *text*:
+    two types of the same name but different fields never share a tag."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return f"{target.__module__}.{target.__qualname__}#{digest}"
+
+
+def schema_for_tag(tag: object) -> ResultSchema | None:
+    """The compiled schema of the type a store's *tag* names, if this process knows it.
+
+    Known are the types given as ``final_schema`` since the process started
+    (a subagent's own, or one passed to ``start``/``delegate``), as long as
+    they exist.
+    """
+    if not isinstance(tag, str):
+        return None
+    return _KNOWN_TYPES.get(tag)
 
 
 def _walk(node: Any) -> Iterator[tuple[str, Any, Any]]:

@@ -544,6 +544,7 @@ class Persister:
             ended_at=ended_at,
             started_at=run.started_at,
             deadline_at=run.deadline_at,
+            result_type=run.schema.type_tag if run.schema is not None else None,
         )
 
     # -- other runtimes sharing the store (contract §16) ------------------------------

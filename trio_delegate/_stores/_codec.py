@@ -108,6 +108,7 @@ def _head(record: RunRecord) -> str:
                 "history": record.history,
                 "replaces": record.replaces,
                 "admitted_at": record.admitted_at,
+                "result_type": record.result_type,
             }
         )
     )

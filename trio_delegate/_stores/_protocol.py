@@ -179,6 +179,10 @@ class RunRecord:
             any runtime). Sticky: a store never clears it.
         observed: its outcome was handed to its owner (a ``wait`` returned it)
             in some runtime. Sticky: a store never clears it.
+        result_type: for a run whose ``final_schema`` was an attrs class or
+            dataclass, that type's tag (its name and a digest of its JSON
+            Schema): data, never imported; a runtime structures the stored
+            result into the type of that tag it knows, if any.
     """
 
     run_id: str
@@ -200,6 +204,7 @@ class RunRecord:
     deadline_at: float | None = None
     cancel_requested: bool = False
     observed: bool = False
+    result_type: str | None = None
 
 
 @final
