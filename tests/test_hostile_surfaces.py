@@ -734,14 +734,14 @@ async def test_a_structured_result_keeps_its_type_after_a_restart(
 ) -> None:
     value = {"x": 1, "y": 2} if target is Point else {"text": "hi"}
     db = tmp_path / "runs.db"
-    default = {"final_schema": target} if where == "subagent" else {}
-    per_call = {"final_schema": target} if where == "call" else {}
-    subagent = td.Subagent("typed", returning(value), **default)
+    default = target if where == "subagent" else None
+    per_call = target if where == "call" else None
+    subagent = td.Subagent("typed", returning(value), final_schema=default)
     async with (
         td.open_runtime([subagent], store=td.SQLiteStore(db), config=LENIENT) as rt,
         rt.open_parent("host") as parent,
     ):
-        handle = await parent.start("typed", "go", **per_call)
+        handle = await parent.start("typed", "go", final_schema=per_call)
         first = await parent.wait(handle.run_id)
         assert isinstance(first, td.RunResult)
         assert type(first.final_result) is target
