@@ -85,31 +85,29 @@ def current_mock_clock() -> trio.testing.MockClock:
     return clock
 
 
-#: Steps one task may take during a :func:`settle` before it is taken as
-#: busy (a loop on ``trio.sleep(0)``, which never blocks): far more than
-#: any task takes to react to one instant of time, few enough to cost
-#: milliseconds.
-BUSY_TASK_STEPS = 10_000
+#: Scheduler rounds (batches of task steps) a :func:`settle` waits for
+#: every task to be blocked before it takes a task that never blocks (a loop
+#: on ``trio.sleep(0)``) as busy: far more rounds than any chain of wake-ups
+#: at one instant takes, few enough to cost milliseconds.
+BUSY_ROUNDS = 10_000
 
 
 @final
 class _BusyWatch(trio.abc.Instrument):
-    """Counts each task's steps during one settle; cancels it when a task is busy."""
+    """Counts the scheduler's rounds during one settle; ends it when there are too many.
 
-    def __init__(self, scope: trio.CancelScope, waiter: trio.lowlevel.Task) -> None:
+    Only ``before_io_wait`` is hooked, once a round: an instrument hooked on
+    every task step would slow every test that settles.
+    """
+
+    def __init__(self, scope: trio.CancelScope) -> None:
         self._scope = scope
-        self._waiter = waiter
-        self._steps: dict[trio.lowlevel.Task, int] = {}
-        self.busy: trio.lowlevel.Task | None = None
+        self._rounds = 0
 
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task is self._waiter or self.busy is not None:
-            return
-        steps = self._steps.get(task, 0) + 1
-        self._steps[task] = steps
-        if steps > BUSY_TASK_STEPS:
-            # Every other task is as blocked as it will ever be: stop waiting.
-            self.busy = task
+    def before_io_wait(self, timeout: float) -> None:
+        self._rounds += 1
+        if self._rounds == BUSY_ROUNDS:
+            # Some task never blocks; the others are as settled as they will be.
             self._scope.cancel()
 
 
@@ -120,12 +118,12 @@ async def settle() -> None:
     It wins over autojump: the clock does not move meanwhile.
 
     A task that never blocks (a loop on ``trio.sleep(0)``) would keep every
-    task from being blocked for ever: once one task has taken
-    :data:`BUSY_TASK_STEPS` steps, the others are taken as settled, and
-    time can move on (its deadline, say, can stop it).
+    task from being blocked for ever: after :data:`BUSY_ROUNDS` rounds of
+    the scheduler the others are taken as settled, and time can move on
+    (its deadline, say, can stop it).
     """
     scope = trio.CancelScope()
-    watch = _BusyWatch(scope, trio.lowlevel.current_task())
+    watch = _BusyWatch(scope)
     trio.lowlevel.add_instrument(watch)
     try:
         with scope:
