@@ -7,8 +7,9 @@ field, shows the value and says what is allowed.
 from __future__ import annotations
 
 import math
+import re
 import reprlib
-from typing import Any
+from typing import Any, Final
 
 from ._errors import InvalidArgumentsError
 from ._json import text_problem
@@ -22,6 +23,7 @@ __all__ = [
     "check_seconds",
     "check_text",
     "describe",
+    "terminal_safe",
 ]
 
 
@@ -122,12 +124,21 @@ def builtin(value: Any) -> Any:
     return value
 
 
-def check_int(field: str, value: Any, *, minimum: int) -> int:
+def check_int(field: str, value: Any, *, minimum: int, maximum: int | None = None) -> int:
+    """Check an integer setting: at least *minimum* and, given it, at most *maximum*.
+
+    Raises:
+        InvalidArgumentsError: naming the field, the value and the range.
+    """
     value = builtin(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidArgumentsError(
-            f"{field} must be an integer >= {minimum}, got {describe(value)}"
-        )
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        bound = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+        raise InvalidArgumentsError(f"{field} must be an integer {bound}, got {describe(value)}")
     return value
 
 
@@ -191,3 +202,26 @@ def check_text(field: str, value: Any, *, max_chars: int, allow_blank: bool = Fa
             "(shorten it, or raise the limit in Config)"
         )
     return text
+
+
+# What a terminal would act on rather than show: C0 controls (but the line
+# break), DEL and C1 controls (ESC and CSI among them), the marks and
+# overrides that reorder text, and lone surrogates (not text at all).
+TERMINAL_UNSAFE: Final = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """*text* with what a terminal would act on (escape sequences, controls,
+    reordering marks, lone surrogates) written as ``\\xNN`` / ``\\uNNNN`` escapes.
+
+    For whatever is printed to a person from a file, a store or a process
+    (a configuration's names and keys, an import error's message).
+    """
+    return TERMINAL_UNSAFE.sub(_escape, text)

@@ -8,7 +8,7 @@ from typing import Any, Final, Literal, final
 import attrs
 
 from ._checks import builtin, check_bool, check_int, check_seconds
-from ._json import DEFAULT_MAX_NESTING
+from ._json import DEFAULT_MAX_NESTING, MAX_NESTING_LIMIT
 
 __all__ = ["INHERIT", "Config", "InheritType", "TimeoutSetting"]
 
@@ -35,9 +35,9 @@ def _seconds_or_none(name: str) -> Any:
     return check
 
 
-def _int_at_least(name: str, minimum: int) -> Any:
+def _int_at_least(name: str, minimum: int, maximum: int | None = None) -> Any:
     def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        check_int(f"Config.{name}", value, minimum=minimum)
+        check_int(f"Config.{name}", value, minimum=minimum, maximum=maximum)
 
     return check
 
@@ -86,7 +86,8 @@ class Config:
         max_nesting_depth: deepest nesting of arrays and objects accepted in
             tool arguments, schemas, results and transcripts; deeper input is
             ``InvalidArgumentsError``, a deeper result or transcript fails
-            its run.
+            its run. At most 200: deeper values
+            could not be walked everywhere without recursion errors.
         cancel_grace_seconds: how long after a run's cancellation was delivered
             (a request, its deadline, a close) the run is decided even if its
             runner has not returned: ``cancelled`` (or ``timed_out``) with a
@@ -124,7 +125,7 @@ class Config:
     max_nesting_depth: int = attrs.field(
         default=DEFAULT_MAX_NESTING,
         converter=builtin,
-        validator=_int_at_least("max_nesting_depth", 1),
+        validator=_int_at_least("max_nesting_depth", 1, MAX_NESTING_LIMIT),
     )
     cancel_grace_seconds: float = attrs.field(
         default=30.0,

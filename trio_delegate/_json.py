@@ -15,12 +15,14 @@ so no caller can change what another one sees (contract §5, §15).
 from __future__ import annotations
 
 import json
+import types
 from json.encoder import encode_basestring
 from typing import Any, Final, final
 
 __all__ = [
     "DEFAULT_MAX_NESTING",
     "IMMUTABLE_SCALARS",
+    "MAX_NESTING_LIMIT",
     "CanonicalJson",
     "JsonProblem",
     "NULL",
@@ -31,11 +33,20 @@ __all__ = [
     "encode",
     "escape_text",
     "is_small",
+    "plain",
     "text_problem",
 ]
 
 #: contract §15: ``Config.max_nesting_depth`` by default.
 DEFAULT_MAX_NESTING: Final = 64
+
+#: The largest ``Config.max_nesting_depth`` accepted (contract §13, §15).
+#: Parts of the runtime and the libraries it hands values to walk a value by
+#: recursion (the C JSON encoder and decoder, cattrs, equality keys of
+#: ``uniqueItems``), two or three frames a level; a value this deep leaves
+#: them well inside Python's default recursion limit of 1,000 frames,
+#: whatever the caller's own stack holds.
+MAX_NESTING_LIMIT: Final = 200
 
 #: Items in a value's containers up to which it is handled on the event loop
 #: (see :func:`is_small`): well under a millisecond of work.
@@ -98,40 +109,172 @@ def check_nesting(value: Any, max_depth: int, max_items: int | None = None) -> N
     Iterative: a value a million levels deep costs a loop, not the stack;
     with *max_items*, a value of a million items costs no more than one of
     *max_items*. Lists, tuples and mappings are containers; a scalar is
-    depth 0.
+    depth 0. A subclass of a builtin container is read through the builtin
+    type's own methods (see :func:`_items`): its ``__iter__``, ``values``
+    or ``__len__`` are never called.
 
     Raises:
-        JsonProblem: naming the depth or the count and the limit, or a
-            container that cannot be read (its methods raise).
+        JsonProblem: naming the depth or the count and the limit.
     """
-    if not isinstance(value, _CONTAINERS):
-        return
-    try:
-        _check_shape(value, max_depth, max_items)
-    except JsonProblem:
-        raise
-    except Exception as exc:  # a dict or list subclass whose own methods raise
-        raise JsonProblem(
-            f"it holds a container that cannot be read ({type(exc).__name__})"
-        ) from None
+    if _is_container(type(value)):
+        _shape(value, max_depth, max_items)
 
 
-def _check_shape(value: Any, max_depth: int, max_items: int | None) -> None:
+def _is_container(cls: type) -> bool:
+    """Whether values of *cls* nest: ``dict``, ``list``, ``tuple`` or a subclass.
+
+    Decided on the type (``issubclass`` reads its MRO): ``isinstance`` would
+    ask a foreign object for its ``__class__``, which a property can answer
+    with anything, and run code while doing so.
+    """
+    return cls is dict or cls is list or cls is tuple or issubclass(cls, _CONTAINERS)
+
+
+def _items(item: Any) -> list[Any] | tuple[Any, ...] | Any:
+    """The children of a container, read through the builtin type only.
+
+    A ``dict`` or ``list`` subclass may redefine ``__iter__``, ``values``,
+    ``items`` or ``__len__`` to never end, to grow the container while it is
+    walked, or to raise: the builtin methods called here on the base type
+    read the container's storage and run none of them. A list is copied in
+    one C call (a snapshot), a mapping's values are its storage's view.
+    """
+    cls = type(item)
+    if cls is dict:
+        return item.values()
+    if cls is list or cls is tuple:
+        return item
+    if issubclass(cls, dict):
+        return dict.values(item)
+    if issubclass(cls, list):
+        return list.copy(item)
+    return tuple.__getitem__(item, _EVERYTHING)
+
+
+_EVERYTHING: Final = slice(None)
+
+_NONE: Final = type(None)
+
+
+def _is_scalar(cls: type) -> bool:
+    """Whether *cls* is exactly a builtin JSON scalar type (identity only: no
+    hash or comparison of a foreign type runs)."""
+    return cls is str or cls is int or cls is float or cls is bool or cls is _NONE
+
+
+def _shape(value: Any, max_depth: int, max_items: int | None) -> bool:
+    """Check *value*'s nesting (and count); return whether anything in it is
+    not a builtin JSON type exactly (a subclass, or no JSON at all), so that
+    it must be read into :func:`plain` builtins before the encoder sees it.
+    """
     left = max_items if max_items is not None else -1
+    foreign = False
     stack: list[tuple[Any, int]] = [(value, 1)]
     pop, push = stack.pop, stack.append
     while stack:
         item, depth = pop()
         if depth > max_depth:
             raise TooDeep(f"it nests more than {max_depth} levels deep (Config.max_nesting_depth)")
+        cls = type(item)
+        if not (cls is dict or cls is list or cls is tuple):
+            foreign = True
+        children = _items(item)
         if left >= 0:
-            left -= len(item)
+            left -= len(children)
             if left < 0:
                 raise JsonProblem(f"it holds more than {max_items} values")
-        children = item.values() if isinstance(item, dict) else item
         for child in children:
-            if isinstance(child, _CONTAINERS):
+            cls = type(child)
+            if cls is str or cls is int or cls is float or cls is bool or child is None:
+                continue
+            if _is_container(cls):
                 push((child, depth + 1))
+            else:
+                foreign = True
+    return foreign
+
+
+def plain(value: Any, max_depth: int, max_items: int | None = None) -> Any:
+    """A copy of *value* made of builtin ``dict``, ``list``, ``str``, ``int``,
+    ``float``, ``bool`` and ``None`` only, read without calling any of its
+    own methods; *value* itself when it is made of those already.
+
+    Subclasses of the builtin containers are read through the builtin types
+    (see :func:`_items`), tuples become lists, subclasses of ``str``,
+    ``int`` and ``float`` become the builtin value (by the builtin type's
+    method: no ``__str__`` or ``__hash__`` of theirs runs). Bounded like
+    :func:`check_nesting`, and iterative.
+
+    Raises:
+        JsonProblem: as :func:`check_nesting`.
+        TypeError: *value* holds something that is not JSON; an un-awaited
+            coroutine among it is closed first (it can never run now, and
+            would warn that it was never awaited).
+    """
+    cls = type(value)
+    if _is_scalar(cls):
+        return value
+    if not _is_container(cls):
+        return _plain_scalar(value)
+    if not _shape(value, max_depth, max_items):
+        return value
+    root: list[Any] = [None]
+    # (source container, the copy's parent, the index or key in it)
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        source, parent, slot = pop()
+        if issubclass(type(source), dict):
+            copy: Any = {}
+            for key, child in dict.items(source):
+                key = _plain_key(key)
+                if _is_container(type(child)):
+                    copy[key] = None
+                    push((child, copy, key))
+                else:
+                    copy[key] = _plain_scalar(child)
+        else:
+            children = _items(source)
+            copy = [None] * len(children)
+            for index, child in enumerate(children):
+                if _is_container(type(child)):
+                    push((child, copy, index))
+                else:
+                    copy[index] = _plain_scalar(child)
+        parent[slot] = copy
+    return root[0]
+
+
+def _plain_scalar(value: Any) -> Any:
+    cls = type(value)
+    if _is_scalar(cls):
+        return value
+    if issubclass(cls, str):
+        return str.__str__(value)
+    if issubclass(cls, bool):  # pragma: no cover - bool cannot be subclassed
+        return bool(int.__int__(value))
+    if issubclass(cls, int):
+        return int.__int__(value)
+    if issubclass(cls, float):
+        return float.__float__(value)
+    if cls is types.CoroutineType:
+        value.close()
+        raise TypeError(
+            "a coroutine is not JSON: the runner returned it without awaiting it "
+            "(await the call that made it)"
+        )
+    raise TypeError(f"Object of type {cls.__name__} is not JSON serializable")
+
+
+def _plain_key(key: Any) -> Any:
+    """A mapping key as the builtin value; a key JSON cannot hold is a TypeError."""
+    cls = type(key)
+    if _is_scalar(cls):
+        return key
+    try:
+        return _plain_scalar(key)
+    except TypeError:
+        raise TypeError(f"keys must be str, int, float, bool or None, not {cls.__name__}") from None
 
 
 def is_small(value: Any, nodes: int = SMALL_NODES) -> bool:
@@ -139,38 +282,43 @@ def is_small(value: Any, nodes: int = SMALL_NODES) -> bool:
 
     Cheap whatever *value* is (the walk stops at the limit): a small value is
     checked and encoded on the event loop at once; a larger one on a worker
-    thread, so that no step of the loop takes long.
+    thread, so that no step of the loop takes long. Containers are read as
+    :func:`check_nesting` reads them.
     """
-    if not isinstance(value, _CONTAINERS):
+    if not _is_container(type(value)):
         return True
     stack = [value]
     pop, push = stack.pop, stack.append
     while stack:
-        item = pop()
-        nodes -= len(item)
+        children = _items(pop())
+        nodes -= len(children)
         if nodes < 0:
             return False
-        for child in item.values() if isinstance(item, dict) else item:
-            if isinstance(child, _CONTAINERS):
+        for child in children:
+            cls = type(child)
+            if not (cls is str or cls is int or cls is float) and _is_container(cls):
                 push(child)
     return True
 
 
-def encode(value: Any, *, max_depth: int) -> tuple[str, int]:
+def encode(value: Any, *, max_depth: int, max_items: int | None = None) -> tuple[str, int]:
     """The canonical JSON text of *value* (compact, UTF-8 safe, no NaN) and its UTF-8 size.
+
+    The encoder sees only builtin types (:func:`plain`): it would call a
+    subclass's own ``items`` or ``__iter__``.
 
     Raises:
         TypeError: *value* holds something that is not JSON at all.
-        JsonProblem: *value* nests too deep, holds text that is not valid
-            Unicode, or a number JSON cannot hold (NaN, infinity, an integer
-            too long to write).
+        JsonProblem: *value* nests too deep, holds more than *max_items*
+            values, holds text that is not valid Unicode, or a number JSON
+            cannot hold (NaN, infinity, an integer too long to write).
     """
     if type(value) is str:
         # Most results of language-model subagents are one string: the C
         # escaper alone, without the encoder's machinery.
         text = encode_basestring(value)
     else:
-        check_nesting(value, max_depth)
+        value = plain(value, max_depth, max_items)
         try:
             text = _ENCODER.encode(value)
         except ValueError as exc:
@@ -237,8 +385,8 @@ class CanonicalJson:
         self.scalar = scalar
 
     @classmethod
-    def of(cls, value: Any, *, max_depth: int) -> CanonicalJson:
-        """Check and encode *value*.
+    def of(cls, value: Any, *, max_depth: int, max_items: int | None = None) -> CanonicalJson:
+        """Check and encode *value* (at most *max_items* values all told, given it).
 
         Raises:
             TypeError, JsonProblem: see :func:`encode`.
@@ -259,7 +407,7 @@ class CanonicalJson:
                 canonical.scalar = value
                 return canonical
             return cls(*_sized(text), True, value)
-        text, size = encode(value, max_depth=max_depth)
+        text, size = encode(value, max_depth=max_depth, max_items=max_items)
         if type(value) in IMMUTABLE_SCALARS:
             # Only a scalar round-trips unchanged (a tuple comes back a list).
             return cls(text, size, True, value)

@@ -60,6 +60,12 @@ class CancelAck:
 def _freeze_transcript(value: Any) -> tuple[Any, ...] | None:
     if value is None:
         return None
+    # A list or tuple (or a subclass, whose own __iter__ could never end) is
+    # read through the builtin type: one snapshot of its items.
+    if isinstance(value, list):
+        return tuple(list.copy(value))
+    if isinstance(value, tuple):
+        return tuple.__getitem__(value, slice(None))
     return tuple(value)
 
 

@@ -45,11 +45,13 @@ from __future__ import annotations
 import contextvars
 import copy
 import functools
+import hashlib
 import json
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, final
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin
 
 import attrs
 import cattrs
@@ -58,7 +60,7 @@ import trio
 from ._checks import BriefDict, BriefList, describe
 from ._converter import converter, to_json_ready
 from ._errors import InvalidArgumentsError
-from ._json import CanonicalJson, JsonProblem, TooDeep, check_nesting, text_problem
+from ._json import CanonicalJson, JsonProblem, TooDeep, check_nesting, plain, text_problem
 from ._threads import run_sync
 from ._typeschema import is_structured_type, schema_for_type
 
@@ -77,6 +79,7 @@ __all__ = [
     "SchemaMismatch",
     "SchemaSpec",
     "compile_result_schema",
+    "schema_for_tag",
 ]
 
 #: Largest accepted schema, in bytes of JSON.
@@ -388,6 +391,13 @@ class ResultSchema:
     _validator: Any = attrs.field(alias="validator", repr=False)
     _text: str = attrs.field(alias="text", repr=False)
 
+    @property
+    def type_tag(self) -> str | None:
+        """The tag a store keeps for :attr:`target` (see :func:`schema_for_tag`)."""
+        if self.target is None:
+            return None
+        return _type_tag(self.target, self._text)
+
     def schema_copy(self) -> dict[str, Any]:
         """A fresh copy of the schema, for a runner to read (and change) freely."""
         fresh: dict[str, Any] = json.loads(self._text)
@@ -509,12 +519,21 @@ def compile_result_schema(
             f"{field} must be a JSON Schema object, an attrs class or a dataclass, "
             f"got {describe(spec)}"
         )
+    if not isinstance(spec, dict):
+        # A host's own mapping (a MappingProxyType, say): read once, here.
+        try:
+            spec = dict(spec)
+        except Exception as exc:
+            raise InvalidArgumentsError(
+                f"{field} could not be read ({type(exc).__name__}); pass a plain dict"
+            ) from None
     # Depth and count first, without recursion and stopping at the limits:
     # encoding a value nested a million levels deep would exhaust the stack,
     # and one of a million items would take seconds before its size showed.
+    # The copy is made of builtins only: nothing of a dict subclass's own runs.
     depth_limit = min(max_nesting, MAX_SCHEMA_DEPTH)
     try:
-        check_nesting(spec, depth_limit, MAX_SCHEMA_VALUES)
+        spec = plain(spec, depth_limit, MAX_SCHEMA_VALUES)
     except TooDeep:
         raise InvalidArgumentsError(
             f"{field} nests more than {depth_limit} levels deep: flatten the schema"
@@ -524,14 +543,12 @@ def compile_result_schema(
             f"{field} is not accepted: {exc}; at most {MAX_SCHEMA_BYTES} bytes of JSON are "
             "allowed: simplify the schema"
         ) from None
+    except TypeError as exc:
+        raise InvalidArgumentsError(f"{field} is not JSON: {exc}") from None
     try:
         encoded = json.dumps(spec, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentsError(f"{field} is not JSON: {exc}") from None
-    except Exception as exc:  # a host's mapping whose own methods raise
-        raise InvalidArgumentsError(
-            f"{field} could not be read ({type(exc).__name__}); pass a plain dict"
-        ) from None
     problem = text_problem(encoded)
     if problem is not None:
         raise InvalidArgumentsError(f"{field} holds text that is not valid Unicode: {problem}")
@@ -561,6 +578,9 @@ def _compile(
     token = _BUDGET.set(_Budget(SCHEMA_CHECK_STEPS, inline=True))
     try:
         error = jsonschema.exceptions.best_match(meta_validator.iter_errors(schema))
+        if error is None:
+            # In the same budget: every $ref's target is checked as a schema.
+            _check_refs(schema, field, meta_validator)
     except _OverBudget:
         raise InvalidArgumentsError(
             f"{field} is too large to check at admission (more than {SCHEMA_CHECK_STEPS} "
@@ -574,8 +594,6 @@ def _compile(
             f"{field} is not a valid JSON Schema (draft 2020-12): at {error.json_path}: "
             f"{_problem(error).split(': ', 1)[1]}"
         )
-    for ref in _refs(schema):
-        _check_ref(schema, ref, field)
     for where, pattern in _patterns(schema):
         try:
             _regex(pattern)
@@ -587,7 +605,36 @@ def _compile(
                 "back-references"
             ) from None
     text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-    return ResultSchema(schema, target, validator=bounded(schema), text=text)
+    compiled = ResultSchema(schema, target, validator=bounded(schema), text=text)
+    if target is not None:
+        _KNOWN_TYPES[_type_tag(target, text)] = compiled
+    return compiled
+
+
+#: The schemas of the attrs classes and dataclasses this process has
+#: compiled, by tag: how a result read back from a store finds its type
+#: (contract §5) without a stored value ever naming code to import. Weak:
+#: a type that is gone is forgotten.
+_KNOWN_TYPES: weakref.WeakValueDictionary[str, ResultSchema] = weakref.WeakValueDictionary()
+
+
+def _type_tag(target: type, text: str) -> str:
+    """*target*'s module and name, and a digest of its JSON Schema *text*:
+    two types of the same name but different fields never share a tag."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return f"{target.__module__}.{target.__qualname__}#{digest}"
+
+
+def schema_for_tag(tag: object) -> ResultSchema | None:
+    """The compiled schema of the type a store's *tag* names, if this process knows it.
+
+    Known are the types given as ``final_schema`` since the process started
+    (a subagent's own, or one passed to ``start``/``delegate``), as long as
+    they exist.
+    """
+    if not isinstance(tag, str):
+        return None
+    return _KNOWN_TYPES.get(tag)
 
 
 def _walk(node: Any) -> Iterator[tuple[str, Any, Any]]:
@@ -603,10 +650,11 @@ def _walk(node: Any) -> Iterator[tuple[str, Any, Any]]:
             stack.extend((f"{path}[{index}]", value) for index, value in enumerate(item))
 
 
-def _refs(node: Any) -> Iterator[str]:
-    for _, key, value in _walk(node):
-        if key in ("$ref", "$dynamicRef") and isinstance(value, str):
-            yield value
+def _refs(node: Any) -> Iterator[tuple[str, str, str]]:
+    """Every ``(path, keyword, value)`` of ``$ref``, ``$dynamicRef`` and ``$id`` strings."""
+    for path, key, value in _walk(node):
+        if key in ("$ref", "$dynamicRef", "$id") and isinstance(value, str):
+            yield path, key, value
 
 
 def _patterns(node: Any) -> Iterator[tuple[str, str]]:
@@ -624,7 +672,57 @@ def _patterns(node: Any) -> Iterator[tuple[str, str]]:
                 yield f"{path}.patternProperties", pattern
 
 
-def _check_ref(schema: dict[str, Any], ref: str, field: str) -> None:
+def _check_refs(schema: dict[str, Any], field: str, meta_validator: Any) -> None:
+    """Check that every reference in *schema* points at a schema inside it.
+
+    Each target is resolved as ``jsonschema`` resolves it (a JSON Pointer
+    from the root, percent-decoded) and checked against the meta-schema (a
+    ``$ref`` to ``5``, ``[1]`` or a ``properties`` mapping would otherwise be
+    used as a schema only when a result is checked, after the run did its
+    work, and fail there with a raw ``TypeError``). An ``$id`` below the root
+    would re-base the references under it onto another document, which is
+    not how they are resolved here: it is refused.
+
+    Args:
+        schema: the schema, already valid against the meta-schema.
+        field: the argument's name, for the error.
+        meta_validator: the (counted) meta-schema validator.
+
+    Raises:
+        InvalidArgumentsError: naming the reference and what is wrong with it.
+        _OverBudget: the targets take more steps than the admission check may.
+    """
+    import jsonschema.exceptions
+
+    checked: set[int] = set()
+    for path, keyword, value in _refs(schema):
+        if keyword == "$id":
+            if path != "$":
+                raise InvalidArgumentsError(
+                    f"{field} has $id {describe(value)} at {path}, which would re-base the "
+                    "$ref inside it onto another document; remove $id below the root "
+                    "(references are resolved from the root, nothing is fetched)"
+                )
+            continue
+        target = _check_ref(schema, value, field)
+        if id(target) in checked:
+            continue
+        checked.add(id(target))
+        error = jsonschema.exceptions.best_match(meta_validator.iter_errors(target))
+        if error is not None:
+            raise InvalidArgumentsError(
+                f"{field} has {keyword} {describe(value)} at {path}, which points at "
+                f"{describe(target)}: not a valid JSON Schema ({_problem(error).split(': ', 1)[1]})"
+                "; point it at a schema (an object or a boolean), e.g. under $defs"
+            )
+
+
+def _check_ref(schema: dict[str, Any], ref: str, field: str) -> Any:
+    """The value *ref* points at in *schema*.
+
+    Raises:
+        InvalidArgumentsError: *ref* points outside *schema*, or at nothing.
+    """
     problem = f"{field} has $ref {ref!r}"
     if ref != "#" and not ref.startswith("#/"):
         raise InvalidArgumentsError(
@@ -632,7 +730,8 @@ def _check_ref(schema: dict[str, Any], ref: str, field: str) -> None:
             "nothing is fetched: inline the referenced schema under $defs"
         )
     target: Any = schema
-    for raw in ref[2:].split("/") if ref != "#" else ():
+    # Percent-decoded first, then split: as the resolver reads it.
+    for raw in unquote(ref[2:]).split("/") if ref != "#" else ():
         part = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(target, dict) and part in target:
             target = target[part]
@@ -643,3 +742,4 @@ def _check_ref(schema: dict[str, Any], ref: str, field: str) -> None:
                 f"{problem}, which points at nothing in the schema: fix the path or add the "
                 "missing definition under $defs"
             )
+    return target

@@ -17,6 +17,7 @@ import importlib
 import math
 import os
 import shutil
+import stat
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -183,10 +184,15 @@ class _Loader:
 
     def read(self) -> dict[str, Any]:
         try:
-            with self.path.open("rb") as file:
-                data = file.read(MAX_CONFIG_BYTES + 1)
+            data = _read_regular_file(self.path, MAX_CONFIG_BYTES + 1)
         except FileNotFoundError:
             self.fail(None, "no such file", "pass the path of an existing TOML file to --config")
+        except _NotRegular as exc:
+            self.fail(
+                None,
+                f"is {exc.args[0]}, not a regular file",
+                "pass the path of the server's TOML configuration file to --config",
+            )
         except OSError as exc:
             self.fail(None, f"cannot be read: {exc}", "check the path and its permissions")
         if len(data) > MAX_CONFIG_BYTES:
@@ -371,6 +377,14 @@ class _Loader:
         path = self.base / Path(value).expanduser()
         if path.is_dir():
             self.fail(where, f"{value!r} is a folder", 'name a file in it, e.g. "runs.db"')
+        kind = _special_kind(path)
+        if kind is not None:
+            # SQLite would block on a FIFO, or fail on it after the server started.
+            self.fail(
+                where,
+                f"{value!r} is {kind}, not a regular file",
+                'name an SQLite file (it is created if missing), e.g. "runs.db"',
+            )
         return path
 
     def timeout(self, value: Any, where: str) -> float | None:
@@ -757,6 +771,57 @@ class _Loader:
             )
         runner: Runner = value
         return runner
+
+
+class _NotRegular(OSError):
+    """A path names something that is not a regular file; the argument says what."""
+
+
+def _special_kind(path: Path) -> str | None:
+    """What *path* is when it exists and is not a regular file (or a folder)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None  # missing (created later) or unreadable: said when opened
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a file"
+
+
+def _read_regular_file(path: Path, most: int) -> bytes:
+    """At most *most* bytes of the regular file *path*.
+
+    Opened without blocking and checked on the open descriptor: a FIFO
+    would block the open (and every read) until a writer came, a device
+    could be read for ever.
+
+    Raises:
+        _NotRegular: *path* is a FIFO, a socket, a device or a folder.
+        OSError: it cannot be opened or read.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except IsADirectoryError:
+        raise _NotRegular("a folder") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _NotRegular(
+                "a folder" if stat.S_ISDIR(mode) else _special_kind(path) or "special"
+            )
+        with os.fdopen(fd, "rb", closefd=True) as file:
+            fd = -1
+            return file.read(most)
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def _join(prefix: str | None, key: str) -> str:

@@ -219,13 +219,23 @@ class DelegationTools(metaclass=NoPublicConstructor):
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The tool names, in the order the definitions list them."""
+        """The tool names, in the order the definitions list them.
+
+        Raises:
+            RuntimeClosedError: the parent or its runtime is closed.
+        """
+        self._parent._check_usable()
         return tuple(self._tools)
 
     # -- definitions -------------------------------------------------------------
 
     def definitions(self) -> tuple[ToolDefinition, ...]:
-        """Every tool in the neutral form: name, description, JSON Schema parameters."""
+        """Every tool in the neutral form: name, description, JSON Schema parameters.
+
+        Raises:
+            RuntimeClosedError: the parent or its runtime is closed (contract §8).
+        """
+        self._parent._check_usable()
         return tuple(
             ToolDefinition(tool.name, tool.description, self._schema(tool, strict=False))
             for tool in self._tools.values()
@@ -237,7 +247,11 @@ class DelegationTools(metaclass=NoPublicConstructor):
         With *strict* (the default), schemas follow OpenAI's strict mode:
         every property is required, optional ones accept ``null``, and
         ``final_schema`` is passed as a JSON-encoded string.
+
+        Raises:
+            RuntimeClosedError: the parent or its runtime is closed (contract §8).
         """
+        self._parent._check_usable()
         out = []
         for tool in self._tools.values():
             function: dict[str, Any] = {
@@ -251,7 +265,12 @@ class DelegationTools(metaclass=NoPublicConstructor):
         return out
 
     def openai_responses_tools(self, *, strict: bool = True) -> list[dict[str, Any]]:
-        """The tools for the OpenAI Responses API (``tools=``); see :meth:`openai_chat_tools`."""
+        """The tools for the OpenAI Responses API (``tools=``); see :meth:`openai_chat_tools`.
+
+        Raises:
+            RuntimeClosedError: the parent or its runtime is closed (contract §8).
+        """
+        self._parent._check_usable()
         return [
             {
                 "type": "function",
@@ -264,7 +283,12 @@ class DelegationTools(metaclass=NoPublicConstructor):
         ]
 
     def anthropic_tools(self) -> list[dict[str, Any]]:
-        """The tools for the Anthropic Messages API (``tools=``)."""
+        """The tools for the Anthropic Messages API (``tools=``).
+
+        Raises:
+            RuntimeClosedError: the parent or its runtime is closed (contract §8).
+        """
+        self._parent._check_usable()
         return [
             {
                 "name": tool.name,
@@ -291,10 +315,13 @@ class DelegationTools(metaclass=NoPublicConstructor):
             InvalidArgumentsError: unknown tool, bad JSON, or arguments that do
                 not fit the tool's schema (every problem is named).
             UnknownSubagentError: ``subagent`` is not a direct child.
+            RuntimeClosedError: the parent or its runtime is closed, whatever
+                the arguments (contract §8).
             DelegationError: whatever the tool itself raises (unknown run,
-                failed run, limits, closed parent...).
+                failed run, limits...).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        self._parent._check_usable()
         # A host's str subclass is looked up (and traced) as the builtin str.
         name = builtin(name)
         with self._traced_call(name) as traced:

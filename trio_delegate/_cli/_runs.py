@@ -24,11 +24,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
-from .._checks import describe
-from .._converter import converter
+import attrs
+
+from .._checks import describe, terminal_safe
 from .._errors import DelegationError, StoreError
 from .._server_config import ConfigError, store_in_config
 from .._status import RunStatus
+from .._stores._base import DamagedRow
 from .._stores._postgres import PostgresReader, is_postgres_dsn, mask_dsn
 from .._stores._protocol import ChangeBatch, RunRecord
 from .._stores._sqlite import SQLiteReader
@@ -75,35 +77,55 @@ STATUS_STYLE = {
     RunStatus.TIMED_OUT: "red",
 }
 
-# What a terminal would act on rather than show: C0 controls (but the line
-# break), DEL and C1 controls (ESC and CSI among them), the marks and
-# overrides that reorder text, and lone surrogates (not text at all).
-_UNSAFE: Final = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
 # The same, for JSON output: json.dumps already escapes C0 controls.
 _UNSAFE_JSON: Final = re.compile(
     "[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
-
-#: How many of the newest runs `runs show` searches for an id given by its start.
-PREFIX_SCAN_RUNS: Final = 10_000
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _escape_json(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
 
-def literal(text: str) -> Text:
-    """*text* as it is: never read as markup, with what a terminal would act on escaped."""
+#: How many of the newest runs `runs show` searches for an id given by its start.
+PREFIX_SCAN_RUNS: Final = 10_000
+
+
+#: Characters of one stored string a table cell shows: whatever a store
+#: holds (a tampered row's 20 MB task), a view's output and work stay small.
+CELL_CHARS: Final = 1_000
+#: Characters of one field ``runs show`` shows; ``--json`` prints all of it.
+FIELD_CHARS: Final = 4_000
+
+
+#: Lines of one stored string a view shows (``"x\n" * 300000`` is short
+#: in characters and long on a screen).
+MAX_LINES: Final = 100
+
+
+def cut(text: str, limit: int, hint: str = "") -> str:
+    """*text*, or its first *limit* characters (and :data:`MAX_LINES` lines)
+    and how many more characters there are."""
+    head = text[:limit]
+    if head.count("\n") > MAX_LINES:
+        end = -1
+        for _ in range(MAX_LINES):
+            end = head.index("\n", end + 1)
+        head = head[:end]
+    if len(head) == len(text):
+        return text
+    return f"{head}… ({len(text) - len(head):,} more characters{hint})"
+
+
+def literal(text: str, limit: int = CELL_CHARS, hint: str = "") -> Text:
+    """*text* as it is: never read as markup, with what a terminal would act on escaped.
+
+    Cut to *limit* characters first (saying how many more there are, and
+    *hint*), so that the escaping and the drawing never go through more.
+    """
     from rich.text import Text
 
-    return Text(_UNSAFE.sub(_escape, text))
+    return Text(terminal_safe(cut(text, limit, hint)))
 
 
 #: A column of a table of runs: its heading, and its cell for a record.
@@ -264,6 +286,9 @@ def _positive(text: str) -> int:
 class Reader(Protocol):
     """A read-only reader of a store (``SQLiteReader``, ``PostgresReader``)."""
 
+    tolerant: bool
+    damaged: list[DamagedRow]
+
     def get(self, run_id: str) -> RunRecord | None: ...
 
     def list_runs(
@@ -321,7 +346,7 @@ def open_reader(db: str, schema: str, err: TextIO) -> tuple[Reader, str] | None:
 
 
 def _shown(text: str) -> str:
-    return _UNSAFE.sub(_escape, text)
+    return terminal_safe(text)
 
 
 def fail(exc: DelegationError, err: TextIO) -> None:
@@ -330,11 +355,16 @@ def fail(exc: DelegationError, err: TextIO) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.text import Text
+
     out, err = sys.stdout, sys.stderr
     opened = reader_for(args, err)
     if opened is None:
         return 1
     reader, name = opened
+    # A damaged row is reported on its own; the other runs are still listed.
+    reader.tolerant = True
     status = RunStatus(args.status) if args.status else None
     try:
         records = reader.list_runs(status=status, owner=args.owner, limit=args.limit)
@@ -343,28 +373,42 @@ def _list(args: argparse.Namespace) -> int:
         return 1
     finally:
         reader.close()
+    damaged = reader.damaged
     if args.json:
-        out.write(json_text([plain(record) for record in records]) + "\n")
-        return 0
-    from rich.console import Console
-    from rich.text import Text
+        listed = [plain(record) for record in records] + [damaged_json(row) for row in damaged]
+        out.write(json_text(listed) + "\n")
+    elif records or damaged:
+        table = runs_table(
+            f"runs in {name}",
+            records,
+            (
+                *RUN_COLUMNS,
+                ("status", lambda r: Text(r.status.value, style=STATUS_STYLE[r.status])),
+                ("task", lambda record: literal(record.task_summary)),
+                ("admitted (UTC)", lambda r: literal(r.admitted_at[:19].replace("T", " "))),
+            ),
+        )
+        for row in damaged:
+            table.add_row(
+                literal(row.run_id or "?"), "", "", Text("damaged", style="bold red"), "", ""
+            )
+        Console(file=out, width=160).print(table)
+    else:
+        Console(file=out, width=160).print("no runs match")
+    for row in damaged:
+        fail(row.error, err)
+    return 1 if damaged else 0
 
-    table = runs_table(
-        f"runs in {name}",
-        records,
-        (
-            *RUN_COLUMNS,
-            ("status", lambda record: Text(record.status.value, style=STATUS_STYLE[record.status])),
-            ("task", lambda record: literal(record.task_summary)),
-            ("admitted (UTC)", lambda record: literal(record.admitted_at[:19].replace("T", " "))),
-        ),
-    )
-    console = Console(file=out, width=160)
-    console.print(table if records else "no runs match")
-    return 0
+
+def damaged_json(row: DamagedRow) -> dict[str, Any]:
+    """A damaged row as ``runs`` prints it in JSON."""
+    return {"run_id": row.run_id, "damaged": True, "error": cut(str(row.error), CELL_CHARS)}
 
 
 def _show(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     out, err = sys.stdout, sys.stderr
     opened = reader_for(args, err)
     if opened is None:
@@ -409,19 +453,31 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         out.write(json_text(fields) + "\n")
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=literal(f"run {record.run_id}"), show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
+    hint = "; --json prints all of it"
     for key, value in fields.items():
         if value is None or value == [] or key == "run_id":
             continue
-        text = value if isinstance(value, str) else json_text(value)
-        table.add_row(key, literal(text))
+        table.add_row(key, literal(_field_text(value), FIELD_CHARS, hint))
     Console(file=out, width=160).print(table)
     return 0
+
+
+def _field_text(value: Any) -> str:
+    """*value* as ``runs show`` shows it: text as it is, JSON indented while short.
+
+    A large value is shown as compact JSON (the C encoder: linear, fast),
+    which :func:`literal` then cuts: indenting it would cost the pure-Python
+    encoder and print a line per value.
+    """
+    if isinstance(value, str):
+        return value
+    compact = json.dumps(value, ensure_ascii=False)
+    if len(compact) > FIELD_CHARS:
+        return compact
+    return json_text(value)
 
 
 def iso_time(unix_time: float) -> str:
@@ -434,6 +490,13 @@ def iso_time(unix_time: float) -> str:
 
 
 def plain(record: RunRecord) -> dict[str, Any]:
-    """*record* as JSON-ready fields."""
-    data: dict[str, Any] = converter.unstructure(record)
+    """*record* as JSON-ready fields (its values are JSON already: not copied)."""
+    data: dict[str, Any] = {}
+    for field in attrs.fields(RunRecord):
+        value = getattr(record, field.name)
+        if isinstance(value, RunStatus):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        data[field.name] = value
     return data

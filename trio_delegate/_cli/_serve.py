@@ -9,6 +9,7 @@ from pathlib import Path
 
 import trio
 
+from .._checks import terminal_safe
 from .._errors import StoreError
 from .._server_config import ConfigError, load_server_config
 from .._stores._postgres import PostgresStore
@@ -41,7 +42,8 @@ def run_serve(config_path: str, *, owner: str | None = None) -> int:
     try:
         server_config = load_server_config(config_path)
     except ConfigError as exc:
-        print(f"trio-delegate serve: {exc}", file=sys.stderr)
+        # Names, keys and import errors come from the file: shown, never acted on.
+        print(f"trio-delegate serve: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     try:
         # Imported only now, so that a bad configuration is reported quickly
@@ -57,7 +59,9 @@ def run_serve(config_path: str, *, owner: str | None = None) -> int:
         )
         return EXIT_MISSING_SDK
     # stdout carries the protocol: every diagnostic goes to stderr.
-    logging.basicConfig(stream=sys.stderr, format="trio-delegate: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_TerminalSafeFormatter("trio-delegate: %(message)s"))
+    logging.basicConfig(handlers=[handler])
     logging.getLogger("trio_delegate").setLevel(logging.INFO)
     logging.getLogger("trio_delegate.mcp").info(
         "configuration %s; serving over stdio", server_config.path.resolve()
@@ -76,9 +80,17 @@ def run_serve(config_path: str, *, owner: str | None = None) -> int:
             )
         )
     except StoreError as exc:
-        print(f"trio-delegate serve: {exc}", file=sys.stderr)
+        print(f"trio-delegate serve: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_STORE
     return 0
+
+
+class _TerminalSafeFormatter(logging.Formatter):
+    """Log lines with what a terminal would act on escaped: they quote
+    subagent names, paths and errors that come from files and processes."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_safe(super().format(record))
 
 
 def _store(location: Path | str | None) -> ResultStore | None:

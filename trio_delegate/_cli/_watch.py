@@ -29,6 +29,7 @@ from .._status import RunStatus
 from ._runs import (
     RUN_COLUMNS,
     STATUS_STYLE,
+    damaged_json,
     fail,
     json_text,
     literal,
@@ -38,6 +39,7 @@ from ._runs import (
 )
 
 if TYPE_CHECKING:
+    from .._stores._base import DamagedRow
     from .._stores._protocol import RunRecord
     from ._runs import Reader
 
@@ -48,6 +50,10 @@ _PIPED_WIDTH: Final = 160
 
 #: The longest error text shown under a run's task.
 _MAX_ERROR_CHARS: Final = 200
+
+#: Damaged rows a watch reports (each once): a store of nothing but damaged
+#: rows is not reported row by row for ever.
+_MAX_DAMAGED: Final = 1_000
 
 
 def _seconds(start: str | None, end: str | None) -> float | None:
@@ -221,6 +227,20 @@ def watch(
     """
     title = f"runs in {name}"
     stop = None if duration is None else time.monotonic() + duration
+    # A damaged row is reported once, on its own; the other runs go on.
+    reader.tolerant = True
+    reported: set[tuple[str | None, str]] = set()
+
+    def damaged() -> list[DamagedRow]:
+        rows, reader.damaged[:] = list(reader.damaged), []
+        fresh = []
+        for row in rows:
+            key = (row.run_id, str(row.error))
+            if key not in reported and len(reported) < _MAX_DAMAGED:
+                reported.add(key)
+                fresh.append(row)
+        return fresh
+
     # The position first: a change committed while the listing is read is
     # then seen twice, never missed.
     cursor = reader.changes(None).cursor
@@ -244,11 +264,19 @@ def watch(
         return changed
 
     if console.is_terminal and not as_json:
-        with Live(view.table(title), console=console, auto_refresh=False) as live:
+        shown: list[DamagedRow] = damaged()
+
+        def drawn() -> Group | Table:
+            if not shown:
+                return view.table(title)
+            return Group(view.table(title), *(_damaged_line(row) for row in shown[-5:]))
+
+        with Live(drawn(), console=console, auto_refresh=False) as live:
             while wait():
                 follow()
+                shown.extend(damaged())
                 # Redrawn on every look: the running runs' times move on.
-                live.update(view.table(title), refresh=True)
+                live.update(drawn(), refresh=True)
         return
     out = console.file
 
@@ -258,15 +286,29 @@ def watch(
                 out.write(json_text(plain(record), indent=None) + "\n")
             else:
                 console.print(_line(record), soft_wrap=True)
+        for row in damaged():
+            if as_json:
+                out.write(json_text(damaged_json(row), indent=None) + "\n")
+            else:
+                console.print(_damaged_line(row), soft_wrap=True)
         out.flush()  # a pipe's reader sees each change as it happens
 
     if as_json:
         emit(reversed(view.rows()))  # oldest first, as changes come
     else:
         console.print(Group(view.table(title), Text("watching for changes (Ctrl-C to stop)")))
-        out.flush()
+        emit(())
     while wait():
         emit(follow())
+
+
+def _damaged_line(row: DamagedRow) -> Text:
+    """A damaged row, on one line: which run (if that much is readable) and why."""
+    text = Text("damaged row ", style="bold red")
+    text.append_text(literal(row.run_id or "(no readable run id)"))
+    text.append(": ")
+    text.append_text(literal(str(row.error).replace("\n", " ")))
+    return text
 
 
 def run_watch(args: argparse.Namespace) -> int:

@@ -237,6 +237,13 @@ _JSON_READY: Final = (
 )
 
 
+def _most_values(config: Config) -> int:
+    """Values a result may hold: each takes at least two bytes of JSON, so one
+    with more is over ``max_result_bytes`` anyway (and a value that shares
+    its containers, ``[x, x]`` sixty levels deep, stops being walked here)."""
+    return config.max_result_bytes // 2 + 1
+
+
 def _encode(run: Run, config: Config, value: Any, entries: Any) -> Outcome:
     """Check *value* (and a transcript's *entries*) and hold them as canonical JSON.
 
@@ -255,7 +262,9 @@ def _encode(run: Run, config: Config, value: Any, entries: Any) -> Outcome:
         except TypeError as exc:
             return failed(TypeError(f"the transcript is not JSON-ready ({exc}); {_JSON_READY}"))
     try:
-        result = CanonicalJson.of(value, max_depth=config.max_nesting_depth)
+        result = CanonicalJson.of(
+            value, max_depth=config.max_nesting_depth, max_items=_most_values(config)
+        )
     except JsonProblem as exc:
         return failed(ValueError(f"the result is not JSON the runtime can keep: {exc}"))
     except TypeError as exc:

@@ -32,7 +32,7 @@ from .._errors import (
 )
 from .._json import CanonicalJson, JsonProblem, text_problem
 from .._results import CancelAck, RunHandle, RunResult
-from .._schema import SchemaMismatch, SchemaSpec
+from .._schema import SchemaMismatch, SchemaSpec, schema_for_tag
 from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun, is_run_id
 from .._tools import DelegationTools
@@ -776,6 +776,21 @@ class Parent(metaclass=NoPublicConstructor):
             assert persister is not None
             value = record.final_result
             schema = persister.schema_of(record.run_id)
+            if schema is None and record.result_type is not None:
+                # After a restart: the type the result was structured into,
+                # when this process knows it (contract §5).
+                schema = schema_for_tag(record.result_type)
+                if schema is not None:
+                    try:
+                        value = schema.structure(value)
+                    except SchemaMismatch as exc:
+                        raise StoreError(
+                            f"the stored result of run {record.run_id} does not fit its type "
+                            f"{schema.target!r} any more ({exc}); the store was changed by "
+                            "something else",
+                            run_id=record.run_id,
+                        ) from None
+                    schema = None
             if schema is not None:
                 value = schema.structure(value)
             return RunResult(record.run_id, record.subagent, record.task_summary, value)

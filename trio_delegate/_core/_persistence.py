@@ -603,6 +603,7 @@ class Persister:
             started_at=run.started_at,
             deadline_at=run.deadline_at,
             continues=continues,
+            result_type=run.schema.type_tag if run.schema is not None else None,
         )
 
     # -- other runtimes sharing the store (contract §16) ------------------------------

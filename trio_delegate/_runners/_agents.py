@@ -13,8 +13,11 @@ reads its JSON output:
 
 The CLI's session id goes into the run's transcript (``td.Output``), so a
 ``continue_run`` finds it in ``ctx.history`` and forks that session (``claude
---resume <id> --fork-session``, ``codex exec fork <id>``): the earlier run's
-session is never changed. Cancellation and the deadline end the whole
+--resume=<id> --fork-session``, ``codex exec fork -- <id>``): the earlier run's
+session is never changed. Only an id of :data:`SESSION_ID`'s form is kept
+or passed on, and every value goes on the command line joined to its option
+or after ``--``, so none can be read as an option. Large output is parsed
+on a worker thread. Cancellation and the deadline end the whole
 process group. A CLI that reports an error (a bad API key, a usage limit, a
 refused request) fails the run with the CLI's own message.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal, final
 
@@ -32,9 +36,25 @@ import attrs
 from .._core._context import ChildContext
 from .._json import parse
 from .._results import Output
-from ._command import CommandFailedError, Finished, json_file, quote, run_process
+from .._threads import run_sync
+from ._command import (
+    INLINE_OUTPUT_BYTES,
+    CommandFailedError,
+    Finished,
+    json_file,
+    quote,
+    run_process,
+)
 
-__all__ = ["AGENT_KINDS", "AgentCLIRunner", "AgentKind", "session_and_prompt", "transcript"]
+__all__ = [
+    "AGENT_KINDS",
+    "SESSION_ID",
+    "AgentCLIRunner",
+    "AgentKind",
+    "is_session_id",
+    "session_and_prompt",
+    "transcript",
+]
 
 AgentKind = Literal["claude", "codex"]
 
@@ -45,6 +65,17 @@ AGENT_KINDS: Final[tuple[AgentKind, ...]] = ("claude", "codex")
 #: (tool outputs included), far more than the result; the result itself is
 #: bounded by ``max_result_bytes`` like every other.
 DEFAULT_OUTPUT_BYTES: Final = 64 * 1024 * 1024
+
+#: What a session or thread id may be to go on a command line (the CLIs
+#: write UUIDs): letters, digits, ``-`` and ``_``, never first a ``-``. An
+#: id read from a CLI's output or from a history is data: one such as
+#: ``--dangerously-skip-permissions`` would otherwise become a flag.
+SESSION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+
+
+def is_session_id(value: object) -> bool:
+    """Whether *value* is a session id that may be passed to an agent CLI."""
+    return isinstance(value, str) and SESSION_ID.fullmatch(value) is not None
 
 
 @final
@@ -94,30 +125,38 @@ class AgentCLIRunner:
                 max_output_bytes=self.max_output_bytes,
                 kill_grace_seconds=self.kill_grace_seconds,
             )
-        if self.kind == "claude":
-            result, session_id = _claude_result(ctx, finished)
+        read = _claude_result if self.kind == "claude" else _codex_result
+        if len(finished.stdout) <= INLINE_OUTPUT_BYTES:
+            result, session_id = read(ctx, finished)
         else:
-            result, session_id = _codex_result(ctx, finished)
+            # Megabytes of JSON events: decoded and parsed on a worker thread,
+            # so that the event loop (every other run) is never held by them.
+            result, session_id = await run_sync(read, ctx, finished)
         return Output(result, transcript=transcript(self.kind, ctx, result, session_id))
 
     def _argv(self, ctx: ChildContext, session: str | None, schema_path: str | None) -> list[str]:
-        model = ["--model", self.model] if self.model is not None else []
+        # Every value is joined to its option (--option=value): whatever it
+        # holds, it can never be read as an option of its own.
+        model = [f"--model={self.model}"] if self.model is not None else []
         if self.kind == "claude":
-            argv = [self.program, "-p", "--output-format", "json", *model, *self.args]
+            argv = [self.program, "-p", "--output-format=json", *model, *self.args]
             if ctx.final_schema is not None:
-                argv += ["--json-schema", json.dumps(ctx.final_schema)]
+                argv.append(f"--json-schema={json.dumps(ctx.final_schema)}")
             if session is not None:
-                argv += ["--resume", session, "--fork-session"]
+                argv += [f"--resume={session}", "--fork-session"]
             return argv
         argv = [self.program, "exec"]
         if session is not None:
             argv.append("fork")
         argv += ["--json", "--skip-git-repo-check", *model, *self.args]
         if schema_path is not None:
-            argv += ["--output-schema", schema_path]
+            argv.append(f"--output-schema={schema_path}")
+        # Positional arguments after "--": the session to fork, and the
+        # prompt, which is on stdin.
+        argv.append("--")
         if session is not None:
             argv.append(session)
-        argv.append("-")  # the prompt is on stdin
+        argv.append("-")
         return argv
 
 
@@ -132,7 +171,10 @@ def session_and_prompt(agent: str, ctx: ChildContext) -> tuple[str | None, str]:
     for entry in reversed(ctx.history):
         if isinstance(entry, dict) and entry.get("agent") == agent:
             session = entry.get("session_id")
-            if isinstance(session, str) and session:
+            # An id that is not one (a history is data from anywhere) is
+            # never passed on: the conversation goes into the prompt instead.
+            if is_session_id(session):
+                assert isinstance(session, str)
                 return session, ctx.task
     if not ctx.history:
         return None, ctx.task
@@ -147,7 +189,8 @@ def transcript(agent: str, ctx: ChildContext, answer: Any, session: str | None) 
     :func:`session_and_prompt` finds the session to fork.
     """
     reply: dict[str, Any] = {"role": "assistant", "content": answer}
-    if session:
+    if is_session_id(session):
+        # Only an id that can go on a command line is kept to be forked.
         reply |= {"agent": agent, "session_id": session}
     return [*ctx.history, {"role": "user", "content": ctx.task}, reply]
 

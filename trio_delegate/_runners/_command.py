@@ -38,8 +38,10 @@ from .._checks import describe
 from .._core._context import ChildContext
 from .._errors import DelegationError, InvalidArgumentsError, LimitExceededError
 from .._json import parse
+from .._threads import run_sync
 
 __all__ = [
+    "INLINE_OUTPUT_BYTES",
     "CommandFailedError",
     "CommandRunner",
     "Finished",
@@ -50,6 +52,9 @@ __all__ = [
 
 #: How much of stdout is read at a time.
 _CHUNK_BYTES: Final = 64 * 1024
+#: Output up to which a result is read on the event loop (well under a
+#: millisecond of decoding and parsing); more is read on a worker thread.
+INLINE_OUTPUT_BYTES: Final = 64 * 1024
 #: How much of the end of stderr is kept for error messages.
 _STDERR_TAIL_BYTES: Final = 8 * 1024
 #: How many of its last lines an error message shows.
@@ -209,7 +214,11 @@ class CommandRunner:
                 max_output_bytes=self.max_output_bytes,
                 kill_grace_seconds=self.kill_grace_seconds,
             )
-        return self._result(ctx, finished)
+        if len(finished.stdout) <= INLINE_OUTPUT_BYTES:
+            return self._result(ctx, finished)
+        # A long stdout is decoded (and parsed) on a worker thread: the event
+        # loop, which every other run shares, is never held by it.
+        return await run_sync(self._result, ctx, finished)
 
     # -- the process ------------------------------------------------------------
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, final
 
+import attrs
 import trio
 
 from .._errors import StoreError
 from .._status import RunStatus
 from .._threads import run_sync
+from ._codec import decode_row
 from ._protocol import ChangeBatch, RunRecord, StoreSnapshot, is_run_id
 
-__all__ = ["RecordReader", "ThreadedStore", "guarded", "listing"]
+__all__ = ["DamagedRow", "RecordReader", "ThreadedStore", "guarded", "listing"]
 
 T = TypeVar("T")
 
@@ -55,17 +58,81 @@ def listing(
     return list_fn(status, owner, limit)
 
 
+@final
+@attrs.frozen
+class DamagedRow:
+    """A row of a store that holds no valid record (something else changed it).
+
+    Attributes:
+        run_id: the run id the row's record names, when that much can be read.
+        error: why the row is not a record.
+    """
+
+    run_id: str | None
+    error: StoreError
+
+
+def _run_id_of(row: Sequence[Any]) -> str | None:
+    """The run id a damaged row's head names, if its JSON reads that far."""
+    try:
+        head = json.loads(row[0]) if isinstance(row[0], str) else None
+    except ValueError:
+        return None
+    run_id = head.get("run_id") if isinstance(head, dict) else None
+    return run_id if isinstance(run_id, str) and is_run_id(run_id) else None
+
+
 class RecordReader(abc.ABC):
     """Reads the records of a store without ever writing to it (``trio-delegate runs``).
 
     A subclass opens its connection on first use (``_conn``) and says how to
-    read one record, a listing, and how to name a failure.
+    read one record, a listing, and how to name a failure. Its listings and
+    change batches decode rows with :meth:`_decode`: with ``tolerant`` set, a
+    row that holds no valid record is left out of them and kept in
+    ``damaged`` (a ``StoreError`` for that record only, contract §15),
+    instead of failing the whole read.
+
+    Attributes:
+        tolerant: keep reading past damaged rows.
+        damaged: the damaged rows met since it was last emptied (when tolerant).
     """
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "damaged", "tolerant")
 
     def __init__(self) -> None:
         self._conn: Any = None
+        self.tolerant = False
+        self.damaged: list[DamagedRow] = []
+
+    def _decode(self, row: Sequence[Any], where: str) -> RunRecord | None:
+        """The record of *row*; ``None`` for a damaged row, when tolerant.
+
+        Raises:
+            StoreError: the row holds no valid record (when not tolerant).
+        """
+        if not self.tolerant:
+            return decode_row(row, where)
+        try:
+            return decode_row(row, where)
+        except StoreError as exc:
+            self.damaged.append(DamagedRow(_run_id_of(row), exc))
+            return None
+
+    def _records(self, rows: Sequence[Sequence[Any]], where: str) -> list[RunRecord]:
+        """The records of *rows*, damaged ones left out when tolerant."""
+        records = []
+        for row in rows:
+            record = self._decode(row, where)
+            if record is not None:
+                records.append(record)
+        return records
+
+    def _batch(self, cursor: int, rows: Sequence[Sequence[Any]], where: str) -> ChangeBatch:
+        """The change batch of rows of ``(seq, head, state, flags...)`` after *cursor*."""
+        if not rows:
+            return ChangeBatch(cursor)
+        records = self._records([row[1:] for row in rows], where)
+        return ChangeBatch(max(cursor, int(rows[-1][0])), tuple(records))
 
     def get(self, run_id: str) -> RunRecord | None:
         """The record of *run_id*, or ``None``.

@@ -72,7 +72,7 @@ def _encode(value: object) -> str:
 
 
 #: The head key of a live run whose head this store handle wrote (see LiveHeads).
-_HeadKey = tuple[str, str, str, str, str, str | None, str, tuple[Any, ...], str | None]
+_HeadKey = tuple[str, str, str, str, str, str | None, str, tuple[Any, ...], str | None, str | None]
 
 
 @final
@@ -106,6 +106,7 @@ def _head(record: RunRecord) -> str:
         "history": record.history,
         "replaces": record.replaces,
         "admitted_at": record.admitted_at,
+        "result_type": record.result_type,
     }
     if record.continues is not None:
         # A continuation by reference (schema versions: SQLite 4, PostgreSQL 3).
@@ -339,6 +340,7 @@ class LiveHeads:
             record.admitted_at,
             record.history,
             record.continues,
+            record.result_type,
         )
 
     def holds(self, record: RunRecord) -> bool:

@@ -1252,7 +1252,7 @@ class PostgresReader(RecordReader):
     def _list(self, status: RunStatus | None, owner: str | None, limit: int) -> list[RunRecord]:
         query, params = self._sql.listing(status, owner, limit)
         rows = self._connection().execute(query, params).fetchall()
-        return [decode_row(row, self._where) for row in rows]
+        return self._records(rows, self._where)
 
     def _changes(self, cursor: int | None) -> ChangeBatch:
         conn = self._connection()
@@ -1260,4 +1260,4 @@ class PostgresReader(RecordReader):
             return ChangeBatch(_position(conn, self._sql))
         check_cursor(cursor, self._where)
         rows = conn.execute(self._sql.changes, [cursor]).fetchall()
-        return change_batch(cursor, rows, self._where)
+        return self._batch(cursor, rows, self._where)

@@ -185,6 +185,10 @@ class RunRecord:
             store holds it (rebuilt along the chain on read), not written
             again with each link: a chain is stored in space linear in its
             length (contract §12).
+        result_type: for a run whose ``final_schema`` was an attrs class or
+            dataclass, that type's tag (its name and a digest of its JSON
+            Schema): data, never imported; a runtime structures the stored
+            result into the type of that tag it knows, if any.
     """
 
     run_id: str
@@ -207,6 +211,7 @@ class RunRecord:
     cancel_requested: bool = False
     observed: bool = False
     continues: str | None = None
+    result_type: str | None = None
 
 
 @final

@@ -880,8 +880,7 @@ class SQLiteReader(RecordReader):
     def _list(self, status: RunStatus | None, owner: str | None, limit: int) -> list[RunRecord]:
         query, params = _list_query(self._columns, status, owner, limit)
         rows = self._connection().execute(query, params).fetchall()
-        where = str(self.path)
-        return [decode_row(row, where) for row in rows]
+        return self._records(rows, str(self.path))
 
     def _changes(self, cursor: int | None) -> ChangeBatch:
         conn = self._connection()
@@ -892,4 +891,9 @@ class SQLiteReader(RecordReader):
                 "migrate it, or read it with 'runs list'",
                 path=str(self.path),
             )
-        return _changes(conn, cursor, str(self.path))
+        where = str(self.path)
+        if cursor is None:
+            return ChangeBatch(_position(conn))
+        check_cursor(cursor, where)
+        query = f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? ORDER BY seq"
+        return self._batch(cursor, conn.execute(query, (cursor,)).fetchall(), where)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, TypeVarTuple, Unpack
+from typing import TypeVar, TypeVarTuple, Unpack, final
 
 import trio
 import trio.testing
@@ -85,13 +85,51 @@ def current_mock_clock() -> trio.testing.MockClock:
     return clock
 
 
+#: Scheduler rounds (batches of task steps) a :func:`settle` waits for
+#: every task to be blocked before it takes a task that never blocks (a loop
+#: on ``trio.sleep(0)``) as busy: far more rounds than any chain of wake-ups
+#: at one instant takes, few enough to cost milliseconds.
+BUSY_ROUNDS = 10_000
+
+
+@final
+class _BusyWatch(trio.abc.Instrument):
+    """Counts the scheduler's rounds during one settle; ends it when there are too many.
+
+    Only ``before_io_wait`` is hooked, once a round: an instrument hooked on
+    every task step would slow every test that settles.
+    """
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self._scope = scope
+        self._rounds = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self._rounds += 1
+        if self._rounds == BUSY_ROUNDS:
+            # Some task never blocks; the others are as settled as they will be.
+            self._scope.cancel()
+
+
 async def settle() -> None:
     """Let every other task run until all are blocked, without moving the clock.
 
     After it returns, everything due at the current instant has happened.
     It wins over autojump: the clock does not move meanwhile.
+
+    A task that never blocks (a loop on ``trio.sleep(0)``) would keep every
+    task from being blocked for ever: after :data:`BUSY_ROUNDS` rounds of
+    the scheduler the others are taken as settled, and time can move on
+    (its deadline, say, can stop it).
     """
-    await trio.testing.wait_all_tasks_blocked()
+    scope = trio.CancelScope()
+    watch = _BusyWatch(scope)
+    trio.lowlevel.add_instrument(watch)
+    try:
+        with scope:
+            await trio.testing.wait_all_tasks_blocked()
+    finally:
+        trio.lowlevel.remove_instrument(watch)
 
 
 async def jump_to_next_deadline() -> bool:

@@ -22,6 +22,8 @@ import attrs
 import trio
 import trio.testing
 
+from ._clock import settle
+
 __all__ = ["Entered", "TrioThread"]
 
 T = TypeVar("T")
@@ -215,6 +217,14 @@ class TrioThread:
         token, send = self._token, self._send
         if token is None or send is None or self._thread is None:
             raise RuntimeError("this TrioThread is not running: use it in a `with` block")
+        if threading.current_thread() is self._thread:
+            # The job would wait in this very thread's queue while the thread
+            # blocks on its answer: a deadlock until call_timeout.
+            raise RuntimeError(
+                "TrioThread.call, call_sync and enter cannot be used from inside the "
+                "TrioThread's own Trio run (a runner or task it runs): await the function "
+                "directly there"
+            )
         job = _Job(call)
         try:
             token.run_sync_soon(send.send_nowait, job)
@@ -266,5 +276,5 @@ async def _report(answer: Callable[[Any], None], value: Any) -> None:
     the calls alone, so a run under ``MockClock`` (and a seeded scheduler, as
     pytest-trio sets up under Hypothesis) is reproducible.
     """
-    await trio.testing.wait_all_tasks_blocked()
+    await settle()
     answer(value)
