@@ -7,7 +7,7 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck pytest bench bench-full clean
+.PHONY: demo test lint typecheck pytest test-under-load bench bench-full clean
 
 # uv installs into the venv: it resolves and downloads in parallel, which keeps
 # a fresh `make test` (every framework extra included) within minutes.
@@ -45,6 +45,13 @@ pytest: $(STAMP_DEV)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint typecheck pytest
+
+# The suite (or MODULES) RUNS times in a row while another process keeps one
+# core busy; it fails unless every run is green (see docs/testing.md).
+RUNS ?= 5
+MODULES ?= tests
+test-under-load: $(STAMP_DEV)
+	$(BIN)/python -m tests.under_load --runs $(RUNS) $(MODULES) $(PYTEST_ARGS)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python -m benchmarks

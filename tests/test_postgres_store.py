@@ -304,7 +304,7 @@ async def test_wait_changes_is_woken_by_a_notification(
     writer = td.PostgresStore(pg_server.dsn(), schema=pg_schema)
     stores += [waiting, writer]
     cursor = (await waiting.changes(None)).cursor
-    with trio.fail_after(5):
+    with trio.fail_after(30):
         await waiting.wait_changes(cursor, 0.05)  # listening from now on
 
     async def write_soon(delay: float) -> None:
