@@ -7,7 +7,7 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck pytest docs wheel-smoke test-temporal bench bench-full clean
+.PHONY: demo test lint typecheck pytest docs wheel-smoke test-temporal test-under-load bench bench-full clean
 
 # uv installs into the venv: it resolves and downloads in parallel, which keeps
 # a fresh `make test` (every framework extra included) within minutes.
@@ -73,6 +73,13 @@ wheel-smoke: $(STAMP_DEV)
 .PHONY: test-claude-interactive
 test-claude-interactive: $(STAMP_DEV)
 	$(BIN)/python -m pytest tests/claude_interactive.py $(PYTEST_ARGS)
+
+# The suite (or MODULES) RUNS times in a row while another process keeps one
+# core busy; it fails unless every run is green (see docs/testing.md).
+RUNS ?= 5
+MODULES ?= tests
+test-under-load: $(STAMP_DEV)
+	$(BIN)/python -m tests.under_load --runs $(RUNS) $(MODULES) -- --ignore=$(TEMPORAL_PROCESS_TESTS) $(PYTEST_ARGS)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python -m benchmarks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import trio
@@ -103,6 +103,14 @@ async def advance(clock: trio.testing.MockClock, seconds: float) -> None:
     await trio.testing.wait_all_tasks_blocked()
 
 
+#: The most CPU time of the event loop's thread one scheduler step may take in
+#: a stall guard. The stalls the guards were written for held the loop for
+#: seconds; an ordinary step takes microseconds to milliseconds, and even on a
+#: machine whose other core is busy (CPU time grows there too, through cache
+#: misses and the GIL's hand-overs) stays far below a second.
+STEP_CPU_LIMIT: Final = 1.0
+
+
 class StepTimer(trio.abc.Instrument):
     """Measures every task step: the longest is how long the loop was held.
 
@@ -110,19 +118,36 @@ class StepTimer(trio.abc.Instrument):
     (``time.thread_time``), not the wall time: what the step itself did, not
     how long other processes on a busy machine, or another thread holding the
     GIL, kept it from running. Add it with ``trio.lowlevel.add_instrument``
-    around the code under test.
+    around the code under test, or use :func:`timed_steps`; judge it with
+    :meth:`check`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, task: trio.lowlevel.Task | None = None) -> None:
+        """Args:
+        task: measure only this task's steps (``None``: every task's).
+        """
         self.longest = 0.0
+        self._task = task
         self._started: float | None = None
+
+    def check(self, limit: float = STEP_CPU_LIMIT) -> None:
+        """Fail unless every step measured took less than *limit* seconds of CPU time.
+
+        Raises:
+            AssertionError: a step took longer.
+        """
+        assert self.longest < limit, (
+            f"a scheduler step took {self.longest:.3f} s of the event loop thread's CPU "
+            f"time (limit {limit} s)"
+        )
 
     def exclude_current_step(self) -> None:
         """Leave the step now running out of the measure (a test's own checks)."""
         self._started = None
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self._started = time.thread_time()
+        if self._task is None or task is self._task:
+            self._started = time.thread_time()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         started, self._started = self._started, None
@@ -131,9 +156,13 @@ class StepTimer(trio.abc.Instrument):
 
 
 @asynccontextmanager
-async def timed_steps() -> AsyncIterator[StepTimer]:
-    """A :class:`StepTimer` over every task step from the next one until the block ends."""
-    timer = StepTimer()
+async def timed_steps(*, this_task_only: bool = False) -> AsyncIterator[StepTimer]:
+    """A :class:`StepTimer` over every task step from the next one until the block ends.
+
+    Args:
+        this_task_only: measure only the steps of the task that enters the block.
+    """
+    timer = StepTimer(trio.lowlevel.current_task() if this_task_only else None)
     trio.lowlevel.add_instrument(timer)
     try:
         # The step running now began before the instrument was added, and the

@@ -38,7 +38,7 @@ def pid_in(path: Path) -> int | None:
 
 async def read_pid(path: Path) -> int:
     """The pid a script wrote to *path*, once it is there."""
-    with trio.fail_after(5):
+    with trio.fail_after(30):
         while (pid := pid_in(path)) is None:  # noqa: ASYNC110 - written by another process
             await trio.sleep(0.01)
     return pid
@@ -46,6 +46,6 @@ async def read_pid(path: Path) -> int:
 
 async def gone(pid: int) -> None:
     """Wait (boundedly) until *pid* is no longer a live process."""
-    with trio.fail_after(5):
+    with trio.fail_after(30):
         while alive(pid):  # noqa: ASYNC110 - polling another process
             await trio.sleep(0.01)

@@ -121,7 +121,7 @@ async def parent_for(subagent: td.Subagent, *, failing: bool = False) -> AsyncIt
 
 
 async def no_process_left(cli: Agent) -> None:
-    with trio.fail_after(5):
+    with trio.fail_after(30):
         while processes_with(cli.marker):  # noqa: ASYNC110 - other processes
             await trio.sleep(0.02)
 

@@ -259,8 +259,9 @@ def test_paced_clock_plays_the_same_story_faster() -> None:
     summary = trio.run(demo.play, reporter, clock=demo.PacedClock(100.0))
     elapsed = time.perf_counter() - started
     assert summary.resolved
-    # 10 s of scenario at 100x: never faster than 0.1 s of real time.
-    assert 0.1 <= elapsed < 5.0
+    # 10 s of scenario at 100x: never faster than 0.1 s of real time, and
+    # faster than the scenario's own 10 s however busy the machine.
+    assert 0.1 <= elapsed < 10.0
     assert summary.at == pytest.approx(10.0, abs=0.5)
     assert _story_shape(_story(reporter)) == _story_shape(_reference_story())
 

@@ -228,7 +228,7 @@ async def test_tool_arguments_are_bounded_in_values_before_they_are_decoded() ->
         assert rt.live_runs == 0
         answer = await tools.call("delegate_task", long_task)
         assert answer["final_result"] == "ok"
-    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+    timer.check()
 
 
 async def test_a_huge_final_schema_is_refused_before_it_is_encoded() -> None:
@@ -240,7 +240,7 @@ async def test_a_huge_final_schema_is_refused_before_it_is_encoded() -> None:
     ):
         with pytest.raises(td.InvalidArgumentsError, match="more than 32768 values"):
             await parent.start("echo", "t", final_schema=schema)
-    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+    timer.check()
 
 
 # -- numbers that do not fit ----------------------------------------------------------
@@ -303,7 +303,7 @@ async def test_catastrophic_pattern_does_not_stall_the_event_loop() -> None:
                 assert result.final_result == long_match
     finally:
         trio.lowlevel.remove_instrument(timer)
-    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+    timer.check()
 
 
 async def test_pattern_that_needs_backtracking_is_refused_at_admission() -> None:
@@ -339,7 +339,7 @@ async def test_unique_items_over_thousands_of_objects_does_not_stall_the_event_l
                     await parent.delegate("dupes", "t", final_schema=schema)
     finally:
         trio.lowlevel.remove_instrument(timer)
-    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+    timer.check()
 
 
 async def test_unique_items_follows_json_equality() -> None:
@@ -379,7 +379,7 @@ async def test_exponential_schema_is_stopped_by_the_child_deadline() -> None:
                 await parent.delegate("zero", "t", final_schema=schema)
     finally:
         trio.lowlevel.remove_instrument(timer)
-    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+    timer.check()
 
 
 async def test_self_referencing_schema_fails_the_run_cleanly() -> None:
@@ -402,13 +402,15 @@ async def test_schema_errors_about_a_large_result_stay_brief_and_within_the_dead
         td.open_runtime(subagents, config=LENIENT) as rt,
         rt.open_parent() as parent,
     ):
-        started = time.monotonic()
-        with pytest.raises((td.RunFailedError, td.RunTimedOutError)) as info:
+        # The CPU time of every thread of this process: what the check cost,
+        # however long other processes kept it waiting.
+        started = time.process_time()
+        with trio.fail_after(30), pytest.raises((td.RunFailedError, td.RunTimedOutError)) as info:
             await parent.delegate("big", "t", final_schema=schema)
-        took = time.monotonic() - started
-    assert took < 2.5, f"the check took {took:.1f} s against a deadline of 0.5 s"
+        took = time.process_time() - started
+    assert took < 2.5, f"the check took {took:.1f} s of CPU time against a deadline of 0.5 s"
     assert len(str(info.value)) < 2000
-    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+    timer.check()
 
 
 async def test_failed_schema_check_leaves_no_reference_cycles() -> None:
@@ -451,7 +453,7 @@ async def test_schema_check_at_admission_is_bounded() -> None:
         with pytest.raises(td.InvalidArgumentsError, match="too large to check"):
             await parent.start("one", "t", final_schema=too_costly)
         assert rt.live_runs == 0
-    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+    timer.check()
 
 
 # -- objects from a host whose own methods raise ---------------------------------------
@@ -802,11 +804,17 @@ async def test_continuing_a_large_conversation_does_not_stall_the_event_loop() -
 
     async with td.open_runtime([sub("big", answer)], config=config) as rt, rt.open_parent() as p:
         first = await p.delegate("big", "t")
-        async with timed_steps() as timer:
+        async with timed_steps(this_task_only=True) as timer:
             carried = await p.continue_run(first.run_id, "how long was it?")
     assert isinstance(carried, td.RunResult)
     assert carried.final_result == 2  # the task and the result
-    assert timer.longest < 0.1, f"a scheduler step took {timer.longest:.3f} s"
+    # Against the work itself, on this thread now: decoding the conversation
+    # and encoding it again, which the caller's step used to do (and more).
+    # A fixed bound in seconds would miss it (0.2 s) or fail a busy machine.
+    conversation = [{"role": "user", "content": "t"}, {"role": "assistant", "content": big}]
+    started = time.thread_time()
+    json.dumps(json.loads(json.dumps(conversation)))
+    timer.check(limit=(time.thread_time() - started) / 2)
 
 
 # -- how runs end -------------------------------------------------------------------

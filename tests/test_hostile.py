@@ -11,16 +11,18 @@ Python API and the tools, ``Subagent(...)``, ``Config(...)``,
 ``MemoryStore`` and an ``SQLiteStore``. Every example checks that:
 
 * each call returns or raises a ``DelegationError`` (never anything else,
-  never an ``ExceptionGroup``) within a few seconds of real time, whatever
-  the clock;
+  never an ``ExceptionGroup``), and never hangs (an outer guard of
+  ``CALL_SECONDS`` of real time, whatever the clock);
 * error payloads and answers are JSON that encodes as valid UTF-8, as an MCP
   server would send them;
 * the runtime is still usable afterwards: a normal delegation completes;
 * with a store, every run the caller was told about is recorded, terminal,
   with the result the caller got; with SQLite, ``PRAGMA integrity_check``
   is ``ok``;
-* no scheduler step holds the event loop's thread for more than 100 ms
-  (:class:`~tests.helpers.StepTimer`).
+* no scheduler step holds the event loop's thread for more than
+  ``STEP_LIMIT`` of its CPU time (:class:`~tests.helpers.StepTimer`): a
+  stall costs seconds of it, while a machine busy with other work only
+  stretches the wall time of ordinary steps.
 
 Runs are on virtual time (an autojump ``MockClock``) except where results
 and schemas are checked on worker threads, which need real deadlines.
@@ -53,14 +55,16 @@ from hypothesis import strategies as st
 import trio_delegate as td
 
 from . import hostile_strategies as hs
-from .helpers import HostileError, LoudStr, StepTimer
+from .helpers import STEP_CPU_LIMIT, HostileError, LoudStr, StepTimer
 
-#: Real seconds one call may take, whatever the clock says.
-CALL_SECONDS: Final = 5.0
-#: Real seconds a whole example (a runtime's life) may take.
-SESSION_SECONDS: Final = 30.0
-#: The longest a scheduler step may hold the event loop's thread (contract §15).
-STEP_LIMIT: Final = 0.1
+#: Real seconds after which one call counts as hung, whatever the clock says:
+#: an outer guard only, generous for a machine busy with other work (a
+#: stall is judged on CPU time, by STEP_LIMIT).
+CALL_SECONDS: Final = 30.0
+#: Real seconds after which a whole example (a runtime's life) counts as hung.
+SESSION_SECONDS: Final = 90.0
+#: The most CPU time of the event loop's thread a scheduler step may take (contract §15).
+STEP_LIMIT: Final = STEP_CPU_LIMIT
 #: Virtual seconds a "gated" run lives before it returns on its own.
 GATE_SECONDS: Final = 20.0
 #: A child deadline (real seconds) that bounds costly result checks.
@@ -414,7 +418,7 @@ async def open_session(
     finally:
         trio.lowlevel.remove_instrument(timer)
     if timer.longest > STEP_LIMIT:
-        raise TooSlow(f"a scheduler step took {timer.longest * 1000:.0f} ms")
+        raise TooSlow(f"a scheduler step took {timer.longest * 1000:.0f} ms of CPU time")
 
 
 def run_session(
@@ -1163,7 +1167,7 @@ def test_runtime_and_parent_arguments(kind: str) -> None:
             finally:
                 trio.lowlevel.remove_instrument(timer)
             if timer.longest > STEP_LIMIT:
-                raise TooSlow(f"a scheduler step took {timer.longest * 1000:.0f} ms")
+                raise TooSlow(f"a scheduler step took {timer.longest * 1000:.0f} ms of CPU time")
 
         run_session(kind, main)
 

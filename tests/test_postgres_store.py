@@ -227,20 +227,24 @@ async def test_a_runtime_whose_lease_ran_out_is_gone_though_it_holds_its_lock(
     pg_server: PostgresServer, pg_schema: str, stores: list[Any]
 ) -> None:
     """A host that cannot renew (hung, cut off) is written off when its lease ends."""
-    lease = 0.6
+    # Long enough that a busy machine still gets from the attach to the first
+    # sweep within it (at 0.6 s, it sometimes did not).
+    lease = 3.0
     stuck = td.PostgresStore(
         pg_server.dsn(), schema=pg_schema, lease_seconds=lease, poll_interval=0.1
     )
     other = td.PostgresStore(pg_server.dsn(), schema=pg_schema)
     stores += [stuck, other]
     hung, me = runtime_id(), runtime_id()
+    # Its lease runs from its attach: measured from before it, whatever the
+    # calls after it cost.
+    attached = trio.current_time()
     await stuck.attach(hung)
     live = record(hung, td.RunStatus.RUNNING)
     await stuck.write([live])
     await other.attach(me)
-    attached = trio.current_time()
     assert await other.sweep(me) == ()  # its lock is held and its lease runs
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         while not (marked := await other.sweep(me)):  # noqa: ASYNC110 - the server's clock
             await trio.sleep(0.05)
     assert trio.current_time() - attached >= lease * 0.8  # not before its lease ended
@@ -305,7 +309,7 @@ async def test_wait_changes_is_woken_by_a_notification(
     writer = td.PostgresStore(pg_server.dsn(), schema=pg_schema)
     stores += [waiting, writer]
     cursor = (await waiting.changes(None)).cursor
-    with trio.fail_after(5):
+    with trio.fail_after(30):
         await waiting.wait_changes(cursor, 0.05)  # listening from now on
 
     async def write_soon(delay: float) -> None:

@@ -24,8 +24,10 @@ from .helpers import forever, slow_cleanup, sub
 from .stores import read_line, spawn_child
 
 LENIENT = td.Config(fail_closed=False)
-#: How long a change may take to reach the other runtime (contract: ≤ 1 s), plus slack.
-NEWS = 3.0
+#: How long a change may take to reach the other runtime, in real time: the
+#: contract says ≤ 1 s on an idle machine; this is an outer guard, generous for
+#: a busy one (news that never comes still fails).
+NEWS = 20.0
 
 
 class Hosts:

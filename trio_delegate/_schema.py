@@ -27,7 +27,10 @@ Schemas come from models, so checking a result against one is bounded
   4 KiB of text): a check that stays small runs inline; one that grows past
   :data:`INLINE_STEPS` starts again on a worker thread, where the run's
   cancellation and child deadline reach it every :data:`CANCEL_CHECK_STEPS`
-  steps, and gives up after :data:`MAX_STEPS`.
+  steps, and gives up after :data:`MAX_STEPS`. On a ``MockClock`` it keeps
+  virtual time still for :data:`RUNAWAY_STEPS` steps, then lets it move, so
+  that a virtual deadline stops a runaway check after counted work, not
+  after some real time that depends on the machine's load.
 
 A schema itself is checked against the 2020-12 meta-schema at admission, on
 the event loop: against one flat copy of it (the published one resolves a
@@ -61,7 +64,7 @@ from ._checks import BriefDict, BriefList, describe
 from ._converter import converter, to_json_ready
 from ._errors import InvalidArgumentsError
 from ._json import CanonicalJson, JsonProblem, TooDeep, check_nesting, plain, text_problem
-from ._threads import run_sync
+from ._threads import let_clock_move, run_sync
 from ._typeschema import is_structured_type, schema_for_type
 
 if TYPE_CHECKING:
@@ -74,6 +77,7 @@ __all__ = [
     "MAX_SCHEMA_DEPTH",
     "MAX_SCHEMA_VALUES",
     "MAX_STEPS",
+    "RUNAWAY_STEPS",
     "ResultSchema",
     "SCHEMA_CHECK_STEPS",
     "SchemaMismatch",
@@ -103,9 +107,11 @@ INLINE_STEPS: Final = 500
 #: Results larger than this (bytes of JSON) are checked on a worker thread
 #: from the start: an error message alone repeats the value.
 INLINE_BYTES: Final = 64 * 1024
-#: Real seconds a check on a worker thread keeps a ``MockClock`` still: a
-#: longer one lets virtual time move, so that the run's deadline stops it.
-RUNAWAY_SECONDS: Final = 0.5
+#: Keyword evaluations for which a check on a worker thread keeps a
+#: ``MockClock`` still (under a second of work; checking 20,000 small items
+#: takes some 40,000): past them it lets virtual time move, so that the run's
+#: deadline stops it after the same work on any machine, however busy.
+RUNAWAY_STEPS: Final = 100_000
 #: How often a check on a worker thread looks for its run's cancellation.
 CANCEL_CHECK_STEPS: Final = 1_000
 #: Keyword evaluations after which a check gives up: the schema is too costly
@@ -140,13 +146,14 @@ class _OverBudget(Exception):
 class _Budget:
     """Keyword evaluations left to one check."""
 
-    __slots__ = ("_check_every", "_left", "_total", "inline")
+    __slots__ = ("_check_every", "_left", "_still", "_total", "inline")
 
     def __init__(self, steps: int, *, inline: bool) -> None:
         self.inline = inline
         self._total = steps
         self._check_every = steps if inline else min(steps, CANCEL_CHECK_STEPS)
         self._left = self._check_every
+        self._still = RUNAWAY_STEPS
 
     def spend(self, steps: int = 1) -> None:
         self._left -= steps
@@ -154,7 +161,8 @@ class _Budget:
             return
         if self.inline:
             raise _OverBudget
-        self._total -= self._check_every - self._left
+        spent = self._check_every - self._left
+        self._total -= spent
         if self._total <= 0:
             raise SchemaMismatch(
                 [
@@ -164,6 +172,10 @@ class _Budget:
                 ]
             )
         self._left = self._check_every
+        if self._still > 0:
+            self._still -= spent
+            if self._still <= 0:
+                let_clock_move()
         # Raises trio.Cancelled once the run's scope is cancelled (a cancel
         # request or its child deadline): the thread stops within a few steps.
         trio.from_thread.check_cancelled()
@@ -431,7 +443,7 @@ class ResultSchema:
             else:
                 self.structure(value)
                 return
-        await run_sync(self._check_copy, result, still_for=RUNAWAY_SECONDS)
+        await run_sync(self._check_copy, result)
 
     def _check_copy(self, result: CanonicalJson) -> None:
         value = _checkable(result)
