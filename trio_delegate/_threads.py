@@ -42,6 +42,7 @@ import threading
 from collections.abc import Callable
 from typing import Final, TypeVar, TypeVarTuple, Unpack, final
 
+import outcome
 import trio
 
 __all__ = ["KEEPER_WAIT_SECONDS", "let_clock_move", "run_sync"]
@@ -91,6 +92,10 @@ class _Keeper(trio.abc.Instrument):
 
     def start(self, job: _Job) -> None:
         self.jobs.add(job)
+        self.hold(job)
+
+    def hold(self, job: _Job) -> None:
+        job.holding = True
         if not self.running:
             self.running = True
             trio.lowlevel.spawn_system_task(self._keep_busy, name="trio_delegate thread keeper")
@@ -156,10 +161,35 @@ async def run_sync(
             keeper.changed.set()
 
     keeper.start(job)
-    try:
+    done = False
+
+    async def in_thread() -> T:
         return await trio.to_thread.run_sync(work, limiter=limiter)
+
+    async def hold_once_cancelled() -> None:
+        # A job that let the clock move (a runaway check) is stopped by a
+        # virtual deadline; from its cancellation on, the clock stands still
+        # again until the thread has wound down, so that the grace a run gets
+        # to stop in (contract §18) is not spent in an instant of real time.
+        try:
+            await trio.sleep_forever()
+        finally:
+            if not done:
+                keeper.hold(job)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold_once_cancelled)
+            try:
+                # Captured, so that an error comes out of the nursery as itself
+                # rather than inside an ExceptionGroup.
+                result = await outcome.acapture(in_thread)
+            finally:
+                done = True
+                nursery.cancel_scope.cancel()
     finally:
         keeper.jobs.discard(job)
+    return result.unwrap()
 
 
 def let_clock_move() -> None:
