@@ -773,7 +773,12 @@ class LifecycleModel:
                 )
             if replaced.evicted and self._resolved(replaced):
                 return _error("invalid_arguments")  # forgotten: nothing left to replace
-            if replaced.status is RunStatus.COMPLETED or not replaced.terminal:
+            if not replaced.terminal:
+                return _error("invalid_arguments")
+            if replaced.status is RunStatus.COMPLETED and not replaced.evicted:
+                # A completed run needs no replacement, unless it expired
+                # before anyone observed it: then a replacement is the way
+                # left to resolve it (contract §7).
                 return _error("invalid_arguments")
         depth = p.depth + 1
         if depth > config.max_depth:
@@ -1340,7 +1345,8 @@ class LifecycleModel:
     def _resolved(self, run: _Run) -> bool:
         """contract §7, from its definition."""
         if run.status is RunStatus.COMPLETED:
-            return run.observed
+            # Or, once it expired unobserved, by a replacement that succeeded.
+            return run.observed or any(self._resolved(r) for r in run.replacements)
         if run.terminal:
             return any(self._resolved(r) for r in run.replacements)
         return False
