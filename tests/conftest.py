@@ -1,4 +1,4 @@
-"""Hypothesis profiles for the test suite, and the PostgreSQL server of the store tests.
+"""Hypothesis profiles for the test suite, and the PostgreSQL and Temporal servers its tests use.
 
 Choose one with ``HYPOTHESIS_PROFILE=dev|ci|thorough`` (default ``dev``):
 
@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from .pg_server import PostgresServer, ServerUnavailable
+from .temporal_support import Pool, run_pool, serve_temporal
 
 settings.register_profile("dev", deadline=None)
 settings.register_profile(
@@ -61,3 +62,14 @@ def pg_server() -> Iterator[PostgresServer]:
 def pg_schema() -> str:
     """A schema of its own for each test: stores of different tests never meet."""
     return "t_" + secrets.token_hex(8)
+
+
+# -- Temporal: one dev server per session (tests/temporal_support.py) ------------
+@pytest.fixture(scope="session")
+def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from serve_temporal(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def pool(temporal_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    yield from run_pool(temporal_address, tmp_path_factory)

@@ -8,7 +8,6 @@ Losing processes (a worker, a parent) is in tests/test_temporal_processes.py.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -25,23 +24,10 @@ from .temporal_support import (
     Pool,
     cli,
     open_on,
-    run_pool,
-    serve_temporal,
     started,
     status,
     until,
 )
-
-
-@pytest.fixture(scope="session")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield from serve_temporal(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def pool(temporal_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    yield from run_pool(temporal_address, tmp_path_factory)
-
 
 # -- results and context -----------------------------------------------------------
 

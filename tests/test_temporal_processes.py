@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,23 +27,10 @@ from .temporal_support import (
     Pool,
     open_on,
     pending_activities,
-    run_pool,
-    serve_temporal,
     started,
     status,
     until,
 )
-
-
-@pytest.fixture(scope="session")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield from serve_temporal(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def pool(temporal_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    yield from run_pool(temporal_address, tmp_path_factory)
-
 
 # -- lost processes ---------------------------------------------------------------------
 
