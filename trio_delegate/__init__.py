@@ -81,3 +81,31 @@ __all__ = [
     "UnresolvedRun",
     "open_runtime",
 ]
+
+
+def _fixup_module_metadata() -> None:
+    """Make every public name report ``trio_delegate`` as its module, as trio does.
+
+    Reprs, tracebacks and documentation then name the public path
+    (``trio_delegate.Parent``), not the private module a name is defined in.
+    An attrs class's string annotations are resolved first, where they can
+    be: they are read in the module its ``__module__`` names (a hint named
+    only for type checkers, such as ``Subagent``'s runner, stays a string).
+    """
+    import contextlib
+
+    import attrs
+
+    for name in __all__:
+        value = globals()[name]
+        module = getattr(value, "__module__", None)
+        if not (isinstance(module, str) and module.startswith("trio_delegate.")):
+            continue
+        if isinstance(value, type) and attrs.has(value):
+            with contextlib.suppress(NameError):
+                attrs.resolve_types(value)
+        value.__module__ = __name__
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata

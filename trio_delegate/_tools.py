@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Final, Literal, final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, final
 
 import attrs
 import trio
@@ -136,6 +136,8 @@ class DelegationTools(metaclass=NoPublicConstructor):
 
     Get one from :meth:`Parent.tools`.
     """
+
+    _made_by: ClassVar[str] = "Parent.tools() (tools = parent.tools())"
 
     __slots__ = ("_children", "_parent", "_tools")
 

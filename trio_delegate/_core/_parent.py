@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, NoReturn, final
+from typing import TYPE_CHECKING, ClassVar, Final, NoReturn, final
 
 import trio
 
@@ -62,12 +62,18 @@ class Parent(metaclass=NoPublicConstructor):
     ``ctx.parent`` inside a runner whose subagent declares ``children``.
     """
 
+    _made_by: ClassVar[str] = (
+        "Runtime.open_parent() (async with runtime.open_parent(owner) as parent), or "
+        "ctx.parent inside a runner whose subagent declares children"
+    )
+
     __slots__ = (
         "__weakref__",
         "_children",
         "_closed",
         "_closed_at",
         "_depth",
+        "_host",
         "_ledger",
         "_live",
         "_nursery",
@@ -75,9 +81,6 @@ class Parent(metaclass=NoPublicConstructor):
         "_runtime",
         "_scheduler",
         "_settlements",
-        "now",
-        "records",
-        "run_evicted",
     )
 
     def __init__(
@@ -89,8 +92,6 @@ class Parent(metaclass=NoPublicConstructor):
         nursery: trio.Nursery,
     ) -> None:
         self._runtime = runtime
-        # The RunHost clock: the runtime's own, so a run reads it in one call.
-        self.now = runtime._now
         self._owner = owner
         self._children = children
         self._depth = depth
@@ -102,11 +103,8 @@ class Parent(metaclass=NoPublicConstructor):
         self._scheduler = Scheduler(runtime.config.max_concurrent_runs, self._launch)
         self._ledger = Ledger()
         self._settlements = Settlements(owner)
-        # RunHost: whether decided outcomes are recorded (with a store).
-        self.records = runtime._persister is not None
-        # RunHost: retention evicted a run; the ledger keeps a small record of
-        # it if it is unresolved. The ledger's own method: one call per run.
-        self.run_evicted = self._ledger.evicted
+        # What this parent's runs see of it: kept off the public object.
+        self._host = _ParentHost(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -447,7 +445,7 @@ class Parent(metaclass=NoPublicConstructor):
             )
         run = Run(
             runtime._run_ids.new(),
-            self,
+            self._host,
             self._owner,
             subagent,
             task,
@@ -567,7 +565,7 @@ class Parent(metaclass=NoPublicConstructor):
         record: Run | Evicted | None = self._ledger.get(replaces)
         if record is None:
             found = self._runtime._runs.get(replaces)
-            if found is not None and found.host is self:
+            if found is not None and found.host is self._host:
                 record = found
         if record is None:
             raise InvalidArgumentsError(
@@ -585,47 +583,6 @@ class Parent(metaclass=NoPublicConstructor):
                 "wait for it, or cancel it first"
             )
         return replaces
-
-    # -- what runs tell their parent (the RunHost interface) -------------------------
-
-    def closing_time(self) -> tuple[float, CancelReason] | None:
-        runtime = self._runtime
-        if runtime._closed_at is not None:
-            return runtime._closed_at, CancelReason.RUNTIME_CLOSED
-        if self._closed_at is not None:
-            return self._closed_at, CancelReason.PARENT_CLOSED
-        return None
-
-    def run_decided(self, run: Run, outcome: Outcome) -> None:
-        # Called only when outcomes are recorded (``records``): with a store.
-        persister = self._runtime._persister
-        assert persister is not None
-        if not outcome.waits_for_record:
-            run.commit(outcome)
-            persister.settle(run, outcome)
-        else:
-            persister.settle(
-                run,
-                outcome,
-                lambda error: run.commit(outcome if error is None else outcome.unrecorded(error)),
-            )
-
-    def run_committed(self, run: Run, was_running: bool) -> None:
-        del self._live[run.run_id]
-        if run.announced:
-            self._settlements.settled(run)
-        runtime = self._runtime
-        runtime._live_count -= 1
-        if runtime._events is not None:
-            runtime._events.ended(run)
-        runtime._retention.add(run)
-        if was_running:
-            self._scheduler.released()
-
-    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
-        events = self._runtime._events
-        if events is not None:
-            events.cancel_requested(run, reason)
 
     # -- lookup and answers ---------------------------------------------------
 
@@ -718,10 +675,6 @@ class Parent(metaclass=NoPublicConstructor):
             if ends is not None and not overdue:
                 pause = min(pause, ends - now)
             await persister.changed(run_id, pause)
-
-    def run_observed_elsewhere(self, run: Run) -> None:
-        self._ledger.resolve(run.run_id)
-        self._settlements.told(run.run_id)
 
     def _answer_record(self, record: RunRecord) -> RunResult:
         """Like :meth:`_answer`, for a run known only from the store."""
@@ -849,3 +802,71 @@ class Parent(metaclass=NoPublicConstructor):
         """Every run of this closed parent has ended: free its owner, end its streams."""
         self._runtime._unregister(self)
         self._settlements.close()
+
+
+@final
+class _ParentHost:
+    """A parent as its runs see it (the :class:`RunHost` interface of ``_run``).
+
+    Kept apart from :class:`Parent` so that the public object shows only the
+    contract's names (§2, §17).
+    """
+
+    __slots__ = ("_parent", "now", "records", "run_evicted")
+
+    def __init__(self, parent: Parent) -> None:
+        self._parent = parent
+        runtime = parent._runtime
+        # The runtime's own clock, so a run reads it in one call.
+        self.now = runtime._now
+        # Whether decided outcomes are recorded (with a store).
+        self.records = runtime._persister is not None
+        # Retention evicted a run; the ledger keeps a small record of it if it
+        # is unresolved. The ledger's own method: one call per run.
+        self.run_evicted = parent._ledger.evicted
+
+    def closing_time(self) -> tuple[float, CancelReason] | None:
+        parent = self._parent
+        runtime = parent._runtime
+        if runtime._closed_at is not None:
+            return runtime._closed_at, CancelReason.RUNTIME_CLOSED
+        if parent._closed_at is not None:
+            return parent._closed_at, CancelReason.PARENT_CLOSED
+        return None
+
+    def run_decided(self, run: Run, outcome: Outcome) -> None:
+        # Called only when outcomes are recorded (``records``): with a store.
+        persister = self._parent._runtime._persister
+        assert persister is not None
+        if not outcome.waits_for_record:
+            run.commit(outcome)
+            persister.settle(run, outcome)
+        else:
+            persister.settle(
+                run,
+                outcome,
+                lambda error: run.commit(outcome if error is None else outcome.unrecorded(error)),
+            )
+
+    def run_committed(self, run: Run, was_running: bool) -> None:
+        parent = self._parent
+        del parent._live[run.run_id]
+        if run.announced:
+            parent._settlements.settled(run)
+        runtime = parent._runtime
+        runtime._live_count -= 1
+        if runtime._events is not None:
+            runtime._events.ended(run)
+        runtime._retention.add(run)
+        if was_running:
+            parent._scheduler.released()
+
+    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
+        events = self._parent._runtime._events
+        if events is not None:
+            events.cancel_requested(run, reason)
+
+    def run_observed_elsewhere(self, run: Run) -> None:
+        parent = self._parent
+        parent._ledger.resolve(run.run_id)
+        parent._settlements.told(run.run_id)

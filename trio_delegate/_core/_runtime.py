@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, ClassVar, final
 
 import trio
 
@@ -45,6 +45,10 @@ class Runtime(metaclass=NoPublicConstructor):
 
     Leaving ``async with open_runtime(...)`` cancels and joins every run.
     """
+
+    _made_by: ClassVar[str] = (
+        "trio_delegate.open_runtime() (async with trio_delegate.open_runtime(subagents) as runtime)"
+    )
 
     __slots__ = (
         "__weakref__",
@@ -229,29 +233,6 @@ class Runtime(metaclass=NoPublicConstructor):
         if self._parents.get(parent.owner) is parent:
             del self._parents[parent.owner]
 
-    # -- what the store watcher reports (contract §16) ----------------------------------
-
-    def own_record(self, record: RunRecord) -> None:
-        """Another runtime flagged one of this runtime's runs, or recorded it as ended."""
-        run = self._runs.get(record.run_id)
-        if run is None:
-            return
-        now = self._now()
-        if run.is_live:
-            if record.status.is_terminal:
-                # Written off elsewhere (interrupted): it must not go on here.
-                run.request_cancel(now, CancelReason.TAKEN_OVER)
-            elif record.cancel_requested:
-                run.request_cancel(now, CancelReason.REQUEST)
-        if record.observed and record.status is RunStatus.COMPLETED:
-            run.host.run_observed_elsewhere(run)
-
-    def lease_lost(self) -> None:
-        """The shared store stayed unreachable: stop every live run before the lease ends."""
-        now = self._now()
-        for run in [run for run in self._runs.values() if run.is_live]:
-            run.request_cancel(now, CancelReason.LEASE_LOST)
-
     def _close_now(self) -> None:
         """Refuse every further call and stop every run.
 
@@ -266,6 +247,43 @@ class Runtime(metaclass=NoPublicConstructor):
         # holds them; Run.settle_interrupted reads _closed_at as their request time.
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
+
+
+@final
+class _StoreWatch:
+    """What the store watcher reports to a runtime (the ``WatchHost`` of ``_persistence``).
+
+    Kept apart from :class:`Runtime` so that the public object shows only the
+    contract's names (§2).
+    """
+
+    __slots__ = ("_runtime",)
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def own_record(self, record: RunRecord) -> None:
+        """Another runtime flagged one of this runtime's runs, or recorded it as ended."""
+        runtime = self._runtime
+        run = runtime._runs.get(record.run_id)
+        if run is None:
+            return
+        now = runtime._now()
+        if run.is_live:
+            if record.status.is_terminal:
+                # Written off elsewhere (interrupted): it must not go on here.
+                run.request_cancel(now, CancelReason.TAKEN_OVER)
+            elif record.cancel_requested:
+                run.request_cancel(now, CancelReason.REQUEST)
+        if record.observed and record.status is RunStatus.COMPLETED:
+            run.host.run_observed_elsewhere(run)
+
+    def lease_lost(self) -> None:
+        """The shared store stayed unreachable: stop every live run before the lease ends."""
+        runtime = self._runtime
+        now = runtime._now()
+        for run in [run for run in runtime._runs.values() if run.is_live]:
+            run.request_cancel(now, CancelReason.LEASE_LOST)
 
 
 def _is_store(value: Any) -> bool:
@@ -389,7 +407,7 @@ async def open_runtime(
     try:
         async with open_transparent_nursery() as system:
             await system.start(persister.run_writer)
-            await system.start(persister.run_watcher, runtime)
+            await system.start(persister.run_watcher, _StoreWatch(runtime))
             try:
                 async with _owning_nursery(runtime):
                     yield runtime
