@@ -12,7 +12,7 @@ that the parent and runtime are open before it acts and again after every
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ClassVar, Final, NoReturn, final
 
 import trio
@@ -35,7 +35,6 @@ from .._results import CancelAck, RunHandle, RunResult
 from .._schema import SchemaMismatch, SchemaSpec
 from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun
-from .._tools import DelegationTools
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
 from ._persistence import history_of
@@ -44,10 +43,33 @@ from ._scheduler import Scheduler
 from ._settlements import SettledRuns, Settlements
 
 if TYPE_CHECKING:
+    from .._config import Config
     from .._subagent import Subagent
+    from .._tools import DelegationTools
+    from ._events import RunEvents
     from ._runtime import Runtime
 
-__all__ = ["Parent"]
+__all__ = ["Parent", "ToolsFactory", "provide_tools", "surroundings"]
+
+#: What makes a parent's model-facing tools: the parent and each child's
+#: description by name.
+ToolsFactory = Callable[["Parent", Mapping[str, str]], "DelegationTools"]
+
+#: Registered by the tools module (the core imports no surface).
+_tools_factory: ToolsFactory | None = None
+
+
+def provide_tools(factory: ToolsFactory) -> None:
+    """Make *factory* what :meth:`Parent.tools` calls."""
+    global _tools_factory
+    _tools_factory = factory
+
+
+def surroundings(parent: Parent) -> tuple[Config, RunEvents | None]:
+    """The config of *parent*'s runtime and its observer: what its tools read."""
+    runtime = parent._runtime
+    return runtime.config, runtime._events
+
 
 # Read on every answer: an enum member read through its class costs about 50 ns
 # on CPython 3.11, a module global about 10 ns.
@@ -391,8 +413,10 @@ class Parent(metaclass=NoPublicConstructor):
     def tools(self) -> DelegationTools:
         """The model-facing delegation tools bound to this parent (contract §10)."""
         self._check_usable()
+        factory = _tools_factory
+        assert factory is not None, "trio_delegate._tools registers the tools"
         children = {name: sub.description for name, sub in self._children.items()}
-        return DelegationTools._create(self, children)
+        return factory(self, children)
 
     # -- admission -------------------------------------------------------------
 

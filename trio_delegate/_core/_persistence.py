@@ -34,10 +34,7 @@ import trio
 
 from .._errors import StoreError
 from .._status import RunStatus
-from .._stores._memory import MemoryStore
-from .._stores._postgres import PostgresStore
 from .._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun
-from .._stores._sqlite import SQLiteStore
 from ._run import Outcome, conversation, safe_message
 
 if TYPE_CHECKING:
@@ -87,9 +84,6 @@ class WriteStats:
     def mean_batch(self) -> float:
         return self.records / self.commits if self.commits else 0.0
 
-
-#: The stores whose encoder splices canonical JSON text in as it is.
-_SPLICING: Final = (MemoryStore, SQLiteStore, PostgresStore)
 
 #: A record waiting for the writer, and who to tell when it is committed.
 _Pending = tuple[RunRecord, _Done]
@@ -217,6 +211,7 @@ class Persister:
         "_held",
         "_idle",
         "_ignores_writes",
+        "_in_process",
         "_index",
         "_receive",
         "_renewal",
@@ -235,13 +230,19 @@ class Persister:
     def __init__(self, store: ResultStore, runtime_id: str) -> None:
         self.store = store
         self.runtime_id = runtime_id
+        # What the store declares it can do (ResultStore); anything but True
+        # is read as False.
         # A store that can leave out what this runtime wrote itself spares the
         # watcher reading every record it wrote back (and waking for them).
-        self._ignores_writes = getattr(store, "ignores_writes", False) is True
-        # The stores of this package take a result or transcript as the
-        # canonical JSON text the runtime holds (see _codec.encode_state);
-        # any other store gets plain JSON data, as the protocol says.
-        self._splices = isinstance(store, _SPLICING)
+        self._ignores_writes = store.ignores_writes is True
+        # A splicing store takes a result or transcript as the canonical JSON
+        # text the runtime holds (see _codec.encode_state); any other store
+        # gets plain JSON data, as the protocol says.
+        self._splices = store.splices_json is True
+        # A store shared only within this process wakes its watcher on every
+        # write: it needs no polling, no timer that would move a mock clock,
+        # and no sweeps (its runtimes attach and detach in this process).
+        self._in_process = store.in_process is True
         self.stats = WriteStats()
         self._stamp = _WallStamp()
         self.events: RunEvents | None = None
@@ -583,10 +584,7 @@ class Persister:
         unreachable for most of its lease, *host* stops its live runs.
         """
         store = self.store
-        # A memory store wakes its watcher on every write in this process: it
-        # needs no polling, no timer that would move a mock clock, and no
-        # sweeps (its runtimes attach and detach in this process).
-        in_process = isinstance(store, MemoryStore)
+        in_process = self._in_process
         interval = math.inf if in_process else store.poll_interval
         lease = store.lease_seconds
         margin = max(2 * store.poll_interval, 0.2 * lease) if lease is not None else 0.0
@@ -609,9 +607,7 @@ class Persister:
         """The changes after *cursor* this runtime did not write itself, where the store can
         leave those out (it knows them already); else every change."""
         if self._ignores_writes:
-            return await self.store.changes(  # type: ignore[call-arg]
-                cursor, ignore_writes_of=self.runtime_id
-            )
+            return await self.store.changes(cursor, ignore_writes_of=self.runtime_id)
         return await self.store.changes(cursor)
 
     async def _guard_lease(self, host: WatchHost, within: float) -> None:
@@ -657,9 +653,7 @@ class Persister:
             with contextlib.suppress(Exception):  # the poll goes on regardless
                 if self._ignores_writes:
                     # This runtime's own writes are no news to it.
-                    await store.wait_changes(  # type: ignore[call-arg]
-                        cursor, interval, ignore_writes_of=self.runtime_id
-                    )
+                    await store.wait_changes(cursor, interval, ignore_writes_of=self.runtime_id)
                 else:
                     await store.wait_changes(cursor, interval)
             nursery.cancel_scope.cancel()

@@ -281,18 +281,39 @@ class ResultStore(Protocol):
       eyes after its last successful ``sweep``. A runtime that cannot renew
       its lease must stop its live runs before it runs out.
 
-    Optional: a store whose ``ignores_writes`` attribute is ``True`` takes a
-    keyword ``ignore_writes_of`` (a runtime id) in ``changes`` and
-    ``wait_changes``, and then leaves out the changes that runtime's own
-    ``write`` calls made — a record written by the runtime it names, over a
-    row holding no flag the record did not carry — while the cursor still
-    moves past them. A runtime's watcher uses it so as not to read back (or
-    wake for) what it wrote itself; flags, interruptions and every other
-    runtime's writes still show. Without it, every change is read.
+    Capabilities, declared by each store (a store that cannot tell says
+    ``False`` to each, and is used as plain JSON data it is read whole):
+
+    * ``splices_json``: ``write`` takes a result and a transcript as the
+      runtime's canonical JSON text (``_json.CanonicalJson``), as this
+      package's stores encode them, rather than as plain JSON data.
+    * ``in_process``: every runtime sharing it lives in this process, and
+      ``wait_changes`` returns on every write at once: a runtime needs no
+      polling and no ``sweep``.
+    * ``ignores_writes``: ``changes`` and ``wait_changes`` honour the keyword
+      ``ignore_writes_of`` (a runtime id), leaving out the changes that
+      runtime's own ``write`` calls made — a record written by the runtime it
+      names, over a row holding no flag the record did not carry — while the
+      cursor still moves past them. A runtime's watcher uses it so as not to
+      read back (or wake for) what it wrote itself; flags, interruptions and
+      every other runtime's writes still show. A store without it is never
+      passed the keyword (it may ignore it), and every change is read.
     """
 
     poll_interval: float
     lease_seconds: float | None
+
+    @property
+    def splices_json(self) -> bool:
+        """Whether ``write`` takes results and transcripts as canonical JSON text."""
+
+    @property
+    def in_process(self) -> bool:
+        """Whether every runtime sharing the store lives in this process (no polling)."""
+
+    @property
+    def ignores_writes(self) -> bool:
+        """Whether ``changes`` and ``wait_changes`` honour ``ignore_writes_of``."""
 
     async def attach(self, runtime_id: str) -> StoreSnapshot:
         """Register a runtime; mark the live runs of runtimes that are gone as interrupted."""
@@ -318,10 +339,14 @@ class ResultStore(Protocol):
             the ids it marked failed (interrupted).
         """
 
-    async def changes(self, cursor: int | None) -> ChangeBatch:
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> ChangeBatch:
         """Every record written or flagged after *cursor* (``None``: the current position)."""
 
-    async def wait_changes(self, cursor: int, timeout: float) -> None:
+    async def wait_changes(
+        self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
+    ) -> None:
         """Return once changes after *cursor* may exist, or after *timeout* seconds."""
 
     async def request_cancel(self, run_id: str) -> RunRecord | None:

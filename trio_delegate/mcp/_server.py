@@ -51,6 +51,7 @@ from .. import (
     UnresolvedDelegationError,
     __version__,
 )
+from .._tools import traced_call
 
 __all__ = [
     "DEFAULT_FOREGROUND_LIMIT_SECONDS",
@@ -299,7 +300,7 @@ def _make_server(
         arguments = params.arguments
         try:
             # One execute_tool span for the call, however many tool calls serve it.
-            with connection.tools._traced_call(params.name):
+            with traced_call(connection.tools, params.name):
                 if params.name in _FOREGROUND_TOOLS and _is_foreground(arguments):
                     assert arguments is not None
                     return await _foreground(ctx, connection, params.name, arguments, limits)
