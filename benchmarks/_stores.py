@@ -105,7 +105,7 @@ async def _concurrent_runs(
             for index in range(concurrency):
                 nursery.start_soon(worker, each + (index < extra))
         elapsed = time.perf_counter() - started
-        persister = runtime._persister
+        persister = runtime._registry.persister
         if persister is not None:
             stats.append(persister.stats)
     if store is not None:

@@ -47,9 +47,9 @@ if TYPE_CHECKING:
     from .._subagent import Subagent
     from .._tools import DelegationTools
     from ._events import RunEvents
-    from ._runtime import Runtime
+    from ._registry import Registry
 
-__all__ = ["Parent", "ToolsFactory", "provide_tools", "surroundings"]
+__all__ = ["Parent", "ParentHost", "ToolsFactory", "provide_tools", "surroundings"]
 
 #: What makes a parent's model-facing tools: the parent and each child's
 #: description by name.
@@ -67,8 +67,8 @@ def provide_tools(factory: ToolsFactory) -> None:
 
 def surroundings(parent: Parent) -> tuple[Config, RunEvents | None]:
     """The config of *parent*'s runtime and its observer: what its tools read."""
-    runtime = parent._runtime
-    return runtime.config, runtime._events
+    registry = parent._registry
+    return registry.config, registry.events
 
 
 # Read on every answer: an enum member read through its class costs about 50 ns
@@ -100,20 +100,20 @@ class Parent(metaclass=NoPublicConstructor):
         "_live",
         "_nursery",
         "_owner",
-        "_runtime",
+        "_registry",
         "_scheduler",
         "_settlements",
     )
 
     def __init__(
         self,
-        runtime: Runtime,
+        registry: Registry,
         owner: str,
         children: Mapping[str, Subagent],
         depth: int,
         nursery: trio.Nursery,
     ) -> None:
-        self._runtime = runtime
+        self._registry = registry
         self._owner = owner
         self._children = children
         self._depth = depth
@@ -122,11 +122,11 @@ class Parent(metaclass=NoPublicConstructor):
         self._closed_at: float | None = None
         # This parent's runs that have not ended, in admission order.
         self._live: dict[str, Run] = {}
-        self._scheduler = Scheduler(runtime.config.max_concurrent_runs, self._launch)
+        self._scheduler = Scheduler(registry.config.max_concurrent_runs, self._launch)
         self._ledger = Ledger()
         self._settlements = Settlements(owner)
         # What this parent's runs see of it: kept off the public object.
-        self._host = _ParentHost(self)
+        self._host = ParentHost(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -168,7 +168,7 @@ class Parent(metaclass=NoPublicConstructor):
                 while the call was in progress.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._closed or self._runtime._closed:
+        if self._closed or self._registry.closed:
             self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
         run.foreground = True
@@ -196,7 +196,7 @@ class Parent(metaclass=NoPublicConstructor):
                 was started.
         """
         await trio.lowlevel.checkpoint()
-        if self._closed or self._runtime._closed:
+        if self._closed or self._registry.closed:
             self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
         if not run.durable:
@@ -249,7 +249,7 @@ class Parent(metaclass=NoPublicConstructor):
             name = record.subagent
             try:
                 carried = CanonicalJson.of(
-                    history_of(record), max_depth=self._runtime.config.max_nesting_depth + 2
+                    history_of(record), max_depth=self._registry.config.max_nesting_depth + 2
                 )
             except (JsonProblem, TypeError) as exc:  # pragma: no cover - checked when recorded
                 raise InvalidArgumentsError(
@@ -312,8 +312,8 @@ class Parent(metaclass=NoPublicConstructor):
             RuntimeClosedError: this parent or its runtime is closed, or closed
                 while the call was waiting.
         """
-        runtime = self._runtime
-        if self._closed or runtime._closed:
+        registry = self._registry
+        if self._closed or registry.closed:
             self._check_usable()
         limit = (
             None
@@ -330,11 +330,11 @@ class Parent(metaclass=NoPublicConstructor):
         else:
             with trio.move_on_after(limit):
                 await run.done.wait()
-            if not run.is_terminal and runtime._now() >= run.deadline:
+            if not run.is_terminal and registry.now() >= run.deadline:
                 # Past its deadline the run is about to settle: never answer
                 # "running" for it (this also settles a tie with the deadline).
                 await run.done.wait()
-        if self._closed or runtime._closed:
+        if self._closed or registry.closed:
             self._closed_during(run)
         if run.ended_at is not None:
             return self._answer(run)
@@ -362,11 +362,11 @@ class Parent(metaclass=NoPublicConstructor):
                 return CancelAck(run_id, False, run.status)
             # Live in another runtime sharing the store: the request goes
             # through the store, and its owner applies it (contract §16).
-            persister = self._runtime._persister
+            persister = self._registry.persister
             assert persister is not None
             persister.request_cancel(run_id)
             return CancelAck(run_id, True, run.status)
-        requested = run.request_cancel(self._runtime._now(), CancelReason.REQUEST)
+        requested = run.request_cancel(self._registry.now(), CancelReason.REQUEST)
         return CancelAck(run.run_id, requested, run.status)
 
     def check_resolved(self) -> None:
@@ -435,8 +435,8 @@ class Parent(metaclass=NoPublicConstructor):
         its admission is durable at once (it may start before this returns);
         with one, :meth:`_record_admission` makes it so.
         """
-        runtime = self._runtime
-        config = runtime.config
+        registry = self._registry
+        config = registry.config
         subagent = self._children.get(name) if type(name) is str else None
         if subagent is None:
             subagent = self._child(name)  # raises, naming what is allowed
@@ -448,9 +448,9 @@ class Parent(metaclass=NoPublicConstructor):
         ):
             task = check_text(task_field, task, max_chars=config.max_task_chars)
         schema = (
-            subagent._result_schema
+            registry.schemas_of[subagent.name]
             if final_schema is None
-            else runtime._compile_schema(final_schema)
+            else registry.compile_schema(final_schema)
         )
         if replaces is not None:
             replaces = self._check_replaceable(replaces)
@@ -461,14 +461,14 @@ class Parent(metaclass=NoPublicConstructor):
                 f"than Config.max_depth={config.max_depth}; do this work here instead",
                 subagent=name,
             )
-        if runtime._live_count >= config.max_live_runs:
+        if registry.live_count >= config.max_live_runs:
             raise LimitExceededError(
-                f"the runtime already has {runtime._live_count} live runs, the most "
+                f"the runtime already has {registry.live_count} live runs, the most "
                 f"Config.max_live_runs allows; wait for some to finish and try again",
                 subagent=name,
             )
         run = Run(
-            runtime._run_ids.new(),
+            registry.run_ids.new(),
             self._host,
             self._owner,
             subagent,
@@ -477,18 +477,14 @@ class Parent(metaclass=NoPublicConstructor):
             history,
             replaces,
             depth,
-            runtime._timeouts[subagent.name],
+            registry.timeouts[subagent.name],
         )
-        runtime._runs[run.run_id] = run
+        registry.admit(run)
         self._live[run.run_id] = run
         # In admission order ("oldest first"); a run whose admission is still
         # being recorded is left out of the checks until its caller has its id.
         self._ledger.add(run)
-        runtime._live_count += 1
-        events = runtime._events
-        if events is not None:
-            events.admitted(run)
-        if runtime._persister is None:
+        if registry.persister is None:
             run.durable = True
         self._scheduler.admit(run)
         return run
@@ -501,7 +497,7 @@ class Parent(metaclass=NoPublicConstructor):
         fails, or the parent or runtime closed meanwhile, the run is withdrawn
         as if it had never been admitted, and the caller gets the error.
         """
-        persister = self._runtime._persister
+        persister = self._registry.persister
         assert persister is not None
 
         def durable() -> None:
@@ -514,7 +510,7 @@ class Parent(metaclass=NoPublicConstructor):
         except StoreError:
             self._withdraw(run)
             raise
-        if self._closed or self._runtime._closed:
+        if self._closed or self._registry.closed:
             # The close cancelled it (a pending run at once); nobody was told
             # its id, so it is no unresolved work of this parent.
             self._withdraw(run)
@@ -530,33 +526,31 @@ class Parent(metaclass=NoPublicConstructor):
             return  # it already ended (the close cancelled it): it stays a record
         run.withdraw()
         del self._live[run.run_id]
-        runtime = self._runtime
-        del runtime._runs[run.run_id]
-        runtime._live_count -= 1
-        if runtime._events is not None:
-            runtime._events.withdrawn(run)
+        self._registry.withdraw(run)
 
     def _launch(self, run: Run) -> None:
         """Start *run* now (the scheduler decided it may)."""
-        runtime = self._runtime
-        now = runtime._now()
+        registry = self._registry
+        now = registry.now()
         run.start(now)
-        if runtime._persister is not None:
-            runtime._persister.started(run, now)
-        if runtime._events is not None:
-            runtime._events.started(run)
-        self._nursery.start_soon(execute, run, self, name=run.subagent._task_name)
+        if registry.persister is not None:
+            registry.persister.started(run, now)
+        if registry.events is not None:
+            registry.events.started(run)
+        self._nursery.start_soon(
+            execute, run, self._host, name=registry.task_names[run.subagent.name]
+        )
 
     async def _foreground(self, run: Run) -> RunResult:
         """Wait for *run*; if the caller is cancelled, cancel and join it first."""
         try:
             await run.done.wait()
         except BaseException:
-            run.request_cancel(self._runtime._now(), CancelReason.CALLER_CANCELLED)
+            run.request_cancel(self._registry.now(), CancelReason.CALLER_CANCELLED)
             with trio.CancelScope(shield=True):
                 await run.done.wait()
             raise
-        if self._closed or self._runtime._closed:
+        if self._closed or self._registry.closed:
             self._closed_during(run)
         return self._answer(run)
 
@@ -588,7 +582,7 @@ class Parent(metaclass=NoPublicConstructor):
             )
         record: Run | Evicted | None = self._ledger.get(replaces)
         if record is None:
-            found = self._runtime._runs.get(replaces)
+            found = self._registry.runs.get(replaces)
             if found is not None and found.host is self._host:
                 record = found
         if record is None:
@@ -629,20 +623,11 @@ class Parent(metaclass=NoPublicConstructor):
                 f"run_id must be valid Unicode text, got {describe(run_id)}; use the exact "
                 "run_id that start or delegate returned"
             )
-        runtime = self._runtime
-        retention = runtime._retention
-        now = runtime._now()
-        if now - retention.oldest_end > retention.seconds:  # expire()'s own test
-            retention.expire(now)
-        run = runtime._runs.get(run_id)
-        if run is not None and run.owner == self._owner:
-            return run
-        persister = runtime._persister
-        if persister is not None:
-            stored = persister.find(run_id, self._owner)
-            if stored is not None:
-                return stored
-        if runtime._retention.evicted_owner(run_id) == self._owner:
+        registry = self._registry
+        found = registry.find(run_id, self._owner)
+        if found is not None:
+            return found
+        if registry.expired_for(run_id, self._owner):
             raise self._expired(run_id)
         raise UnknownRunError(
             f"no run {describe(run_id)} belongs to parent {self._owner!r} in this runtime; "
@@ -652,7 +637,7 @@ class Parent(metaclass=NoPublicConstructor):
         )
 
     def _expired(self, run_id: str) -> ExpiredRunError:
-        config = self._runtime.config
+        config = self._registry.config
         return ExpiredRunError(
             f"run {run_id} has expired: finished runs are kept for "
             f"{config.retention_seconds:g} s and at most {config.retention_max_runs} at a "
@@ -662,7 +647,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     async def _load(self, run_id: str) -> RunRecord:
         """The stored record of a run :meth:`_find` found in the store."""
-        persister = self._runtime._persister
+        persister = self._registry.persister
         assert persister is not None
         record = await persister.load(run_id)
         if record is None:  # pruned by the store's own retention meanwhile
@@ -677,10 +662,10 @@ class Parent(metaclass=NoPublicConstructor):
         the run change, or a poll interval passes. A run past its recorded
         deadline is waited for until its end is recorded (contract §16).
         """
-        runtime = self._runtime
-        persister = runtime._persister
+        registry = self._registry
+        persister = registry.persister
         assert persister is not None
-        ends = None if limit is None else runtime._now() + limit
+        ends = None if limit is None else registry.now() + limit
         while True:
             record = await self._load(run_id)
             self._check_usable()
@@ -691,7 +676,7 @@ class Parent(metaclass=NoPublicConstructor):
                 ):
                     persister.mark_observed(run_id)  # its owner's parent counts it
                 return self._answer_record(record)
-            now = runtime._now()
+            now = registry.now()
             overdue = record.deadline_at is not None and time.time() >= record.deadline_at
             if ends is not None and now >= ends and not overdue:
                 return RunHandle(run_id, record.subagent, record.status)
@@ -705,7 +690,7 @@ class Parent(metaclass=NoPublicConstructor):
         self._settlements.told(record.run_id)
         if record.status is RunStatus.COMPLETED:
             self._ledger.resolve(record.run_id)
-            persister = self._runtime._persister
+            persister = self._registry.persister
             assert persister is not None
             value = record.final_result
             schema = persister.schema_of(record.run_id)
@@ -731,14 +716,14 @@ class Parent(metaclass=NoPublicConstructor):
         if run.status is _COMPLETED:
             result = run.result()
             self._ledger.resolve(run.run_id)
-            events = self._runtime._events
+            events = self._registry.events
             if events is not None:
                 events.observed(run)
             return result
         raise run.outcome_error()
 
     def _raise_if_unresolved(self) -> None:
-        if self._runtime.config.fail_closed:
+        if self._registry.config.fail_closed:
             self._ledger.check(self._owner)
 
     # -- nesting and closing ----------------------------------------------------
@@ -746,10 +731,10 @@ class Parent(metaclass=NoPublicConstructor):
     def _check_usable(self) -> None:
         """Raise RuntimeClosedError if this parent or its runtime is closed.
 
-        Hot paths test ``self._closed or self._runtime._closed`` first and call
+        Hot paths test ``self._closed or self._registry.closed`` first and call
         this only to raise.
         """
-        if self._runtime._closed:
+        if self._registry.closed:
             raise RuntimeClosedError(
                 f"the runtime of parent {self._owner!r} is closed; its runs were cancelled "
                 "and nothing more can be done through it: open a new runtime"
@@ -761,7 +746,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _closed_during(self, run: Run) -> NoReturn:
         """Raise for a call about *run* that was waiting when this parent or runtime closed."""
-        which = "its runtime" if self._runtime._closed else f"parent {self._owner!r}"
+        which = "its runtime" if self._registry.closed else f"parent {self._owner!r}"
         error = RuntimeClosedError(
             f"{which} closed while this call was waiting for run {run.run_id}, which is "
             f"{run.status.value}; nothing more can be done through it",
@@ -775,13 +760,11 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _open_nested(self, run: Run, nursery: trio.Nursery) -> Parent:
         """The parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
-        runtime = self._runtime
-        children = {name: runtime.subagents[name] for name in run.subagent.children}
-        nested = Parent._create(
-            runtime, f"{self._owner}/{run.run_id}", children, run.depth, nursery
-        )
-        runtime._register(nested)
-        return nested
+        registry = self._registry
+        children = {name: registry.subagents[name] for name in run.subagent.children}
+        return open_parent_host(
+            registry, f"{self._owner}/{run.run_id}", children, run.depth, nursery
+        ).parent
 
     def _close_now(self, reason: CancelReason = CancelReason.PARENT_CLOSED) -> None:
         """Close without waiting: no new calls; every live run is told to stop.
@@ -792,7 +775,7 @@ class Parent(metaclass=NoPublicConstructor):
         if self._closed:
             return
         self._closed = True
-        now = self._closed_at = self._runtime._now()
+        now = self._closed_at = self._registry.now()
         self._scheduler.stop()
         for run in self._scheduler.queued():
             run.request_cancel(now, reason)
@@ -801,7 +784,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _cancel_pending(self, reason: CancelReason) -> None:
         """End every pending run at once (the runtime is closing)."""
-        now = self._runtime._now()
+        now = self._registry.now()
         self._scheduler.stop()
         for run in self._scheduler.queued():
             run.request_cancel(now, reason)
@@ -824,43 +807,57 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _joined(self) -> None:
         """Every run of this closed parent has ended: free its owner, end its streams."""
-        self._runtime._unregister(self)
+        self._registry.unregister(self._host)
         self._settlements.close()
 
 
 @final
-class _ParentHost:
-    """A parent as its runs see it (the :class:`RunHost` interface of ``_run``).
+class ParentHost:
+    """A parent as its runs see it: the :class:`RunHost` interface of ``_run``, and
+    what a run's task needs (``_execution``).
 
     Kept apart from :class:`Parent` so that the public object shows only the
     contract's names (§2, §17).
     """
 
-    __slots__ = ("_parent", "now", "records", "run_evicted")
+    __slots__ = (
+        "_parent",
+        "config",
+        "depth",
+        "events",
+        "now",
+        "parent",
+        "records",
+        "run_evicted",
+    )
 
     def __init__(self, parent: Parent) -> None:
-        self._parent = parent
-        runtime = parent._runtime
+        self._parent = self.parent = parent
+        self.depth = parent._depth
+        registry = parent._registry
+        self.config = registry.config
+        # The runtime's observer (or None), fixed when it opened.
+        self.events = registry.events
         # The runtime's own clock, so a run reads it in one call.
-        self.now = runtime._now
+        self.now = registry.now
         # Whether decided outcomes are recorded (with a store).
-        self.records = runtime._persister is not None
+        self.records = registry.persister is not None
         # Retention evicted a run; the ledger keeps a small record of it if it
         # is unresolved. The ledger's own method: one call per run.
         self.run_evicted = parent._ledger.evicted
 
     def closing_time(self) -> tuple[float, CancelReason] | None:
         parent = self._parent
-        runtime = parent._runtime
-        if runtime._closed_at is not None:
-            return runtime._closed_at, CancelReason.RUNTIME_CLOSED
+        registry = parent._registry
+        if registry.closed_at is not None:
+            return registry.closed_at, CancelReason.RUNTIME_CLOSED
         if parent._closed_at is not None:
             return parent._closed_at, CancelReason.PARENT_CLOSED
         return None
 
     def run_decided(self, run: Run, outcome: Outcome) -> None:
         # Called only when outcomes are recorded (``records``): with a store.
-        persister = self._parent._runtime._persister
+        persister = self._parent._registry.persister
         assert persister is not None
         if not outcome.waits_for_record:
             run.commit(outcome)
@@ -877,16 +874,12 @@ class _ParentHost:
         del parent._live[run.run_id]
         if run.announced:
             parent._settlements.settled(run)
-        runtime = parent._runtime
-        runtime._live_count -= 1
-        if runtime._events is not None:
-            runtime._events.ended(run)
-        runtime._retention.add(run)
+        parent._registry.committed(run)
         if was_running:
             parent._scheduler.released()
 
     def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
-        events = self._parent._runtime._events
+        events = self.events
         if events is not None:
             events.cancel_requested(run, reason)
 
@@ -894,3 +887,49 @@ class _ParentHost:
         parent = self._parent
         parent._ledger.resolve(run.run_id)
         parent._settlements.told(run.run_id)
+
+    # -- what a run's task does with its nested parent (``_execution``) -------------
+
+    def open_nested(self, run: Run, nursery: trio.Nursery) -> ParentHost:
+        """The host of the parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
+        return self._parent._open_nested(run, nursery)._host
+
+    def close_now(self) -> None:
+        """Close this parent without waiting (its run's runner has returned or raised)."""
+        self._parent._close_now()
+
+    def joined(self) -> None:
+        """Every run of this closed parent has ended: free its owner."""
+        self._parent._joined()
+
+    def raise_if_unresolved(self) -> None:
+        """Raise ``UnresolvedDelegationError`` if this parent left work unresolved."""
+        self._parent._raise_if_unresolved()
+
+    # -- what the runtime does with its parents ------------------------------------
+
+    def cancel_pending(self, reason: CancelReason) -> None:
+        """End every pending run of this parent at once (the runtime is closing)."""
+        self._parent._cancel_pending(reason)
+
+    async def aclose(self) -> None:
+        """Close the parent, join every run that is still live, then free the owner."""
+        await self._parent._aclose()
+
+
+def open_parent_host(
+    registry: Registry,
+    owner: str,
+    children: Mapping[str, Subagent],
+    depth: int,
+    nursery: trio.Nursery,
+) -> ParentHost:
+    """Open a parent of *registry*'s runtime whose runs live in *nursery*.
+
+    Returns its host: what the runtime (or the run that holds a nested
+    parent) needs of it; ``.parent`` is the public object.
+    """
+    parent = Parent._create(registry, owner, children, depth, nursery)
+    host = parent._host
+    registry.register(host)
+    return host

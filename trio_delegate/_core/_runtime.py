@@ -15,21 +15,18 @@ from .._construction import NoPublicConstructor
 from .._errors import (
     InvalidArgumentsError,
     RuntimeClosedError,
-    StoreError,
     UnknownSubagentError,
 )
 from .._json import text_problem
-from .._schema import ResultSchema, SchemaSpec, compile_result_schema
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord
 from .._subagent import Subagent
-from ._events import runtime_events
 from ._groups import open_transparent_nursery
-from ._ids import RunIds, new_runtime_id
-from ._parent import Parent
+from ._ids import new_runtime_id
+from ._parent import Parent, open_parent_host
 from ._persistence import Persister
-from ._retention import Retention
-from ._run import CancelReason, Run
+from ._registry import Registry
+from ._run import CancelReason
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -50,63 +47,24 @@ class Runtime(metaclass=NoPublicConstructor):
         "trio_delegate.open_runtime() (async with trio_delegate.open_runtime(subagents) as runtime)"
     )
 
-    __slots__ = (
-        "__weakref__",
-        "_closed",
-        "_closed_at",
-        "_events",
-        "_live_count",
-        "_now",
-        "_nursery",
-        "_parents",
-        "_persister",
-        "_retention",
-        "_run_ids",
-        "_runs",
-        "_schemas",
-        "_subagents",
-        "_timeouts",
-        "config",
-    )
+    __slots__ = ("__weakref__", "_nursery", "_registry", "_subagents")
 
     def __init__(
         self, subagents: Mapping[str, Subagent], config: Config, persister: Persister | None
     ) -> None:
-        self.config = config
-        self._persister = persister
-        # Traces and metrics, when something observes runs (else None).
-        self._events = runtime_events()
-        if persister is not None:
-            persister.events = self._events
-        # The Trio run's clock, read directly: trio.current_time() finds the
-        # same clock through the run context on every call, several per run.
-        self._now = trio.lowlevel.current_clock().current_time
-        self._run_ids = RunIds()
         self._subagents = MappingProxyType(dict(subagents))
-        # Each subagent's child deadline in seconds (or None) under this config.
-        self._timeouts = {
-            name: subagent.resolve_timeout(config.subagent_timeout_seconds)
-            for name, subagent in subagents.items()
-        }
+        # Everything the runtime's parents share; they reach it through this.
+        self._registry = Registry(self._subagents, config, persister)
         self._nursery: trio.Nursery | None = None
-        self._closed = False
-        self._closed_at: float | None = None
-        # Open parents by owner, nested ones included (owners are unique among them).
-        self._parents: dict[str, Parent] = {}
-        self._live_count = 0
-        # Every run in memory by id: live ones and terminal ones that
-        # retention has not evicted. A parent sees those of its owner.
-        self._runs: dict[str, Run] = {}
-        self._retention = Retention(
-            config.retention_seconds, config.retention_max_runs, self._evicted
-        )
-        # Checked schemas of host types passed per call (types are few and
-        # long-lived; mappings from a model are checked on every call).
-        self._schemas: dict[type, ResultSchema] = {}
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._registry.closed else "open"
         return f"<trio_delegate.Runtime {state} subagents={list(self._subagents)}>"
+
+    @property
+    def config(self) -> Config:
+        """The runtime's limits and policy."""
+        return self._registry.config
 
     @property
     def subagents(self) -> Mapping[str, Subagent]:
@@ -116,12 +74,13 @@ class Runtime(metaclass=NoPublicConstructor):
     @property
     def store(self) -> ResultStore | None:
         """The durable store runs are recorded in, if any."""
-        return self._persister.store if self._persister is not None else None
+        persister = self._registry.persister
+        return persister.store if persister is not None else None
 
     @property
     def live_runs(self) -> int:
         """How many runs are pending or running in the whole runtime."""
-        return self._live_count
+        return self._registry.live_count
 
     def open_parent(
         self, owner: str = "root", *, subagents: Iterable[str] | None = None
@@ -153,21 +112,21 @@ class Runtime(metaclass=NoPublicConstructor):
         self._check_open()
         owner = _check_owner(owner)
         children = self._children_for(subagents)
-        if owner in self._parents:
+        registry = self._registry
+        if owner in registry.parents:
             raise InvalidArgumentsError(
                 f"a parent with owner {owner!r} is already open in this runtime; owners are "
                 "unique among open parents: close it first or choose another owner"
             )
         assert self._nursery is not None
-        parent = Parent._create(self, owner, children, 0, self._nursery)
-        self._register(parent)
+        host = open_parent_host(registry, owner, children, 0, self._nursery)
         try:
-            yield parent
+            yield host.parent
         except BaseException:
-            await parent._aclose()
+            await host.aclose()
             raise
-        await parent._aclose()
-        parent._raise_if_unresolved()
+        await host.aclose()
+        host.raise_if_unresolved()
 
     def _children_for(self, names: Iterable[str] | None) -> dict[str, Subagent]:
         if names is None:
@@ -199,52 +158,25 @@ class Runtime(metaclass=NoPublicConstructor):
         return children
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._registry.closed:
             raise RuntimeClosedError(
                 "the runtime is closed: its runs were cancelled and nothing more can be done "
                 "through it; open a new runtime"
             )
-
-    def _compile_schema(self, spec: SchemaSpec) -> ResultSchema:
-        nesting = self.config.max_nesting_depth
-        if isinstance(spec, type):
-            compiled = self._schemas.get(spec)
-            if compiled is None:
-                compiled = self._schemas[spec] = compile_result_schema(spec, max_nesting=nesting)
-            return compiled
-        return compile_result_schema(spec, max_nesting=nesting)
-
-    def _evicted(self, run: Run) -> None:
-        """Retention evicted *run*: it is answered from the store, if anywhere."""
-        del self._runs[run.run_id]
-        persister = self._persister
-        outcome = run.outcome
-        if persister is not None and not (
-            outcome is not None and isinstance(outcome.error, StoreError)
-        ):
-            persister.remember(run)
-        run.host.run_evicted(run)
-
-    def _register(self, parent: Parent) -> None:
-        self._parents[parent.owner] = parent
-
-    def _unregister(self, parent: Parent) -> None:
-        """Free *parent*'s owner: called once every run of the parent has ended."""
-        if self._parents.get(parent.owner) is parent:
-            del self._parents[parent.owner]
 
     def _close_now(self) -> None:
         """Refuse every further call and stop every run.
 
         Nested runs stop with the run that contains them.
         """
-        self._closed = True
-        self._closed_at = self._now()
-        for parent in list(self._parents.values()):
-            if parent._depth == 0:
-                parent._cancel_pending(CancelReason.RUNTIME_CLOSED)
+        registry = self._registry
+        registry.closed = True
+        registry.closed_at = registry.now()
+        for host in list(registry.parents.values()):
+            if host.depth == 0:
+                host.cancel_pending(CancelReason.RUNTIME_CLOSED)
         # Running runs are cancelled all at once by cancelling the nursery that
-        # holds them; Run.settle_interrupted reads _closed_at as their request time.
+        # holds them; Run.interrupted reads closed_at as their request time.
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
 
@@ -257,18 +189,18 @@ class _StoreWatch:
     contract's names (§2).
     """
 
-    __slots__ = ("_runtime",)
+    __slots__ = ("_registry",)
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
 
     def own_record(self, record: RunRecord) -> None:
         """Another runtime flagged one of this runtime's runs, or recorded it as ended."""
-        runtime = self._runtime
-        run = runtime._runs.get(record.run_id)
+        registry = self._registry
+        run = registry.runs.get(record.run_id)
         if run is None:
             return
-        now = runtime._now()
+        now = registry.now()
         if run.is_live:
             if record.status.is_terminal:
                 # Written off elsewhere (interrupted): it must not go on here.
@@ -280,9 +212,9 @@ class _StoreWatch:
 
     def lease_lost(self) -> None:
         """The shared store stayed unreachable: stop every live run before the lease ends."""
-        runtime = self._runtime
-        now = runtime._now()
-        for run in [run for run in runtime._runs.values() if run.is_live]:
+        registry = self._registry
+        now = registry.now()
+        for run in [run for run in registry.runs.values() if run.is_live]:
             run.request_cancel(now, CancelReason.LEASE_LOST)
 
 
@@ -407,7 +339,7 @@ async def open_runtime(
     try:
         async with open_transparent_nursery() as system:
             await system.start(persister.run_writer)
-            await system.start(persister.run_watcher, _StoreWatch(runtime))
+            await system.start(persister.run_watcher, _StoreWatch(runtime._registry))
             try:
                 async with _owning_nursery(runtime):
                     yield runtime
