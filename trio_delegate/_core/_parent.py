@@ -20,6 +20,7 @@ import trio
 from .._checks import builtin, check_bool, check_seconds, check_text, describe
 from .._construction import NoPublicConstructor
 from .._errors import (
+    DelegationError,
     ExpiredRunError,
     InvalidArgumentsError,
     InvalidResultError,
@@ -49,7 +50,15 @@ if TYPE_CHECKING:
     from ._events import RunEvents
     from ._registry import Registry
 
-__all__ = ["Parent", "ParentHost", "ToolsFactory", "provide_tools", "surroundings"]
+__all__ = [
+    "Parent",
+    "ParentHost",
+    "ToolsFactory",
+    "leave_foreground",
+    "open_parent_host",
+    "provide_tools",
+    "surroundings",
+]
 
 #: What makes a parent's model-facing tools: the parent and each child's
 #: description by name.
@@ -63,6 +72,25 @@ def provide_tools(factory: ToolsFactory) -> None:
     """Make *factory* what :meth:`Parent.tools` calls."""
     global _tools_factory
     _tools_factory = factory
+
+
+async def leave_foreground(parent: Parent, run_id: str) -> None:
+    """A surface's foreground caller of run *run_id* left without its answer.
+
+    The run is cancelled and joined as :meth:`Parent.delegate` does for its
+    own cancelled caller (the caller shields this), with the same verdict:
+    completed anyway, it is unobserved and unresolved. Nothing is raised: a
+    run that is not this parent's, or only in the store, is left alone.
+    """
+    try:
+        found = parent._find(run_id)
+    except DelegationError:
+        await trio.lowlevel.checkpoint()
+        return
+    if isinstance(found, StoredRun):
+        await trio.lowlevel.checkpoint()
+        return
+    await parent._abandon(found)
 
 
 def surroundings(parent: Parent) -> tuple[Config, RunEvents | None]:
@@ -546,13 +574,27 @@ class Parent(metaclass=NoPublicConstructor):
         try:
             await run.done.wait()
         except BaseException:
-            run.request_cancel(self._registry.now(), CancelReason.CALLER_CANCELLED)
             with trio.CancelScope(shield=True):
-                await run.done.wait()
+                await self._abandon(run)
             raise
         if self._closed or self._registry.closed:
             self._closed_during(run)
         return self._answer(run)
+
+    async def _abandon(self, run: Run) -> None:
+        """The caller of a foreground call leaves without its answer: cancel *run*, join it.
+
+        The one verdict on such a run, whichever surface made the call: a run
+        that completed anyway (its runner shielded its last step, say) was
+        observed by nobody, so it is unobserved (contract §17) and unresolved
+        (§7); any other ending is answered by the caller's own cancellation.
+        The caller shields this wait.
+        """
+        run.request_cancel(self._registry.now(), CancelReason.CALLER_CANCELLED)
+        await run.done.wait()
+        # From now on a wait tells of this run like of any background run.
+        run.foreground = False
+        self._settlements.untold(run, run.status is _COMPLETED)
 
     def _child(self, name: str) -> Subagent:
         allowed = tuple(self._children)

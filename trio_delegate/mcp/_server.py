@@ -51,6 +51,7 @@ from .. import (
     UnresolvedDelegationError,
     __version__,
 )
+from .._core._parent import leave_foreground
 from .._tools import traced_call
 
 __all__ = [
@@ -457,11 +458,8 @@ async def _report_progress(
 
 
 async def _cancel_and_join(parent: Parent, run_id: str) -> None:
-    try:
-        parent.cancel(run_id)
-        await parent.wait(run_id)
-    except DelegationError:
-        pass  # cancelled, failed or the parent closed: the run is over either way
+    """The client cancelled a foreground call: the core's verdict, as for ``delegate``."""
+    await leave_foreground(parent, run_id)
 
 
 def success_result(payload: dict[str, Any]) -> mcp_types.CallToolResult:
