@@ -305,9 +305,10 @@ async def open_runtime(
         subagents: the subagent definitions; names must be unique and every
             ``children`` entry must name one of them.
         config: limits and policy; ``Config()`` when omitted.
-        store: a durable store (:class:`MemoryStore`, :class:`SQLiteStore`) for
-            run records, results and continuations; ``None`` keeps nothing
-            beyond retention.
+        store: a durable store (:class:`MemoryStore`, :class:`SQLiteStore`,
+            :class:`PostgresStore`, or another :class:`ResultStore`) for run
+            records, results and continuations; ``None`` keeps nothing beyond
+            retention.
 
     Leaving the block cancels and joins every run (and, with a store, commits
     their final records). An exception raised in the body comes out as
@@ -326,8 +327,9 @@ async def open_runtime(
         )
     if store is not None and not _is_store(store):
         raise InvalidArgumentsError(
-            "store must be a trio_delegate.MemoryStore, a trio_delegate.SQLiteStore or "
-            f"another ResultStore, got {describe(store)}"
+            "store must be a trio_delegate.MemoryStore, SQLiteStore, PostgresStore or "
+            "another ResultStore (with the protocol's methods and capability attributes), "
+            f"got {describe(store)}"
         )
     persister = Persister(store, new_runtime_id()) if store is not None else None
     runtime = Runtime._create(registry, config, persister)
