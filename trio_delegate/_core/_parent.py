@@ -897,19 +897,14 @@ class ParentHost:
             return parent._closed_at, CancelReason.PARENT_CLOSED
         return None
 
-    def run_decided(self, run: Run, outcome: Outcome) -> None:
-        # Called only when outcomes are recorded (``records``): with a store.
+    def record(
+        self, run: Run, outcome: Outcome, recorded: Callable[[StoreError | None], None]
+    ) -> None:
+        # Asked only when outcomes are recorded (``records``): with a store.
+        # When the run commits is the run's own rule (Run.decide).
         persister = self._parent._registry.persister
         assert persister is not None
-        if not outcome.waits_for_record:
-            run.commit(outcome)
-            persister.settle(run, outcome)
-        else:
-            persister.settle(
-                run,
-                outcome,
-                lambda error: run.commit(outcome if error is None else outcome.unrecorded(error)),
-            )
+        persister.settle(run, outcome, recorded)
 
     def run_committed(self, run: Run, was_running: bool) -> None:
         parent = self._parent

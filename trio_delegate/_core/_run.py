@@ -36,6 +36,8 @@ from .._status import RunStatus
 from .._summary import summarize_task
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._schema import ResultSchema
     from .._subagent import Subagent
 
@@ -197,6 +199,10 @@ def failed(error: BaseException, failure_type: type[RunFailedError] = RunFailedE
 _TIMED_OUT: Final = Outcome(RunStatus.TIMED_OUT)
 
 
+def _ignore(error: StoreError | None) -> None:
+    """Nobody waits for the record of an ending that is terminal already."""
+
+
 class RunHost(Protocol):
     """What a run needs from the parent that admitted it."""
 
@@ -210,9 +216,12 @@ class RunHost(Protocol):
     def closing_time(self) -> tuple[float, CancelReason] | None:
         """When and why the run's surroundings (runtime, parent) began to close, if they did."""
 
-    def run_decided(self, run: Run, outcome: Outcome) -> None:
-        """*run* decided *outcome*: record it and :meth:`Run.commit` it (see
-        :attr:`Outcome.waits_for_record` for the order)."""
+    def record(
+        self, run: Run, outcome: Outcome, recorded: Callable[[StoreError | None], None]
+    ) -> None:
+        """Write *run*'s terminal record of *outcome*; call *recorded* once it is
+        committed (``None``) or could not be (the error). Only a host that
+        ``records`` is asked."""
 
     def run_committed(self, run: Run, was_running: bool) -> None:
         """*run* is terminal now."""
@@ -490,10 +499,19 @@ class Run:
         self.phase = _DECIDED
         self.outcome = outcome
         host = self.host
-        if host.records:
-            host.run_decided(self, outcome)
-        else:
+        if not host.records:
             self.commit(outcome)
+        elif not outcome.waits_for_record:
+            # Terminal at once; its record follows.
+            self.commit(outcome)
+            host.record(self, outcome, _ignore)
+        else:
+            # A result is handed out only once it is durable (contract §12).
+            host.record(
+                self,
+                outcome,
+                lambda error: self.commit(outcome if error is None else outcome.unrecorded(error)),
+            )
         return True
 
     def withdraw(self) -> None:
