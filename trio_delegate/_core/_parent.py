@@ -38,7 +38,7 @@ from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
-from ._persistence import history_of
+from ._persistence import stored_conversation
 from ._run import CancelReason, Outcome, Run, terminal_error
 from ._scheduler import Scheduler
 from ._settlements import SettledRuns, Settlements
@@ -276,9 +276,7 @@ class Parent(metaclass=NoPublicConstructor):
                 )
             name = record.subagent
             try:
-                carried = CanonicalJson.of(
-                    history_of(record), max_depth=self._registry.config.max_nesting_depth + 2
-                )
+                carried = stored_conversation(record, self._registry.config.max_nesting_depth)
             except (JsonProblem, TypeError) as exc:  # pragma: no cover - checked when recorded
                 raise InvalidArgumentsError(
                     f"the conversation of run {run_id} cannot be carried on: {exc}"

@@ -33,16 +33,23 @@ import attrs
 import trio
 
 from .._errors import StoreError
+from .._json import CanonicalJson
 from .._status import RunStatus
 from .._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun
-from ._run import Outcome, conversation, safe_message
+from ._run import Outcome, conversation_json, safe_message
 
 if TYPE_CHECKING:
     from .._schema import ResultSchema
     from ._events import RunEvents
     from ._run import Run
 
-__all__ = ["RUNNING_RECORD_DELAY", "Persister", "WatchHost", "WriteStats", "history_of"]
+__all__ = [
+    "RUNNING_RECORD_DELAY",
+    "Persister",
+    "WatchHost",
+    "WriteStats",
+    "stored_conversation",
+]
 
 #: A write that fails after this many seconds failed for the store's sake
 #: (timeouts), not for one of its records: its batch is not split further.
@@ -732,13 +739,21 @@ class Persister:
             self._schemas.pop(forgotten, None)
 
 
-def history_of(record: RunRecord) -> list[Any]:
-    """The whole conversation of a stored terminal run."""
+def stored_conversation(record: RunRecord, max_depth: int) -> CanonicalJson:
+    """The whole conversation of a stored terminal run, as a continuation carries it.
+
+    Its transcript, or the conversation :func:`conversation_json` builds from
+    its history, task and (when it completed) result: the same builder as for
+    a run in memory.
+
+    Raises:
+        JsonProblem, TypeError: the record holds data deeper than *max_depth*
+            (plus the two levels of a conversation's entries), or no JSON.
+    """
     if record.transcript is not None:
-        return list(record.transcript)
-    return conversation(
-        list(record.history),
-        record.task,
-        record.status is RunStatus.COMPLETED,
-        record.final_result,
-    )
+        return CanonicalJson.of(list(record.transcript), max_depth=max_depth + 2)
+    result = None
+    if record.status is RunStatus.COMPLETED:
+        result = CanonicalJson.of(record.final_result, max_depth=max_depth)
+    history = CanonicalJson.of(list(record.history), max_depth=max_depth + 2)
+    return conversation_json(history, record.task, result)

@@ -49,6 +49,7 @@ __all__ = [
     "RunHost",
     "completed",
     "conversation",
+    "conversation_json",
     "error_type",
     "failed",
     "safe_message",
@@ -401,7 +402,7 @@ class Run:
     def carried(self) -> CanonicalJson:
         """This terminal run's whole conversation, as the history of a continuation.
 
-        Its transcript, or the value :func:`conversation` builds, made from
+        Its transcript, or the value :func:`conversation_json` builds, made from
         the canonical JSON texts the run holds without decoding them: a
         conversation is as large as the run's history, result and transcript,
         and decoding and encoding it again would hold the event loop that long.
@@ -410,21 +411,7 @@ class Run:
         assert outcome is not None
         if outcome.transcript is not None:
             return outcome.transcript
-        parts: list[str] = []
-        size = 2  # the brackets
-        history = self.history
-        if history is not None and history.text != "[]":
-            parts.append(history.text[1:-1])
-            size += history.size - 2
-        text, length = encode({"role": "user", "content": self.task}, max_depth=2)
-        parts.append(text)
-        size += length
-        result = outcome.result
-        if result is not None:
-            parts.append(f'{{"role":"assistant","content":{result.text}}}')
-            size += len('{"role":"assistant","content":}') + result.size
-        size += len(parts) - 1  # the commas
-        return CanonicalJson("[" + ",".join(parts) + "]", size)
+        return conversation_json(self.history, self.task, outcome.result)
 
     # -- transitions ---------------------------------------------------------
 
@@ -576,13 +563,45 @@ def terminal_error(
     raise AssertionError(f"terminal_error() for a {status} run")  # pragma: no cover
 
 
-def conversation(history: list[Any], task: str, completed: bool, final_result: Any) -> list[Any]:
-    """The conversation of a run that gave no transcript (contract §12).
+def conversation_json(
+    history: CanonicalJson | None, task: str, result: CanonicalJson | None
+) -> CanonicalJson:
+    """The conversation of a run that gave no transcript (contract §12), the one
+    place its shape is decided.
 
-    Its own history, then its task as a user entry and, when it completed,
-    its result as an assistant entry.
+    Its own *history*, then its *task* as a user entry and, when it completed,
+    its *result* as an assistant entry. Made from the canonical JSON texts,
+    spliced without decoding them: a conversation is as large as the run's
+    history and result, and decoding and encoding it again would hold the
+    event loop that long.
     """
-    entries = [*history, {"role": "user", "content": task}]
-    if completed:
-        entries.append({"role": "assistant", "content": final_result})
+    parts: list[str] = []
+    size = 2  # the brackets
+    if history is not None and history.text != "[]":
+        parts.append(history.text[1:-1])
+        size += history.size - 2
+    text, length = encode({"role": "user", "content": task}, max_depth=2)
+    parts.append(text)
+    size += length
+    if result is not None:
+        parts.append(f'{{"role":"assistant","content":{result.text}}}')
+        size += len('{"role":"assistant","content":}') + result.size
+    size += len(parts) - 1  # the commas
+    return CanonicalJson("[" + ",".join(parts) + "]", size)
+
+
+def conversation(
+    history: list[Any], task: str, completed: bool, final_result: Any, *, max_depth: int = 64
+) -> list[Any]:
+    """:func:`conversation_json` of plain JSON data, as plain JSON data.
+
+    Raises:
+        JsonProblem, TypeError: *history* or *final_result* is not JSON the
+            runtime can keep within *max_depth* levels.
+    """
+    entries: list[Any] = conversation_json(
+        CanonicalJson.of(history, max_depth=max_depth + 2),
+        task,
+        CanonicalJson.of(final_result, max_depth=max_depth) if completed else None,
+    ).copy()
     return entries
