@@ -35,7 +35,7 @@ import trio
 from .._errors import StoreError
 from .._json import CanonicalJson
 from .._status import RunStatus
-from .._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun
+from .._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun, fold
 from ._run import Outcome, conversation_json, safe_message
 
 if TYPE_CHECKING:
@@ -337,11 +337,11 @@ class Persister:
                     batch[:0] = self._take_held()
                     if not batch:
                         continue  # the held runs had all ended
-                    # A run's records queue in lifecycle order: its latest one
-                    # holds everything the earlier ones said (a run that started
-                    # and ended before the commit needs one row, not three).
-                    latest = {record.run_id: record for record, _ in batch}
-                    failures = await self._write(list(latest.values()))
+                    # One row per run, as the protocol folds them: a run's
+                    # records queue in lifecycle order, so its latest one holds
+                    # everything the earlier ones said (a run that started and
+                    # ended before the commit needs one row, not three).
+                    failures = await self._write(fold([record for record, _ in batch]))
                     self._writing = []
                     if failures:
                         for record, done in batch:

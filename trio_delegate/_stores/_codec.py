@@ -27,13 +27,11 @@ from collections.abc import Sequence
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Final, final
 
-import attrs
-
 from .._converter import converter
 from .._errors import StoreError
 from .._json import CanonicalJson
 from .._status import RunStatus
-from ._protocol import ChangeBatch, RunRecord, is_run_id, is_runtime_id
+from ._protocol import ChangeBatch, RunRecord, fold, is_run_id, is_runtime_id
 
 __all__ = [
     "EncodedRecord",
@@ -214,30 +212,6 @@ def _text(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"a record column holds {type(value).__name__}, not text")
     return value
-
-
-def fold(records: Sequence[RunRecord]) -> list[RunRecord]:
-    """*records* with each run once, as writing them one after another would leave it.
-
-    A run's first terminal record wins over everything after it (a terminal
-    record never changes); otherwise its last record does. Flags set by any
-    of its records stay set.
-    """
-    chosen: dict[str, RunRecord] = {}
-    for record in records:
-        earlier = chosen.get(record.run_id)
-        if earlier is None:
-            chosen[record.run_id] = record
-            continue
-        winner = earlier if earlier.status.is_terminal else record
-        cancel = earlier.cancel_requested or record.cancel_requested
-        observed = earlier.observed or record.observed
-        if (winner.cancel_requested, winner.observed) != (cancel, observed):
-            winner = attrs.evolve(winner, cancel_requested=cancel, observed=observed)
-        chosen[record.run_id] = winner
-    if len(chosen) == len(records):
-        return list(records)
-    return list(chosen.values())
 
 
 def decode_record(

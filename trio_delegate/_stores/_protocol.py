@@ -41,6 +41,7 @@ __all__ = [
     "check_poll_interval",
     "check_runtime_id",
     "check_wait_timeout",
+    "fold",
     "interrupted",
     "is_run_id",
     "is_runtime_id",
@@ -354,6 +355,32 @@ class ResultStore(Protocol):
 
     async def mark_observed(self, run_id: str) -> None:
         """Set ``observed`` on *run_id* (nothing happens for an unknown run)."""
+
+
+def fold(records: Sequence[RunRecord]) -> list[RunRecord]:
+    """*records* with each run once, as writing them one after another would leave it.
+
+    The one rule for several records of a run in one batch (a store's
+    ``write`` keeps it; the runtime's writer folds its batches by it). A
+    run's first terminal record wins over everything after it (a terminal
+    record never changes); otherwise its last record does. Flags set by any
+    of its records stay set.
+    """
+    chosen: dict[str, RunRecord] = {}
+    for record in records:
+        earlier = chosen.get(record.run_id)
+        if earlier is None:
+            chosen[record.run_id] = record
+            continue
+        winner = earlier if earlier.status.is_terminal else record
+        cancel = earlier.cancel_requested or record.cancel_requested
+        observed = earlier.observed or record.observed
+        if (winner.cancel_requested, winner.observed) != (cancel, observed):
+            winner = attrs.evolve(winner, cancel_requested=cancel, observed=observed)
+        chosen[record.run_id] = winner
+    if len(chosen) == len(records):
+        return list(records)
+    return list(chosen.values())
 
 
 def terminal_index(records: Iterable[RunRecord]) -> tuple[tuple[str, StoredRun], ...]:
