@@ -33,9 +33,9 @@ from .._errors import (
 )
 from .._json import CanonicalJson, JsonProblem, text_problem
 from .._results import CancelAck, RunHandle, RunResult
-from .._schema import SchemaMismatch, SchemaSpec
+from .._schema import SchemaSpec
 from .._status import RunStatus
-from .._stores._protocol import RunRecord, StoredRun
+from .._stores._protocol import INVALID_RESULT, RUN_FAILED, RunRecord, StoredRun
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
 from ._persistence import stored_conversation
@@ -102,6 +102,12 @@ def surroundings(parent: Parent) -> tuple[Config, RunEvents | None]:
 # Read on every answer: an enum member read through its class costs about 50 ns
 # on CPython 3.11, a module global about 10 ns.
 _COMPLETED: Final = RunStatus.COMPLETED
+
+#: The error a failed run answers with, by the kind its record keeps.
+_FAILURES: Final[Mapping[str, type[RunFailedError]]] = {
+    RUN_FAILED: RunFailedError,
+    INVALID_RESULT: InvalidResultError,
+}
 
 
 @final
@@ -737,9 +743,7 @@ class Parent(metaclass=NoPublicConstructor):
             if schema is not None:
                 value = schema.structure(value)
             return RunResult(record.run_id, record.subagent, record.task_summary, value)
-        failure_type = (
-            InvalidResultError if record.error_type == SchemaMismatch.__name__ else RunFailedError
-        )
+        failure_type = _FAILURES.get(record.failure or RUN_FAILED, RunFailedError)
         raise terminal_error(
             record.run_id,
             record.subagent,

@@ -98,6 +98,7 @@ _Pending = tuple[RunRecord, _Done]
 #: The status of every admission record (an enum member read through its class
 #: costs about 50 ns on CPython 3.11, a module global about 10 ns).
 _PENDING: Final = RunStatus.PENDING
+_FAILED: Final = RunStatus.FAILED
 
 
 @final
@@ -515,10 +516,12 @@ class Persister:
         than building the rest again.)
         """
         final_result = transcript = None
-        error_type = error_message = None
+        error_type = error_message = failure = None
         ended_at = None
         if outcome is not None:
             error_type, error_message = outcome.error_details(run.timeout)
+            if status is _FAILED:
+                failure = outcome.failure_type.kind()
             result = outcome.result
             if self._splices:
                 # The store splices the canonical text in: nothing decoded here
@@ -547,6 +550,7 @@ class Persister:
             final_result=final_result,
             error_type=error_type,
             error_message=error_message,
+            failure=failure,
             transcript=transcript,
             admitted_at=run.admitted_at or self._stamp(),
             ended_at=ended_at,

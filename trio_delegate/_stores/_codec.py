@@ -31,7 +31,18 @@ from .._converter import converter
 from .._errors import StoreError
 from .._json import CanonicalJson
 from .._status import RunStatus
-from ._protocol import ChangeBatch, RunRecord, fold, is_run_id, is_runtime_id
+from ._protocol import (
+    INVALID_RESULT,
+    RUN_FAILED,
+    ChangeBatch,
+    RunRecord,
+    fold,
+    is_run_id,
+    is_runtime_id,
+)
+
+#: ``error_type`` of a schema mismatch, in rows written before ``failure`` existed.
+_SCHEMA_MISMATCH: Final = "SchemaMismatch"
 
 __all__ = [
     "EncodedRecord",
@@ -128,6 +139,7 @@ def encode_state(record: RunRecord) -> str:
                     "final_result": result,
                     "error_type": record.error_type,
                     "error_message": record.error_message,
+                    "failure": record.failure,
                     "transcript": transcript,
                     "started_at": record.started_at,
                     "deadline_at": record.deadline_at,
@@ -141,6 +153,7 @@ def encode_state(record: RunRecord) -> str:
                 "status": record.status.value,
                 "error_type": record.error_type,
                 "error_message": record.error_message,
+                "failure": record.failure,
                 "started_at": record.started_at,
                 "deadline_at": record.deadline_at,
                 "ended_at": record.ended_at,
@@ -231,6 +244,11 @@ def decode_record(
             data.update(json.loads(_text(state)))
         data["cancel_requested"] = bool(cancel_requested)
         data["observed"] = bool(observed)
+        if "failure" not in data and data.get("status") == RunStatus.FAILED.value:
+            # A row written before records said their failure's kind: a result
+            # that broke its schema was named by its exception's type.
+            mismatch = data.get("error_type") == _SCHEMA_MISMATCH
+            data["failure"] = INVALID_RESULT if mismatch else RUN_FAILED
         record = converter.structure(data, RunRecord)
     except Exception as exc:
         raise StoreError(

@@ -31,6 +31,8 @@ from .._status import RunStatus
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "INTERRUPTED_ERROR_TYPE",
+    "INVALID_RESULT",
+    "RUN_FAILED",
     "MAX_POLL_INTERVAL",
     "ChangeBatch",
     "ResultStore",
@@ -51,6 +53,10 @@ __all__ = [
 
 #: ``error_type`` of a run that was live when its runtime's process ended.
 INTERRUPTED_ERROR_TYPE = "Interrupted"
+
+#: ``RunRecord.failure`` of a failed run: the kind of the error it answers with.
+RUN_FAILED: Final = "run_failed"
+INVALID_RESULT: Final = "invalid_result"
 
 #: How often a runtime polls ``changes`` and ``sweep`` unless its store says otherwise.
 DEFAULT_POLL_INTERVAL: Final = 0.5
@@ -169,6 +175,12 @@ class RunRecord:
         replaces: the run it replaces, if any.
         final_result: the JSON-ready result of a completed run.
         error_type: the error's type name for a failed run.
+        failure: the kind of error a failed run answers with: ``"invalid_result"``
+            (its result broke its ``final_schema``: ``InvalidResultError``) or
+            ``"run_failed"`` (``RunFailedError``), as the runtime that ran it
+            decided; ``None`` for any other status, and where no runtime said
+            (a run marked interrupted), which a failed run reads as
+            ``"run_failed"``.
         error_message: the error's message for a non-completed terminal run.
         transcript: the runner's transcript, if it gave one.
         admitted_at: wall-clock admission time (ISO 8601, UTC).
@@ -194,6 +206,7 @@ class RunRecord:
     final_result: Any = None
     error_type: str | None = None
     error_message: str | None = None
+    failure: str | None = None
     transcript: tuple[Any, ...] | None = None
     admitted_at: str = ""
     ended_at: str | None = None
