@@ -802,13 +802,13 @@ class Parent(metaclass=NoPublicConstructor):
             raise error from run.outcome_error()
         raise error
 
-    def _open_nested(self, run: Run, nursery: trio.Nursery) -> Parent:
-        """The parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
+    def _open_nested(self, run: Run, nursery: trio.Nursery) -> ParentHost:
+        """The host of the parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
         registry = self._registry
         children = {name: registry.subagents[name] for name in run.subagent.children}
         return open_parent_host(
             registry, f"{self._owner}/{run.run_id}", children, run.depth, nursery
-        ).parent
+        )
 
     def _close_now(self, reason: CancelReason = CancelReason.PARENT_CLOSED) -> None:
         """Close without waiting: no new calls; every live run is told to stop.
@@ -931,7 +931,7 @@ class ParentHost:
 
     def open_nested(self, run: Run, nursery: trio.Nursery) -> ParentHost:
         """The host of the parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
-        return self._parent._open_nested(run, nursery)._host
+        return self._parent._open_nested(run, nursery)
 
     def close_now(self) -> None:
         """Close this parent without waiting (its run's runner has returned or raised)."""
