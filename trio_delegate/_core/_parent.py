@@ -511,7 +511,12 @@ class Parent(metaclass=NoPublicConstructor):
             depth,
             registry.timeouts[subagent.name],
         )
-        registry.admit(run)
+        # Into the runtime (Registry.withdraw undoes it).
+        registry.runs[run.run_id] = run
+        registry.live_count += 1
+        events = registry.events
+        if events is not None:
+            events.admitted(run)
         self._live[run.run_id] = run
         # In admission order ("oldest first"); a run whose admission is still
         # being recorded is left out of the checks until its caller has its id.
@@ -865,7 +870,11 @@ class ParentHost:
     """
 
     __slots__ = (
+        "_live",
         "_parent",
+        "_registry",
+        "_scheduler",
+        "_settlements",
         "config",
         "depth",
         "events",
@@ -878,7 +887,11 @@ class ParentHost:
     def __init__(self, parent: Parent) -> None:
         self._parent = self.parent = parent
         self.depth = parent._depth
-        registry = parent._registry
+        registry = self._registry = parent._registry
+        # The parent's own collections, read directly on every run's end.
+        self._live = parent._live
+        self._settlements = parent._settlements
+        self._scheduler = parent._scheduler
         self.config = registry.config
         # The runtime's observer (or None), fixed when it opened.
         self.events = registry.events
@@ -909,13 +922,18 @@ class ParentHost:
         persister.settle(run, outcome, recorded)
 
     def run_committed(self, run: Run, was_running: bool) -> None:
-        parent = self._parent
-        del parent._live[run.run_id]
+        del self._live[run.run_id]
         if run.announced:
-            parent._settlements.settled(run)
-        parent._registry.committed(run)
+            self._settlements.settled(run)
+        # Out of the runtime's live runs, into retention.
+        registry = self._registry
+        registry.live_count -= 1
+        events = self.events
+        if events is not None:
+            events.ended(run)
+        registry.retention.add(run)
         if was_running:
-            parent._scheduler.released()
+            self._scheduler.released()
 
     def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
         events = self.events

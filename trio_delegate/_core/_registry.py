@@ -2,11 +2,11 @@
 
 The :class:`Runtime` is the public face and the :class:`Parent` the
 delegating side; both reach the runtime's state only through this object's
-fields and methods. Admitting a run into the runtime and taking it out again
-happen here, each in one place: :meth:`Registry.admit`,
-:meth:`Registry.withdraw` (an admission undone), :meth:`Registry.committed`
-(a run became terminal) and :meth:`Registry.find` (a lookup by id, after
-retention's expiry).
+fields and methods. A run enters ``runs`` and ``live_count`` in one place,
+``Parent._admit`` (inline: it runs on every run), leaves ``live_count`` for
+retention in one place, ``ParentHost.run_committed``, and an admission is
+undone by :meth:`Registry.withdraw`; a lookup by id, after retention's
+expiry, is :meth:`Registry.find`.
 """
 
 from __future__ import annotations
@@ -108,29 +108,14 @@ class Registry:
 
     # -- runs ------------------------------------------------------------------
 
-    def admit(self, run: Run) -> None:
-        """*run* was admitted: it is live in the runtime from now on."""
-        self.runs[run.run_id] = run
-        self.live_count += 1
-        events = self.events
-        if events is not None:
-            events.admitted(run)
-
     def withdraw(self, run: Run) -> None:
-        """Undo :meth:`admit` for live *run*: its caller gets an error and no run id."""
+        """Undo live *run*'s admission (``Parent._admit``): its caller gets an error and
+        no run id."""
         del self.runs[run.run_id]
         self.live_count -= 1
         events = self.events
         if events is not None:
             events.withdrawn(run)
-
-    def committed(self, run: Run) -> None:
-        """*run* is terminal now: no longer live, kept while retention keeps it."""
-        self.live_count -= 1
-        events = self.events
-        if events is not None:
-            events.ended(run)
-        self.retention.add(run)
 
     def find(self, run_id: str, owner: str) -> Run | StoredRun | None:
         """The run *run_id* of *owner*, in memory or in the store; ``None`` if neither.
