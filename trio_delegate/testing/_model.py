@@ -773,7 +773,11 @@ class LifecycleModel:
                 )
             if replaced.evicted and self._resolved(replaced):
                 return _error("invalid_arguments")  # forgotten: nothing left to replace
-            if replaced.status is RunStatus.COMPLETED or not replaced.terminal:
+            if not replaced.terminal:
+                return _error("invalid_arguments")
+            if replaced.status is RunStatus.COMPLETED and not replaced.evicted:
+                # Only a completed run that expired before it was observed can
+                # be replaced: its result is gone (contract §7, fail-closed).
                 return _error("invalid_arguments")
         depth = p.depth + 1
         if depth > config.max_depth:
@@ -1340,7 +1344,9 @@ class LifecycleModel:
     def _resolved(self, run: _Run) -> bool:
         """contract §7, from its definition."""
         if run.status is RunStatus.COMPLETED:
-            return run.observed
+            # Or, once it expired unobserved, through a replacement (the only
+            # runs a completed one can have: see _admit).
+            return run.observed or any(self._resolved(r) for r in run.replacements)
         if run.terminal:
             return any(self._resolved(r) for r in run.replacements)
         return False
