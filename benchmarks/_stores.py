@@ -34,6 +34,9 @@ class NullStore:
 
     poll_interval = 0.5
     lease_seconds = None
+    splices_json = False
+    in_process = False
+    ignores_writes = False
 
     async def attach(self, runtime_id: str) -> td.StoreSnapshot:
         await trio.lowlevel.checkpoint()
@@ -59,11 +62,15 @@ class NullStore:
         await trio.lowlevel.checkpoint()
         return ()
 
-    async def changes(self, cursor: int | None) -> td.ChangeBatch:
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> td.ChangeBatch:
         await trio.lowlevel.checkpoint()
         return td.ChangeBatch(0)
 
-    async def wait_changes(self, cursor: int, timeout: float) -> None:
+    async def wait_changes(
+        self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
+    ) -> None:
         await trio.sleep(timeout)
 
     async def request_cancel(self, run_id: str) -> td.RunRecord | None:
@@ -98,7 +105,7 @@ async def _concurrent_runs(
             for index in range(concurrency):
                 nursery.start_soon(worker, each + (index < extra))
         elapsed = time.perf_counter() - started
-        persister = runtime._persister
+        persister = runtime._registry.persister
         if persister is not None:
             stats.append(persister.stats)
     if store is not None:

@@ -119,7 +119,15 @@ async def read_line(process: trio.Process, timeout: float = 30) -> str:
 
 class WrappedStore:
     """A store (a MemoryStore by default) behind a test's own hooks: subclasses
-    override what they meddle with."""
+    override what they meddle with.
+
+    It declares no capability: records reach it as plain JSON data, and a
+    runtime polls it and reads back every change.
+    """
+
+    splices_json = False
+    in_process = False
+    ignores_writes = False
 
     def __init__(self, inner: td.ResultStore | None = None) -> None:
         self.inner = inner if inner is not None else td.MemoryStore()
@@ -146,11 +154,15 @@ class WrappedStore:
     async def sweep(self, runtime_id: str) -> tuple[str, ...]:
         return await self.inner.sweep(runtime_id)
 
-    async def changes(self, cursor: int | None) -> td.ChangeBatch:
-        return await self.inner.changes(cursor)
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> td.ChangeBatch:
+        return await self.inner.changes(cursor, ignore_writes_of=ignore_writes_of)
 
-    async def wait_changes(self, cursor: int, timeout: float) -> None:
-        await self.inner.wait_changes(cursor, timeout)
+    async def wait_changes(
+        self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
+    ) -> None:
+        await self.inner.wait_changes(cursor, timeout, ignore_writes_of=ignore_writes_of)
 
     async def request_cancel(self, run_id: str) -> td.RunRecord | None:
         return await self.inner.request_cancel(run_id)

@@ -81,7 +81,7 @@ async def test_a_carried_conversation_is_the_synthesized_one_sized_in_utf8(
         first = await parent.delegate("chat", 'café ☕ \\ "quoted"')
         second = await parent.continue_run(first.run_id, "encore", background=True)
         assert isinstance(second, td.RunHandle)
-        history = rt._runs[second.run_id].history
+        history = rt._registry.runs[second.run_id].history
         assert history is not None
         assert history.size == len(history.text.encode("utf-8"))
         assert history.copy() == conversation([], 'café ☕ \\ "quoted"', True, first.final_result)
@@ -102,7 +102,7 @@ async def test_transcript_is_the_whole_history(autojump_clock: trio.testing.Mock
         assert isinstance(b, td.RunResult)
         c = await parent.continue_run(b.run_id, "q3", background=True)
         assert isinstance(c, td.RunHandle)
-        history = rt._runs[c.run_id].history
+        history = rt._registry.runs[c.run_id].history
         assert history is not None
         assert [entry["content"] for entry in history.copy()] == [
             "q1",
@@ -175,7 +175,7 @@ async def test_failed_run_continues_with_its_task_only(
     ):
         with pytest.raises(td.RunFailedError):
             await parent.delegate("flaky", "try")
-        failed_id = next(iter(rt._runs))
+        failed_id = next(iter(rt._registry.runs))
         result = await parent.continue_run(failed_id, "try again")
     assert isinstance(result, td.RunResult)
     assert seen[1] == ({"role": "user", "content": "try"},)

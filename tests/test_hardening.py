@@ -973,7 +973,7 @@ async def test_unresolved_runs_are_listed_in_admission_order_with_a_store() -> N
             for index in range(6):
                 nursery.start_soon(parent.start, "idle", f"t{index}")
             await trio.testing.wait_all_tasks_blocked()
-            admitted.extend(rt._runs)  # admission order
+            admitted.extend(rt._registry.runs)  # admission order
 
     async with td.open_runtime([sub("idle", forever)], store=store) as rt:
         with pytest.raises(td.UnresolvedDelegationError) as info:

@@ -459,7 +459,7 @@ async def test_an_mcp_tool_call_is_one_span(
 
 async def test_no_provider_means_no_observer() -> None:
     async with td.open_runtime(subagents_without_tracer()) as rt:
-        assert rt._events is None
+        assert rt._registry.events is None
 
 
 def subagents_without_tracer() -> list[td.Subagent]:
@@ -481,10 +481,10 @@ async def test_opentelemetrys_switches_turn_it_off(
     value: str,
 ) -> None:
     async with td.open_runtime(subagents(otel)) as rt:
-        assert rt._events is not None
+        assert rt._registry.events is not None
     monkeypatch.setenv(variable, value)
     async with td.open_runtime(subagents(otel)) as rt, rt.open_parent() as parent:
-        assert rt._events is None
+        assert rt._registry.events is None
         await parent.delegate("worker", "quiet")
     assert otel.named("invoke_agent worker") == []
 

@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent(
                 await parent.delegate("worker", "foreground")
                 handle = await parent.start("worker", "background")
                 await parent.tools().call("wait_subagent", {"run_id": handle.run_id})
-            return rt._events
+            return rt._registry.events
 
 
     # Installed but never loaded: nobody can have set a provider, so the

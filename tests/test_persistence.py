@@ -111,8 +111,8 @@ async def test_live_runs_of_a_dead_runtime_are_marked_interrupted(tmp_path: Path
         rt.open_parent("a") as p,
     ):
         handle = await p.start("forever", "t")
-        assert rt._persister is not None
-        runtime_ids.append(rt._persister.runtime_id)
+        assert rt._registry.persister is not None
+        runtime_ids.append(rt._registry.persister.runtime_id)
         # Simulate the process dying here: the runtime never detaches.
         store.abandon(runtime_ids[0])
         snapshot = await store.attach(runtime_id())
@@ -217,10 +217,10 @@ async def test_evicted_result_is_answered_from_the_store(make_store: StoreFactor
         rt.open_parent("a") as p,
     ):
         handle = await p.start("quick", "first")
-        await rt._runs[handle.run_id].done.wait()  # settled, not observed
+        await rt._registry.runs[handle.run_id].done.wait()  # settled, not observed
         await p.delegate("quick", "second")  # its settlement evicts the first
         assert p.status(handle.run_id).status is td.RunStatus.COMPLETED
-        assert handle.run_id not in rt._runs
+        assert handle.run_id not in rt._registry.runs
         result = await p.wait(handle.run_id)
         assert isinstance(result, td.RunResult)
         assert result.final_result == "first"
@@ -279,7 +279,7 @@ async def test_failed_admission_write_leaves_no_run() -> None:
         with pytest.raises(td.StoreError, match="the disk is gone"):
             await p.start("echo", "t")
         assert rt.live_runs == 0
-        assert rt._runs == {}
+        assert rt._registry.runs == {}
         p.check_resolved()
 
 
@@ -317,7 +317,7 @@ async def test_cancelled_caller_still_gets_its_handle_once_admission_committed()
                 pytest.fail("not reached")  # pragma: no cover
         assert scope.cancelled_caught
         # Either it was never admitted, or the caller got its handle: never half.
-        assert len(handles) == len(rt._runs)
+        assert len(handles) == len(rt._registry.runs)
         for handle in handles:
             record = await store.get(handle.run_id)
             assert record is not None
@@ -424,8 +424,8 @@ async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(200):
                 nursery.start_soon(p.delegate, "quick", "t")
-        assert rt._persister is not None
-        stats = rt._persister.stats
+        assert rt._registry.persister is not None
+        stats = rt._registry.persister.stats
     # An admission, a start and an end each; a start is folded into its run's
     # end when both wait for the same commit.
     assert 400 <= stats.records <= 600

@@ -61,7 +61,9 @@ class _Trailing(WrappedStore):
     """A shared store whose changes never reach this host's view: its watcher
     trails every commit elsewhere (as it may, by up to a poll, contract §16)."""
 
-    async def changes(self, cursor: int | None) -> td.ChangeBatch:
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> td.ChangeBatch:
         if cursor is None:
             return await self.inner.changes(cursor)
         await trio.sleep_forever()

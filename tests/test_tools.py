@@ -342,7 +342,7 @@ async def test_bad_arguments_raise_invalid_arguments_naming_the_field(
         assert fragment in str(info.value)
         assert info.value.to_payload()["error"]["type"] == "invalid_arguments"
         # Nothing was started.
-        assert parent._runtime.live_runs == 0
+        assert parent._registry.live_count == 0
 
 
 async def test_every_problem_is_named_at_once() -> None:
@@ -362,7 +362,7 @@ async def test_unknown_subagent_lists_the_allowed_names() -> None:
         payload = info.value.to_payload()["error"]
         assert payload["type"] == "unknown_subagent"
         assert payload["allowed"] == ["echo", "slow"]
-        assert parent._runtime.live_runs == 0
+        assert parent._registry.live_count == 0
 
 
 async def test_other_schema_violations_win_over_unknown_subagent() -> None:
@@ -399,7 +399,7 @@ async def test_malformed_final_schema_is_refused_before_anything_starts() -> Non
                 "delegate_task",
                 {"subagent": "echo", "task": "t", "final_schema": {"type": "nonsense"}},
             )
-        assert parent._runtime.live_runs == 0
+        assert parent._registry.live_count == 0
 
 
 async def test_tools_of_a_closed_parent_raise_runtime_closed() -> None:
@@ -476,4 +476,4 @@ async def test_a_cancelled_caller_is_refused_before_the_tool_runs() -> None:
             scope.cancel()
             await tools.call("delegate_task", {"subagent": "echo", "task": "t"})
         assert scope.cancelled_caught
-        assert parent._runtime.live_runs == 0
+        assert parent._registry.live_count == 0

@@ -9,6 +9,7 @@ or the background (:meth:`Parent.start`, then ``status`` / ``wait`` /
 
 from ._config import INHERIT, Config
 from ._core._context import ChildContext
+from ._core._events import observe_runs
 from ._core._parent import Parent
 from ._core._runtime import Runtime, open_runtime
 from ._core._settlements import SettledRuns
@@ -28,6 +29,7 @@ from ._errors import (
     UnresolvedDelegationError,
     UnresolvedRun,
 )
+from ._observe import telemetry_events
 from ._results import CancelAck, Output, RunHandle, RunResult
 from ._runners._command import CommandFailedError, CommandRunner
 from ._status import RunStatus
@@ -39,6 +41,10 @@ from ._subagent import Subagent
 from ._tools import DelegationTools, ToolDefinition
 
 __version__ = "0.1.0.dev0"
+
+# The core imports no surface: the observer of runs is registered here.
+observe_runs(telemetry_events)
+del observe_runs, telemetry_events
 
 __all__ = [
     "INHERIT",
@@ -81,3 +87,31 @@ __all__ = [
     "UnresolvedRun",
     "open_runtime",
 ]
+
+
+def _fixup_module_metadata() -> None:
+    """Make every public name report ``trio_delegate`` as its module, as trio does.
+
+    Reprs, tracebacks and documentation then name the public path
+    (``trio_delegate.Parent``), not the private module a name is defined in.
+    An attrs class's string annotations are resolved first, where they can
+    be: they are read in the module its ``__module__`` names (a hint named
+    only for type checkers, such as ``Subagent``'s runner, stays a string).
+    """
+    import contextlib
+
+    import attrs
+
+    for name in __all__:
+        value = globals()[name]
+        module = getattr(value, "__module__", None)
+        if not (isinstance(module, str) and module.startswith("trio_delegate.")):
+            continue
+        if isinstance(value, type) and attrs.has(value):
+            with contextlib.suppress(NameError):
+                attrs.resolve_types(value)
+        value.__module__ = __name__
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata

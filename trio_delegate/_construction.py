@@ -12,14 +12,15 @@ T = TypeVar("T")
 class NoPublicConstructor(type):
     """Metaclass that hides a class's constructor behind ``_create``.
 
-    ``Parent(...)`` raises ``TypeError``; the runtime builds one with
+    ``Parent(...)`` raises ``TypeError`` naming where a parent comes from
+    (the class's ``_made_by``); the runtime builds one with
     ``Parent._create(...)``.
     """
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        made_by = getattr(cls, "_made_by", "trio_delegate.open_runtime()")
         raise TypeError(
-            f"{cls.__module__}.{cls.__qualname__} has no public constructor; "
-            "get one from trio_delegate.open_runtime() or Runtime.open_parent()"
+            f"{cls.__module__}.{cls.__qualname__} has no public constructor; get one from {made_by}"
         )
 
     def _create(cls: type[T], *args: Any, **kwargs: Any) -> T:

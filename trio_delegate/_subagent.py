@@ -18,7 +18,7 @@ from ._schema import ResultSchema, SchemaSpec, compile_result_schema
 if TYPE_CHECKING:
     from ._core._context import ChildContext
 
-__all__ = ["NAME_PATTERN", "Runner", "Subagent", "check_name"]
+__all__ = ["NAME_PATTERN", "Runner", "Subagent", "check_name", "result_schema", "task_name"]
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
@@ -175,3 +175,13 @@ class Subagent:
         if self.timeout_seconds is INHERIT:
             return default
         return self.timeout_seconds
+
+
+def task_name(subagent: Subagent) -> str:
+    """The name of the Trio task of each run of *subagent* (made once, by the subagent)."""
+    return subagent._task_name
+
+
+def result_schema(subagent: Subagent) -> ResultSchema | None:
+    """*subagent*'s ``final_schema``, checked and compiled when it was defined."""
+    return subagent._result_schema

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Final, Literal, final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, final
 
 import attrs
 import trio
@@ -19,15 +19,22 @@ import trio
 from ._checks import builtin, check_seconds, describe
 from ._construction import NoPublicConstructor
 from ._converter import to_json_ready
+from ._core._parent import Parent, check_usable, provide_tools, surroundings
 from ._errors import InvalidArgumentsError, UnknownSubagentError
 from ._json import JsonProblem, TooDeep, check_nesting, parse, text_problem
 from ._results import CancelAck, RunHandle, RunResult
 from ._schema import MAX_SCHEMA_BYTES
 
 if TYPE_CHECKING:
-    from ._core._parent import Parent
+    pass
 
-__all__ = ["MAX_ARGUMENTS_CHARS", "MAX_ARGUMENT_VALUES", "DelegationTools", "ToolDefinition"]
+__all__ = [
+    "MAX_ARGUMENTS_CHARS",
+    "MAX_ARGUMENT_VALUES",
+    "DelegationTools",
+    "ToolDefinition",
+    "traced_call",
+]
 
 #: Longest run id accepted from a model (ours are 36 characters).
 _MAX_RUN_ID_CHARS: Final = 128
@@ -137,13 +144,19 @@ class DelegationTools(metaclass=NoPublicConstructor):
     Get one from :meth:`Parent.tools`.
     """
 
-    __slots__ = ("_children", "_parent", "_tools")
+    _made_by: ClassVar[str] = "Parent.tools() (tools = parent.tools())"
+
+    __slots__ = ("_children", "_events", "_max_nesting", "_parent", "_tools")
 
     def __init__(self, parent: Parent, children: Mapping[str, str]) -> None:
+        config, events = surroundings(parent)
         self._parent = parent
         # name -> description of each direct child, in registration order
         self._children = dict(children)
-        max_task = parent._runtime.config.max_task_chars
+        # The runtime's observer: a tool call's span, when runs are traced.
+        self._events = events
+        self._max_nesting = config.max_nesting_depth
+        max_task = config.max_task_chars
         tools = (
             _Tool(
                 "delegate_task",
@@ -224,7 +237,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: the parent or its runtime is closed.
         """
-        self._parent._check_usable()
+        check_usable(self._parent)
         return tuple(self._tools)
 
     # -- definitions -------------------------------------------------------------
@@ -235,7 +248,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: the parent or its runtime is closed (contract §8).
         """
-        self._parent._check_usable()
+        check_usable(self._parent)
         return tuple(
             ToolDefinition(tool.name, tool.description, self._schema(tool, strict=False))
             for tool in self._tools.values()
@@ -251,7 +264,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: the parent or its runtime is closed (contract §8).
         """
-        self._parent._check_usable()
+        check_usable(self._parent)
         out = []
         for tool in self._tools.values():
             function: dict[str, Any] = {
@@ -270,7 +283,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: the parent or its runtime is closed (contract §8).
         """
-        self._parent._check_usable()
+        check_usable(self._parent)
         return [
             {
                 "type": "function",
@@ -288,7 +301,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: the parent or its runtime is closed (contract §8).
         """
-        self._parent._check_usable()
+        check_usable(self._parent)
         return [
             {
                 "name": tool.name,
@@ -321,22 +334,11 @@ class DelegationTools(metaclass=NoPublicConstructor):
                 failed run, limits...).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        self._parent._check_usable()
+        check_usable(self._parent)
         # A host's str subclass is looked up (and traced) as the builtin str.
         name = builtin(name)
-        with self._traced_call(name) as traced:
+        with traced_call(self, name) as traced:
             return await self._dispatch(name, arguments, traced)
-
-    def _traced_call(self, name: str) -> AbstractContextManager[Any]:
-        """A span around one call of tool *name* from a model, when runs are traced.
-
-        For a server that serves one call through several :meth:`call`: they
-        join its span (see ``trio_delegate._otel``).
-        """
-        events = self._parent._runtime._events
-        if events is None:
-            return contextlib.nullcontext()
-        return events.tool_call(name, self._parent.owner)
 
     async def _dispatch(
         self, name: str, arguments: Mapping[str, Any] | str | None, traced: Any
@@ -347,9 +349,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
             raise InvalidArgumentsError(
                 f"there is no tool {describe(name)}; the tools are: {', '.join(self._tools)}"
             )
-        parsed = _parse_arguments(
-            tool.name, arguments, self._parent._runtime.config.max_nesting_depth
-        )
+        parsed = _parse_arguments(tool.name, arguments, self._max_nesting)
         values = self._check_arguments(tool, parsed)
         if traced is None:
             return await tool.handler(values)
@@ -487,6 +487,22 @@ class DelegationTools(metaclass=NoPublicConstructor):
                 allowed=allowed,
             )
         return values
+
+
+def traced_call(tools: DelegationTools, name: str) -> AbstractContextManager[Any]:
+    """A span around one call of tool *name* from a model, when runs are traced.
+
+    Its value takes ``note_run(run_id)`` (``None`` when nothing traces). For
+    a server that serves one call through several :meth:`DelegationTools.call`:
+    they join its span (see ``trio_delegate._otel``).
+    """
+    events = tools._events
+    if events is None:
+        return contextlib.nullcontext()
+    return events.tool_call(name, tools._parent.owner)
+
+
+provide_tools(DelegationTools._create)
 
 
 def _parse_arguments(tool: str, arguments: object, max_depth: int) -> dict[str, Any]:

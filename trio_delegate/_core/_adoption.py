@@ -17,18 +17,29 @@ its lease cannot have been written off).
 
 from __future__ import annotations
 
-from typing import Final, final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final, final
 
 from .._errors import InvalidResultError, RunFailedError, StoreError
 from .._json import CanonicalJson
 from .._status import RunStatus
-from .._stores._protocol import RunRecord
-from ._run import Outcome, StoredEnding, failed
+from .._stores._protocol import INVALID_RESULT, RUN_FAILED, RunRecord
 
-__all__ = ["Conflict", "adopted", "as_recorded"]
+if TYPE_CHECKING:
+    from ._run import Outcome
 
-#: The error type a schema mismatch is recorded under (see ``_schema``).
-_SCHEMA_MISMATCH: Final = "SchemaMismatch"
+__all__ = ["Conflict", "adopted", "as_recorded", "failure_type_of"]
+
+#: The error a failed run answers with, by the kind its record keeps.
+_FAILURES: Final[Mapping[str, type[RunFailedError]]] = {
+    RUN_FAILED: RunFailedError,
+    INVALID_RESULT: InvalidResultError,
+}
+
+
+def failure_type_of(record: RunRecord) -> type[RunFailedError]:
+    """The error the stored failed run *record* answers with (``RunRecord.failure``)."""
+    return _FAILURES.get(record.failure or RUN_FAILED, RunFailedError)
 
 
 @final
@@ -51,6 +62,10 @@ def adopted(record: RunRecord, max_depth: int) -> Outcome:
         JsonProblem, TypeError: a completed record whose result is not JSON the
             runtime can keep (a tampered store); the caller fails the run.
     """
+    # Imported here: ``_run`` commits through :func:`as_recorded`, so this
+    # module is imported while ``_run`` is (adoption itself is rare).
+    from ._run import Outcome, StoredEnding
+
     status = record.status
     if status is RunStatus.COMPLETED:
         transcript = record.transcript
@@ -64,15 +79,14 @@ def adopted(record: RunRecord, max_depth: int) -> Outcome:
             ),
         )
     ending = StoredEnding(record.error_type, record.error_message)
-    failure_type: type[RunFailedError] = (
-        InvalidResultError if record.error_type == _SCHEMA_MISMATCH else RunFailedError
-    )
-    return Outcome(status, error=ending, failure_type=failure_type)
+    return Outcome(status, error=ending, failure_type=failure_type_of(record))
 
 
 def as_recorded(outcome: Outcome, error: StoreError, max_depth: int) -> Outcome:
     """What a run that decided *outcome* commits with when its record met *error*."""
     if type(error) is Conflict:
+        from ._run import failed  # see adopted()
+
         try:
             return adopted(error.record, max_depth)
         except Exception as exc:  # a tampered store: no result is handed out

@@ -7,23 +7,22 @@ beginning, a cancel request, an observation, the end, an admission undone;
 the store writer's commits; each tool call. A runtime without an observer
 holds ``None`` and each call site costs one comparison.
 
-:func:`runtime_events` gives a new runtime OpenTelemetry's observer
-(``trio_delegate._otel``) when an application has set a tracer or meter
-provider, else ``None``. A process that never loaded OpenTelemetry imports
-nothing: no provider can have been set without its API.
+:func:`runtime_events` gives a new runtime the observer made by the
+factory a surface registered with :func:`observe_runs` (the package
+registers OpenTelemetry's, ``trio_delegate._observe``), else ``None``: the
+core imports no observer itself.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ._run import CancelReason, Run
 
-__all__ = ["RunEvents", "runtime_events"]
+__all__ = ["RunEvents", "observe_runs", "runtime_events"]
 
 
 class RunEvents(Protocol):
@@ -57,22 +56,21 @@ class RunEvents(Protocol):
         """A context around one model-facing tool call; its value takes ``note_run(run_id)``."""
 
 
-#: What makes OpenTelemetry's API load a provider on its own when first asked for one.
-_PROVIDER_VARIABLES = ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
+#: Makes the observer of each new runtime (``None``: nothing observes runs).
+_factory: Callable[[], RunEvents | None] | None = None
+
+
+def observe_runs(factory: Callable[[], RunEvents | None] | None) -> None:
+    """Make *factory* the maker of every new runtime's observer (``None``: no observer).
+
+    Called once, when the package is imported; a runtime asks the factory
+    when it opens, so an observer set up after that import is still found.
+    """
+    global _factory
+    _factory = factory
 
 
 def runtime_events() -> RunEvents | None:
-    """The observer a new runtime uses: ``None`` when nothing observes runs.
-
-    OpenTelemetry's when its API is loaded (or told to load a provider by
-    the environment) and a provider is set (``trio_delegate._otel``).
-    """
-    if "opentelemetry" not in sys.modules and not any(
-        name in os.environ for name in _PROVIDER_VARIABLES
-    ):
-        return None
-    try:
-        from .._otel import open_telemetry
-    except ImportError:  # an opentelemetry module without the API's trace and metrics
-        return None
-    return open_telemetry()
+    """The observer a new runtime uses: ``None`` when nothing observes runs."""
+    factory = _factory
+    return factory() if factory is not None else None

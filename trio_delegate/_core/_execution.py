@@ -35,7 +35,7 @@ from ._run import Outcome, failed
 
 if TYPE_CHECKING:
     from .._config import Config
-    from ._parent import Parent
+    from ._parent import Parent, ParentHost
     from ._run import Run
 
 __all__ = ["execute"]
@@ -51,12 +51,12 @@ _STRUCTURED: Final = Output | dict | list | tuple
 _COMPLETED_NULL: Final = Outcome(_COMPLETED, NULL)
 
 
-async def execute(run: Run, parent: Parent) -> None:
+async def execute(run: Run, host: ParentHost) -> None:
     """Run *run*'s runner to its end and decide the run exactly once."""
     try:
         scope = run.scope
         assert scope is not None
-        events = parent._runtime._events
+        events = host.events
         if events is not None:
             events.entered(run)
         outcome: Outcome | None = None
@@ -64,11 +64,11 @@ async def execute(run: Run, parent: Parent) -> None:
             with scope:
                 # The common case inline: one coroutine fewer per run.
                 if run.subagent.children:
-                    value = await _call_with_nested_parent(run, parent)
+                    value = await _call_with_nested_parent(run, host)
                 else:
                     value = await run.subagent.runner(_context(run))
                 try:
-                    config = parent._runtime.config
+                    config = host.config
                     checked: Outcome | _Deferred
                     if run.schema is None and not isinstance(value, _STRUCTURED):
                         # The usual result, a scalar without a schema: checked and
@@ -93,7 +93,7 @@ async def execute(run: Run, parent: Parent) -> None:
     finally:
         # Counted from _launch: the grace watchdog ends with the last task, and
         # logs what a run decided without its runner returned late.
-        parent._runtime._grace.ended(run)
+        host.grace.ended(run)
 
 
 def _context(run: Run, nested: Parent | None = None) -> ChildContext:
@@ -111,18 +111,18 @@ def _context(run: Run, nested: Parent | None = None) -> ChildContext:
     )
 
 
-async def _call_with_nested_parent(run: Run, parent: Parent) -> Any:
+async def _call_with_nested_parent(run: Run, host: ParentHost) -> Any:
     """Call a runner that may delegate: its children live inside this scope."""
     returned = False
-    nested: Parent | None = None
+    nested: ParentHost | None = None
     try:
         async with open_transparent_nursery() as nursery:
-            nested = parent._open_nested(run, nursery)
+            nested = host.open_nested(run, nursery)
             try:
-                value = await run.subagent.runner(_context(run, nested))
+                value = await run.subagent.runner(_context(run, nested.parent))
                 returned = True
             finally:
-                nested._close_now()
+                nested.close_now()
     except trio.Cancelled:
         # Once the runner has returned, its outcome stands: a deadline or
         # cancellation arriving while its children are joined must not replace
@@ -132,10 +132,10 @@ async def _call_with_nested_parent(run: Run, parent: Parent) -> Any:
     finally:
         # The owner stays taken until every run of the nested parent has ended.
         if nested is not None:
-            nested._joined()
+            nested.joined()
     assert nested is not None
     # The runner returned: that is its claim of completion (contract §7).
-    nested._raise_if_unresolved()
+    nested.raise_if_unresolved()
     return value
 
 

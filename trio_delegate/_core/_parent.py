@@ -12,19 +12,18 @@ that the parent and runtime are open before it acts and again after every
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, NoReturn, final
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, ClassVar, Final, NoReturn, final
 
 import trio
 
 from .._checks import builtin, check_bool, check_seconds, check_text, describe
 from .._construction import NoPublicConstructor
 from .._errors import (
+    DelegationError,
     ExpiredRunError,
     InvalidArgumentsError,
-    InvalidResultError,
     LimitExceededError,
-    RunFailedError,
     RuntimeClosedError,
     StoreError,
     UnknownRunError,
@@ -35,8 +34,7 @@ from .._results import CancelAck, RunHandle, RunResult
 from .._schema import SchemaMismatch, SchemaSpec, schema_for_tag
 from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun, is_run_id
-from .._tools import DelegationTools
-from ._adoption import as_recorded
+from ._adoption import failure_type_of
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
 from ._run import CancelReason, Outcome, Run, terminal_error
@@ -44,10 +42,68 @@ from ._scheduler import Scheduler
 from ._settlements import SettledRuns, Settlements
 
 if TYPE_CHECKING:
+    from .._config import Config
     from .._subagent import Subagent
-    from ._runtime import Runtime
+    from .._tools import DelegationTools
+    from ._events import RunEvents
+    from ._registry import Registry
 
-__all__ = ["Parent"]
+__all__ = [
+    "Parent",
+    "ParentHost",
+    "ToolsFactory",
+    "check_usable",
+    "leave_foreground",
+    "open_parent_host",
+    "provide_tools",
+    "surroundings",
+]
+
+#: What makes a parent's model-facing tools: the parent and each child's
+#: description by name.
+ToolsFactory = Callable[["Parent", Mapping[str, str]], "DelegationTools"]
+
+#: Registered by the tools module (the core imports no surface).
+_tools_factory: ToolsFactory | None = None
+
+
+def provide_tools(factory: ToolsFactory) -> None:
+    """Make *factory* what :meth:`Parent.tools` calls."""
+    global _tools_factory
+    _tools_factory = factory
+
+
+async def leave_foreground(parent: Parent, run_id: str) -> None:
+    """A surface's foreground caller of run *run_id* left without its answer.
+
+    The run is cancelled and joined as :meth:`Parent.delegate` does for its
+    own cancelled caller (the caller shields this), with the same verdict:
+    completed anyway, it is unobserved and unresolved. Nothing is raised: a
+    run that is not this parent's, or only in the store, is left alone.
+    """
+    try:
+        found = parent._find(run_id)
+    except DelegationError:
+        await trio.lowlevel.checkpoint()
+        return
+    if isinstance(found, StoredRun):
+        await trio.lowlevel.checkpoint()
+        return
+    await parent._abandon(found)
+
+
+def check_usable(parent: Parent) -> None:
+    """Raise ``RuntimeClosedError`` if *parent* or its runtime is closed: what its
+    tools check before each use (contract §8)."""
+    if parent._closed or parent._registry.closed:
+        parent._check_usable()
+
+
+def surroundings(parent: Parent) -> tuple[Config, RunEvents | None]:
+    """The config of *parent*'s runtime and its observer: what its tools read."""
+    registry = parent._registry
+    return registry.config, registry.events
+
 
 # Read on every answer: an enum member read through its class costs about 50 ns
 # on CPython 3.11, a module global about 10 ns.
@@ -62,35 +118,36 @@ class Parent(metaclass=NoPublicConstructor):
     ``ctx.parent`` inside a runner whose subagent declares ``children``.
     """
 
+    _made_by: ClassVar[str] = (
+        "Runtime.open_parent() (async with runtime.open_parent(owner) as parent), or "
+        "ctx.parent inside a runner whose subagent declares children"
+    )
+
     __slots__ = (
         "__weakref__",
         "_children",
         "_closed",
         "_closed_at",
         "_depth",
+        "_host",
         "_ledger",
         "_live",
         "_nursery",
         "_owner",
-        "_runtime",
+        "_registry",
         "_scheduler",
         "_settlements",
-        "now",
-        "records",
-        "run_evicted",
     )
 
     def __init__(
         self,
-        runtime: Runtime,
+        registry: Registry,
         owner: str,
         children: Mapping[str, Subagent],
         depth: int,
         nursery: trio.Nursery,
     ) -> None:
-        self._runtime = runtime
-        # The RunHost clock: the runtime's own, so a run reads it in one call.
-        self.now = runtime._now
+        self._registry = registry
         self._owner = owner
         self._children = children
         self._depth = depth
@@ -99,14 +156,11 @@ class Parent(metaclass=NoPublicConstructor):
         self._closed_at: float | None = None
         # This parent's runs that have not ended, in admission order.
         self._live: dict[str, Run] = {}
-        self._scheduler = Scheduler(runtime.config.max_concurrent_runs, self._launch)
+        self._scheduler = Scheduler(registry.config.max_concurrent_runs, self._launch)
         self._ledger = Ledger()
         self._settlements = Settlements(owner)
-        # RunHost: whether decided outcomes are recorded (with a store).
-        self.records = runtime._persister is not None
-        # RunHost: retention evicted a run; the ledger keeps a small record of
-        # it if it is unresolved. The ledger's own method: one call per run.
-        self.run_evicted = self._ledger.evicted
+        # What this parent's runs see of it: kept off the public object.
+        self._host = ParentHost(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -148,7 +202,7 @@ class Parent(metaclass=NoPublicConstructor):
                 while the call was in progress.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._closed or self._runtime._closed:
+        if self._closed or self._registry.closed:
             self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
         run.foreground = True
@@ -176,7 +230,7 @@ class Parent(metaclass=NoPublicConstructor):
                 was started.
         """
         await trio.lowlevel.checkpoint()
-        if self._closed or self._runtime._closed:
+        if self._closed or self._registry.closed:
             self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
         if not run.durable:
@@ -230,18 +284,18 @@ class Parent(metaclass=NoPublicConstructor):
                     "a finished run can be continued: wait for it first"
                 )
             name = record.subagent
-            persister = self._runtime._persister
+            persister = self._registry.persister
             assert persister is not None
-            entries = await persister.conversation(record)
-            self._check_usable()
             try:
-                carried = CanonicalJson.of(
-                    entries, max_depth=self._runtime.config.max_nesting_depth + 2
+                # Rebuilt along its chain of continuations (contract §12).
+                carried = await persister.conversation(
+                    record, self._registry.config.max_nesting_depth
                 )
             except (JsonProblem, TypeError) as exc:  # pragma: no cover - checked when recorded
                 raise InvalidArgumentsError(
                     f"the conversation of run {run_id} cannot be carried on: {exc}"
                 ) from None
+            self._check_usable()  # it may have closed while the store answered
         elif earlier.is_terminal:
             # From the canonical JSON the run holds, never decoded here.
             name, carried = earlier.subagent.name, earlier.carried()
@@ -299,8 +353,8 @@ class Parent(metaclass=NoPublicConstructor):
             RuntimeClosedError: this parent or its runtime is closed, or closed
                 while the call was waiting.
         """
-        runtime = self._runtime
-        if self._closed or runtime._closed:
+        registry = self._registry
+        if self._closed or registry.closed:
             self._check_usable()
         limit = (
             None
@@ -320,11 +374,11 @@ class Parent(metaclass=NoPublicConstructor):
         else:
             with trio.move_on_after(limit):
                 await run.done.wait()
-            if not run.is_terminal and runtime._now() >= run.deadline:
+            if not run.is_terminal and registry.now() >= run.deadline:
                 # Past its deadline the run is about to settle: never answer
                 # "running" for it (this also settles a tie with the deadline).
                 await run.done.wait()
-        if self._closed or runtime._closed:
+        if self._closed or registry.closed:
             self._closed_during(run)
         if run.ended_at is not None:
             return self._answer(run)
@@ -352,11 +406,11 @@ class Parent(metaclass=NoPublicConstructor):
                 return CancelAck(run_id, False, run.status)
             # Live in another runtime sharing the store: the request goes
             # through the store, and its owner applies it (contract §16).
-            persister = self._runtime._persister
+            persister = self._registry.persister
             assert persister is not None
             persister.request_cancel(run_id)
             return CancelAck(run_id, True, run.status)
-        requested = run.request_cancel(self._runtime._now(), CancelReason.REQUEST)
+        requested = run.request_cancel(self._registry.now(), CancelReason.REQUEST)
         return CancelAck(run.run_id, requested, run.status)
 
     def check_resolved(self) -> None:
@@ -403,8 +457,10 @@ class Parent(metaclass=NoPublicConstructor):
     def tools(self) -> DelegationTools:
         """The model-facing delegation tools bound to this parent (contract §10)."""
         self._check_usable()
+        factory = _tools_factory
+        assert factory is not None, "trio_delegate._tools registers the tools"
         children = {name: sub.description for name, sub in self._children.items()}
-        return DelegationTools._create(self, children)
+        return factory(self, children)
 
     # -- admission -------------------------------------------------------------
 
@@ -423,8 +479,8 @@ class Parent(metaclass=NoPublicConstructor):
         its admission is durable at once (it may start before this returns);
         with one, :meth:`_record_admission` makes it so.
         """
-        runtime = self._runtime
-        config = runtime.config
+        registry = self._registry
+        config = registry.config
         subagent = self._children.get(name) if type(name) is str else None
         if subagent is None:
             subagent = self._child(name)  # raises, naming what is allowed
@@ -436,9 +492,9 @@ class Parent(metaclass=NoPublicConstructor):
         ):
             task = check_text(task_field, task, max_chars=config.max_task_chars)
         schema = (
-            subagent._result_schema
+            registry.schemas_of[subagent.name]
             if final_schema is None
-            else runtime._compile_schema(final_schema)
+            else registry.compile_schema(final_schema)
         )
         if replaces is not None:
             replaces = self._check_replaceable(replaces)
@@ -449,15 +505,15 @@ class Parent(metaclass=NoPublicConstructor):
                 f"than Config.max_depth={config.max_depth}; do this work here instead",
                 subagent=name,
             )
-        if runtime._live_count >= config.max_live_runs:
+        if registry.live_count >= config.max_live_runs:
             raise LimitExceededError(
-                f"the runtime already has {runtime._live_count} live runs, the most "
+                f"the runtime already has {registry.live_count} live runs, the most "
                 f"Config.max_live_runs allows; wait for some to finish and try again",
                 subagent=name,
             )
         run = Run(
-            runtime._run_ids.new(),
-            self,
+            registry.run_ids.new(),
+            self._host,
             self._owner,
             subagent,
             task,
@@ -465,18 +521,19 @@ class Parent(metaclass=NoPublicConstructor):
             history,
             replaces,
             depth,
-            runtime._timeouts[subagent.name],
+            registry.timeouts[subagent.name],
         )
-        runtime._runs[run.run_id] = run
+        # Into the runtime (Registry.withdraw undoes it).
+        registry.runs[run.run_id] = run
+        registry.live_count += 1
+        events = registry.events
+        if events is not None:
+            events.admitted(run)
         self._live[run.run_id] = run
         # In admission order ("oldest first"); a run whose admission is still
         # being recorded is left out of the checks until its caller has its id.
         self._ledger.add(run)
-        runtime._live_count += 1
-        events = runtime._events
-        if events is not None:
-            events.admitted(run)
-        if runtime._persister is None:
+        if registry.persister is None:
             run.durable = True
         self._scheduler.admit(run)
         return run
@@ -489,7 +546,7 @@ class Parent(metaclass=NoPublicConstructor):
         fails, or the parent or runtime closed meanwhile, the run is withdrawn
         as if it had never been admitted, and the caller gets the error.
         """
-        persister = self._runtime._persister
+        persister = self._registry.persister
         assert persister is not None
 
         def durable() -> None:
@@ -502,7 +559,7 @@ class Parent(metaclass=NoPublicConstructor):
         except StoreError:
             self._withdraw(run)
             raise
-        if self._closed or self._runtime._closed:
+        if self._closed or self._registry.closed:
             # The close cancelled it (a pending run at once); nobody was told
             # its id, so it is no unresolved work of this parent.
             self._withdraw(run)
@@ -518,36 +575,48 @@ class Parent(metaclass=NoPublicConstructor):
             return  # it already ended (the close cancelled it): it stays a record
         run.withdraw()
         del self._live[run.run_id]
-        runtime = self._runtime
-        del runtime._runs[run.run_id]
-        runtime._live_count -= 1
-        if runtime._events is not None:
-            runtime._events.withdrawn(run)
+        self._registry.withdraw(run)
 
     def _launch(self, run: Run) -> None:
         """Start *run* now (the scheduler decided it may)."""
-        runtime = self._runtime
-        now = runtime._now()
+        registry = self._registry
+        now = registry.now()
         run.start(now)
-        if runtime._persister is not None:
-            runtime._persister.started(run, now)
-        if runtime._events is not None:
-            runtime._events.started(run)
-        runtime._grace.started(run)
-        self._nursery.start_soon(execute, run, self, name=run.subagent._task_name)
+        if registry.persister is not None:
+            registry.persister.started(run, now)
+        if registry.events is not None:
+            registry.events.started(run)
+        registry.grace.started(run)
+        self._nursery.start_soon(
+            execute, run, self._host, name=registry.task_names[run.subagent.name]
+        )
 
     async def _foreground(self, run: Run) -> RunResult:
         """Wait for *run*; if the caller is cancelled, cancel and join it first."""
         try:
             await run.done.wait()
         except BaseException:
-            run.request_cancel(self._runtime._now(), CancelReason.CALLER_CANCELLED)
             with trio.CancelScope(shield=True):
-                await run.done.wait()
+                await self._abandon(run)
             raise
-        if self._closed or self._runtime._closed:
+        if self._closed or self._registry.closed:
             self._closed_during(run)
         return self._answer(run)
+
+    async def _abandon(self, run: Run) -> None:
+        """The caller of a foreground call leaves without its answer: cancel *run*, join it.
+
+        The one verdict on such a run, whichever surface made the call: a run
+        that completed anyway (its runner shielded its last step, say) was
+        observed by nobody, so it is unobserved (contract §17) and unresolved
+        (§7); any other ending is answered by the caller's own cancellation.
+        The caller shields this wait.
+        """
+        run.request_cancel(self._registry.now(), CancelReason.CALLER_CANCELLED)
+        await run.done.wait()
+        # From now on a wait tells of this run like of any background run.
+        run.foreground = False
+        self._settlements.untold(run, run.status is _COMPLETED)
 
     def _child(self, name: str) -> Subagent:
         allowed = tuple(self._children)
@@ -578,8 +647,8 @@ class Parent(metaclass=NoPublicConstructor):
             )
         record: Run | Evicted | None = self._ledger.get(replaces)
         if record is None:
-            found = self._runtime._runs.get(replaces)
-            if found is not None and found.host is self:
+            found = self._registry.runs.get(replaces)
+            if found is not None and found.host is self._host:
                 record = found
         if record is None:
             raise InvalidArgumentsError(
@@ -600,53 +669,6 @@ class Parent(metaclass=NoPublicConstructor):
                 "wait for it, or cancel it first"
             )
         return replaces
-
-    # -- what runs tell their parent (the RunHost interface) -------------------------
-
-    def closing_time(self) -> tuple[float, CancelReason] | None:
-        runtime = self._runtime
-        if runtime._closed_at is not None:
-            return runtime._closed_at, CancelReason.RUNTIME_CLOSED
-        if self._closed_at is not None:
-            return self._closed_at, CancelReason.PARENT_CLOSED
-        return None
-
-    def run_decided(self, run: Run, outcome: Outcome) -> None:
-        # Called only when outcomes are recorded (``records``): with a store.
-        persister = self._runtime._persister
-        assert persister is not None
-        if not outcome.waits_for_record:
-            run.commit(outcome)
-            persister.settle(run, outcome)
-        else:
-            depth = self._runtime.config.max_nesting_depth
-            persister.settle(
-                run,
-                outcome,
-                lambda error: run.commit(
-                    outcome if error is None else as_recorded(outcome, error, depth)
-                ),
-            )
-
-    def run_committed(self, run: Run, was_running: bool) -> None:
-        del self._live[run.run_id]
-        if run.announced:
-            self._settlements.settled(run)
-        runtime = self._runtime
-        runtime._live_count -= 1
-        if runtime._events is not None:
-            runtime._events.ended(run)
-        runtime._retention.add(run)
-        if was_running:
-            self._scheduler.released()
-
-    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
-        if run.status is RunStatus.RUNNING and run.is_live:
-            # Its runner has a grace to stop in (contract §18).
-            self._runtime._grace.delivered(run, self._runtime._now())
-        events = self._runtime._events
-        if events is not None:
-            events.cancel_requested(run, reason)
 
     # -- lookup and answers ---------------------------------------------------
 
@@ -669,20 +691,11 @@ class Parent(metaclass=NoPublicConstructor):
                 f"run_id must be valid Unicode text, got {describe(run_id)}; use the exact "
                 "run_id that start or delegate returned"
             )
-        runtime = self._runtime
-        retention = runtime._retention
-        now = runtime._now()
-        if now - retention.oldest_end > retention.seconds:  # expire()'s own test
-            retention.expire(now)
-        run = runtime._runs.get(run_id)
-        if run is not None and run.owner == self._owner:
-            return run
-        persister = runtime._persister
-        if persister is not None:
-            stored = persister.find(run_id, self._owner)
-            if stored is not None:
-                return stored
-        if runtime._retention.evicted_owner(run_id) == self._owner:
+        registry = self._registry
+        found = registry.find(run_id, self._owner)
+        if found is not None:
+            return found
+        if registry.expired_for(run_id, self._owner):
             raise self._expired(run_id)
         raise UnknownRunError(
             f"no run {describe(run_id)} belongs to parent {self._owner!r} in this runtime; "
@@ -705,7 +718,7 @@ class Parent(metaclass=NoPublicConstructor):
             StoreError: the store could not be read.
             RuntimeClosedError: this parent or its runtime closed meanwhile.
         """
-        persister = self._runtime._persister
+        persister = self._registry.persister
         if persister is None or type(unknown) is not UnknownRunError or not is_run_id(run_id):
             raise unknown
         record = await persister.load(run_id)
@@ -715,7 +728,7 @@ class Parent(metaclass=NoPublicConstructor):
         return StoredRun(record.owner, record.subagent, record.status)
 
     def _expired(self, run_id: str) -> ExpiredRunError:
-        config = self._runtime.config
+        config = self._registry.config
         return ExpiredRunError(
             f"run {run_id} has expired: finished runs are kept for "
             f"{config.retention_seconds:g} s and at most {config.retention_max_runs} at a "
@@ -725,7 +738,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     async def _load(self, run_id: str) -> RunRecord:
         """The stored record of a run :meth:`_find` found in the store."""
-        persister = self._runtime._persister
+        persister = self._registry.persister
         assert persister is not None
         record = await persister.load(run_id)
         if record is None:  # pruned by the store's own retention meanwhile
@@ -740,10 +753,10 @@ class Parent(metaclass=NoPublicConstructor):
         the run change, or a poll interval passes. A run past its recorded
         deadline is waited for until its end is recorded (contract §16).
         """
-        runtime = self._runtime
-        persister = runtime._persister
+        registry = self._registry
+        persister = registry.persister
         assert persister is not None
-        ends = None if limit is None else runtime._now() + limit
+        ends = None if limit is None else registry.now() + limit
         while True:
             record = await self._load(run_id)
             self._check_usable()
@@ -754,7 +767,7 @@ class Parent(metaclass=NoPublicConstructor):
                 ):
                     persister.mark_observed(run_id)  # its owner's parent counts it
                 return self._answer_record(record)
-            now = runtime._now()
+            now = registry.now()
             overdue = record.deadline_at is not None and time.time() >= record.deadline_at
             if ends is not None and now >= ends and not overdue:
                 return RunHandle(run_id, record.subagent, record.status)
@@ -763,16 +776,12 @@ class Parent(metaclass=NoPublicConstructor):
                 pause = min(pause, ends - now)
             await persister.changed(run_id, pause)
 
-    def run_observed_elsewhere(self, run: Run) -> None:
-        self._ledger.resolve(run.run_id)
-        self._settlements.told(run.run_id)
-
     def _answer_record(self, record: RunRecord) -> RunResult:
         """Like :meth:`_answer`, for a run known only from the store."""
         self._settlements.told(record.run_id)
         if record.status is RunStatus.COMPLETED:
             self._ledger.resolve(record.run_id)
-            persister = self._runtime._persister
+            persister = self._registry.persister
             assert persister is not None
             value = record.final_result
             schema = persister.schema_of(record.run_id)
@@ -794,16 +803,13 @@ class Parent(metaclass=NoPublicConstructor):
             if schema is not None:
                 value = schema.structure(value)
             return RunResult(record.run_id, record.subagent, record.task_summary, value)
-        failure_type = (
-            InvalidResultError if record.error_type == SchemaMismatch.__name__ else RunFailedError
-        )
         raise terminal_error(
             record.run_id,
             record.subagent,
             record.status,
             record.error_type,
             record.error_message,
-            failure_type,
+            failure_type_of(record),
         )
 
     def _answer(self, run: Run) -> RunResult:
@@ -813,14 +819,14 @@ class Parent(metaclass=NoPublicConstructor):
         if run.status is _COMPLETED:
             result = run.result()
             self._ledger.resolve(run.run_id)
-            events = self._runtime._events
+            events = self._registry.events
             if events is not None:
                 events.observed(run)
             return result
         raise run.outcome_error()
 
     def _raise_if_unresolved(self) -> None:
-        if self._runtime.config.fail_closed:
+        if self._registry.config.fail_closed:
             self._ledger.check(self._owner)
 
     # -- nesting and closing ----------------------------------------------------
@@ -828,10 +834,10 @@ class Parent(metaclass=NoPublicConstructor):
     def _check_usable(self) -> None:
         """Raise RuntimeClosedError if this parent or its runtime is closed.
 
-        Hot paths test ``self._closed or self._runtime._closed`` first and call
+        Hot paths test ``self._closed or self._registry.closed`` first and call
         this only to raise.
         """
-        if self._runtime._closed:
+        if self._registry.closed:
             raise RuntimeClosedError(
                 f"the runtime of parent {self._owner!r} is closed; its runs were cancelled "
                 "and nothing more can be done through it: open a new runtime"
@@ -843,7 +849,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _closed_during(self, run: Run) -> NoReturn:
         """Raise for a call about *run* that was waiting when this parent or runtime closed."""
-        which = "its runtime" if self._runtime._closed else f"parent {self._owner!r}"
+        which = "its runtime" if self._registry.closed else f"parent {self._owner!r}"
         error = RuntimeClosedError(
             f"{which} closed while this call was waiting for run {run.run_id}, which is "
             f"{run.status.value}; nothing more can be done through it",
@@ -855,15 +861,13 @@ class Parent(metaclass=NoPublicConstructor):
             raise error from run.outcome_error()
         raise error
 
-    def _open_nested(self, run: Run, nursery: trio.Nursery) -> Parent:
-        """The parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
-        runtime = self._runtime
-        children = {name: runtime.subagents[name] for name in run.subagent.children}
-        nested = Parent._create(
-            runtime, f"{self._owner}/{run.run_id}", children, run.depth, nursery
+    def _open_nested(self, run: Run, nursery: trio.Nursery) -> ParentHost:
+        """The host of the parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
+        registry = self._registry
+        children = {name: registry.subagents[name] for name in run.subagent.children}
+        return open_parent_host(
+            registry, f"{self._owner}/{run.run_id}", children, run.depth, nursery
         )
-        runtime._register(nested)
-        return nested
 
     def _close_now(self, reason: CancelReason = CancelReason.PARENT_CLOSED) -> None:
         """Close without waiting: no new calls; every live run is told to stop.
@@ -874,7 +878,7 @@ class Parent(metaclass=NoPublicConstructor):
         if self._closed:
             return
         self._closed = True
-        now = self._closed_at = self._runtime._now()
+        now = self._closed_at = self._registry.now()
         self._scheduler.stop()
         for run in self._scheduler.queued():
             run.request_cancel(now, reason)
@@ -883,7 +887,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _cancel_pending(self, reason: CancelReason) -> None:
         """End every pending run at once (the runtime is closing)."""
-        now = self._runtime._now()
+        now = self._registry.now()
         self._scheduler.stop()
         for run in self._scheduler.queued():
             run.request_cancel(now, reason)
@@ -906,5 +910,144 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _joined(self) -> None:
         """Every run of this closed parent has ended: free its owner, end its streams."""
-        self._runtime._unregister(self)
+        self._registry.unregister(self._host)
         self._settlements.close()
+
+
+@final
+class ParentHost:
+    """A parent as its runs see it: the :class:`RunHost` interface of ``_run``, and
+    what a run's task needs (``_execution``).
+
+    Kept apart from :class:`Parent` so that the public object shows only the
+    contract's names (§2, §17).
+    """
+
+    __slots__ = (
+        "_live",
+        "_parent",
+        "_registry",
+        "_scheduler",
+        "_settlements",
+        "config",
+        "depth",
+        "events",
+        "grace",
+        "now",
+        "parent",
+        "records",
+        "run_evicted",
+    )
+
+    def __init__(self, parent: Parent) -> None:
+        self._parent = self.parent = parent
+        self.depth = parent._depth
+        registry = self._registry = parent._registry
+        # The parent's own collections, read directly on every run's end.
+        self._live = parent._live
+        self._settlements = parent._settlements
+        self._scheduler = parent._scheduler
+        self.config = registry.config
+        # The runtime's observer (or None), fixed when it opened.
+        self.events = registry.events
+        # The runtime's own clock, so a run reads it in one call.
+        self.now = registry.now
+        # Decides runs whose runners do not stop (contract §18); a run's task
+        # tells it when it returns (``_execution``).
+        self.grace = registry.grace
+        # Whether decided outcomes are recorded (with a store).
+        self.records = registry.persister is not None
+        # Retention evicted a run; the ledger keeps a small record of it if it
+        # is unresolved. The ledger's own method: one call per run.
+        self.run_evicted = parent._ledger.evicted
+
+    def closing_time(self) -> tuple[float, CancelReason] | None:
+        parent = self._parent
+        registry = parent._registry
+        if registry.closed_at is not None:
+            return registry.closed_at, CancelReason.RUNTIME_CLOSED
+        if parent._closed_at is not None:
+            return parent._closed_at, CancelReason.PARENT_CLOSED
+        return None
+
+    def record(
+        self, run: Run, outcome: Outcome, recorded: Callable[[StoreError | None], None]
+    ) -> None:
+        # Asked only when outcomes are recorded (``records``): with a store.
+        # When the run commits is the run's own rule (Run.decide).
+        persister = self._parent._registry.persister
+        assert persister is not None
+        persister.settle(run, outcome, recorded)
+
+    def run_committed(self, run: Run, was_running: bool) -> None:
+        del self._live[run.run_id]
+        if run.announced:
+            self._settlements.settled(run)
+        # Out of the runtime's live runs, into retention.
+        registry = self._registry
+        registry.live_count -= 1
+        events = self.events
+        if events is not None:
+            events.ended(run)
+        registry.retention.add(run)
+        if was_running:
+            self._scheduler.released()
+
+    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
+        if run.status is RunStatus.RUNNING and run.is_live:
+            # Its runner has a grace to stop in (contract §18).
+            self.grace.delivered(run, self.now())
+        events = self.events
+        if events is not None:
+            events.cancel_requested(run, reason)
+
+    def run_observed_elsewhere(self, run: Run) -> None:
+        parent = self._parent
+        parent._ledger.resolve(run.run_id)
+        parent._settlements.told(run.run_id)
+
+    # -- what a run's task does with its nested parent (``_execution``) -------------
+
+    def open_nested(self, run: Run, nursery: trio.Nursery) -> ParentHost:
+        """The host of the parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
+        return self._parent._open_nested(run, nursery)
+
+    def close_now(self) -> None:
+        """Close this parent without waiting (its run's runner has returned or raised)."""
+        self._parent._close_now()
+
+    def joined(self) -> None:
+        """Every run of this closed parent has ended: free its owner."""
+        self._parent._joined()
+
+    def raise_if_unresolved(self) -> None:
+        """Raise ``UnresolvedDelegationError`` if this parent left work unresolved."""
+        self._parent._raise_if_unresolved()
+
+    # -- what the runtime does with its parents ------------------------------------
+
+    def cancel_pending(self, reason: CancelReason) -> None:
+        """End every pending run of this parent at once (the runtime is closing)."""
+        self._parent._cancel_pending(reason)
+
+    async def aclose(self) -> None:
+        """Close the parent, join every run that is still live, then free the owner."""
+        await self._parent._aclose()
+
+
+def open_parent_host(
+    registry: Registry,
+    owner: str,
+    children: Mapping[str, Subagent],
+    depth: int,
+    nursery: trio.Nursery,
+) -> ParentHost:
+    """Open a parent of *registry*'s runtime whose runs live in *nursery*.
+
+    Returns its host: what the runtime (or the run that holds a nested
+    parent) needs of it; ``.parent`` is the public object.
+    """
+    parent = Parent._create(registry, owner, children, depth, nursery)
+    host = parent._host
+    registry.register(host)
+    return host

@@ -33,20 +33,24 @@ import attrs
 import trio
 
 from .._errors import InvalidArgumentsError, StoreError
+from .._json import CanonicalJson
 from .._status import RunStatus
-from .._stores._memory import MemoryStore
-from .._stores._postgres import PostgresStore
-from .._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun
-from .._stores._sqlite import SQLiteStore
+from .._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun, fold
 from ._adoption import Conflict
-from ._run import Outcome, conversation, safe_message
+from ._run import Outcome, conversation_json, safe_message
 
 if TYPE_CHECKING:
     from .._schema import ResultSchema
     from ._events import RunEvents
     from ._run import Run
 
-__all__ = ["RUNNING_RECORD_DELAY", "Persister", "WatchHost", "WriteStats", "history_of"]
+__all__ = [
+    "RUNNING_RECORD_DELAY",
+    "Persister",
+    "WatchHost",
+    "WriteStats",
+    "stored_conversation",
+]
 
 #: A write that fails after this many seconds failed for the store's sake
 #: (timeouts), not for one of its records: its batch is not split further.
@@ -90,15 +94,13 @@ class WriteStats:
         return self.records / self.commits if self.commits else 0.0
 
 
-#: The stores whose encoder splices canonical JSON text in as it is.
-_SPLICING: Final = (MemoryStore, SQLiteStore, PostgresStore)
-
 #: A record waiting for the writer, and who to tell when it is committed.
 _Pending = tuple[RunRecord, _Done]
 
 #: The status of every admission record (an enum member read through its class
 #: costs about 50 ns on CPython 3.11, a module global about 10 ns).
 _PENDING: Final = RunStatus.PENDING
+_FAILED: Final = RunStatus.FAILED
 
 
 @final
@@ -219,6 +221,7 @@ class Persister:
         "_held",
         "_idle",
         "_ignores_writes",
+        "_in_process",
         "_index",
         "_lapsed",
         "_receive",
@@ -238,13 +241,19 @@ class Persister:
     def __init__(self, store: ResultStore, runtime_id: str) -> None:
         self.store = store
         self.runtime_id = runtime_id
+        # What the store declares it can do (ResultStore); anything but True
+        # is read as False.
         # A store that can leave out what this runtime wrote itself spares the
         # watcher reading every record it wrote back (and waking for them).
-        self._ignores_writes = getattr(store, "ignores_writes", False) is True
-        # The stores of this package take a result or transcript as the
-        # canonical JSON text the runtime holds (see _codec.encode_state);
-        # any other store gets plain JSON data, as the protocol says.
-        self._splices = isinstance(store, _SPLICING)
+        self._ignores_writes = store.ignores_writes is True
+        # A splicing store takes a result or transcript as the canonical JSON
+        # text the runtime holds (see _codec.encode_state); any other store
+        # gets plain JSON data, as the protocol says.
+        self._splices = store.splices_json is True
+        # A store shared only within this process wakes its watcher on every
+        # write: it needs no polling, no timer that would move a mock clock,
+        # and no sweeps (its runtimes attach and detach in this process).
+        self._in_process = store.in_process is True
         self.stats = WriteStats()
         self._stamp = _WallStamp()
         self.events: RunEvents | None = None
@@ -338,13 +347,15 @@ class Persister:
                     batch[:0] = self._take_held()
                     if not batch:
                         continue  # the held runs had all ended
-                    # A run's records queue in lifecycle order: its latest one
-                    # holds everything the earlier ones said (a run that started
-                    # and ended before the commit needs one row, not three).
-                    latest = {record.run_id: record for record, _ in batch}
-                    failures = await self._write(list(latest.values()))
+                    # One row per run, as the protocol folds them: a run's
+                    # records queue in lifecycle order, so its latest one holds
+                    # everything the earlier ones said (a run that started and
+                    # ended before the commit needs one row, not three).
+                    written = fold([record for record, _ in batch])
+                    failures = await self._write(written)
                     if self._may_be_written_off():
-                        failures.update(await self._conflicts(latest.values(), failures))
+                        # The endings the store did not keep: another one stood.
+                        failures.update(await self._conflicts(written, failures))
                     self._writing = []
                     if failures:
                         for record, done in batch:
@@ -558,10 +569,12 @@ class Persister:
         than building the rest again.)
         """
         final_result = transcript = None
-        error_type = error_message = None
+        error_type = error_message = failure = None
         ended_at = None
         if outcome is not None:
             error_type, error_message = outcome.error_details(run.timeout)
+            if status is _FAILED:
+                failure = outcome.failure_type.kind()
             result = outcome.result
             if self._splices:
                 # The store splices the canonical text in: nothing decoded here
@@ -597,6 +610,7 @@ class Persister:
             final_result=final_result,
             error_type=error_type,
             error_message=error_message,
+            failure=failure,
             transcript=transcript,
             admitted_at=run.admitted_at or self._stamp(),
             ended_at=ended_at,
@@ -643,10 +657,7 @@ class Persister:
         unreachable for most of its lease, *host* stops its live runs.
         """
         store = self.store
-        # A memory store wakes its watcher on every write in this process: it
-        # needs no polling, no timer that would move a mock clock, and no
-        # sweeps (its runtimes attach and detach in this process).
-        in_process = isinstance(store, MemoryStore)
+        in_process = self._in_process
         interval = math.inf if in_process else store.poll_interval
         lease = store.lease_seconds
         margin = max(2 * store.poll_interval, 0.2 * lease) if lease is not None else 0.0
@@ -669,9 +680,7 @@ class Persister:
         """The changes after *cursor* this runtime did not write itself, where the store can
         leave those out (it knows them already); else every change."""
         if self._ignores_writes:
-            return await self.store.changes(  # type: ignore[call-arg]
-                cursor, ignore_writes_of=self.runtime_id
-            )
+            return await self.store.changes(cursor, ignore_writes_of=self.runtime_id)
         return await self.store.changes(cursor)
 
     async def _guard_lease(self, host: WatchHost, within: float, lease: float) -> None:
@@ -721,9 +730,7 @@ class Persister:
             with contextlib.suppress(Exception):  # the poll goes on regardless
                 if self._ignores_writes:
                     # This runtime's own writes are no news to it.
-                    await store.wait_changes(  # type: ignore[call-arg]
-                        cursor, interval, ignore_writes_of=self.runtime_id
-                    )
+                    await store.wait_changes(cursor, interval, ignore_writes_of=self.runtime_id)
                 else:
                     await store.wait_changes(cursor, interval)
             nursery.cancel_scope.cancel()
@@ -782,8 +789,9 @@ class Persister:
             return None
         return stored
 
-    async def conversation(self, record: RunRecord) -> list[Any]:
-        """The whole conversation of the stored terminal run *record* (see :func:`history_of`).
+    async def conversation(self, record: RunRecord, max_depth: int) -> CanonicalJson:
+        """The whole conversation of the stored terminal run *record* (see
+        :func:`stored_conversation`).
 
         A continuation recorded by reference is rebuilt along its chain: back
         to the first run that holds its history (or a transcript) itself,
@@ -794,6 +802,8 @@ class Persister:
             InvalidArgumentsError: a run of the chain is no longer in the store
                 (pruned), has not ended there, or the chain loops (a tampered store).
             StoreError: the store could not be read.
+            JsonProblem, TypeError: a record of the chain holds data deeper
+                than *max_depth* (plus two levels), or no JSON.
         """
         chain = [record]
         seen = {record.run_id}
@@ -815,13 +825,8 @@ class Persister:
                 )
             seen.add(earlier_id)
             chain.append(earlier)
-        first = chain.pop()
-        entries = history_of(first)
-        for link in reversed(chain):
-            entries.append({"role": "user", "content": link.task})
-            if link.status is RunStatus.COMPLETED:
-                entries.append({"role": "assistant", "content": link.final_result})
-        return entries
+        chain.reverse()
+        return stored_conversation(chain, max_depth)
 
     async def load(self, run_id: str) -> RunRecord | None:
         """The stored record of *run_id*.
@@ -843,17 +848,37 @@ class Persister:
             self._schemas.pop(forgotten, None)
 
 
-def history_of(record: RunRecord) -> list[Any]:
-    """The whole conversation of a stored terminal run that holds its history itself.
+def stored_conversation(chain: Sequence[RunRecord], max_depth: int) -> CanonicalJson:
+    """The whole conversation of a stored terminal run, as a continuation carries it.
 
-    (A continuation recorded by reference needs its chain:
-    :meth:`Persister.conversation`.)
+    *chain* is the run and the runs it continues by reference, oldest first
+    (:meth:`Persister.conversation` reads them): the first holds its history
+    itself, or a transcript. The conversation is that transcript, or the first
+    run's history; then each later run (each run, without a transcript) adds
+    its task and, if it completed, its result: :func:`conversation_json`, the
+    same builder as for a run in memory.
+
+    Raises:
+        JsonProblem, TypeError: a record holds data deeper than *max_depth*
+            (plus the two levels of a conversation's entries), or no JSON.
     """
-    if record.transcript is not None:
-        return list(record.transcript)
-    return conversation(
-        list(record.history),
-        record.task,
-        record.status is RunStatus.COMPLETED,
-        record.final_result,
+    first = chain[0]
+    links: Sequence[RunRecord]
+    if first.transcript is not None:
+        history = CanonicalJson.of(list(first.transcript), max_depth=max_depth + 2)
+        links = chain[1:]
+    else:
+        history = CanonicalJson.of(list(first.history), max_depth=max_depth + 2)
+        links = chain
+    return conversation_json(
+        history,
+        [
+            (
+                link.task,
+                CanonicalJson.of(link.final_result, max_depth=max_depth)
+                if link.status is RunStatus.COMPLETED
+                else None,
+            )
+            for link in links
+        ],
     )

@@ -34,8 +34,12 @@ from .._json import CanonicalJson, encode, escape_text
 from .._results import RunHandle, RunResult
 from .._status import RunStatus
 from .._summary import summarize_task
+from ._adoption import as_recorded
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from .._config import Config
     from .._schema import ResultSchema
     from .._subagent import Subagent
 
@@ -48,6 +52,7 @@ __all__ = [
     "StoredEnding",
     "completed",
     "conversation",
+    "conversation_json",
     "error_type",
     "failed",
     "safe_message",
@@ -224,8 +229,15 @@ def failed(error: BaseException, failure_type: type[RunFailedError] = RunFailedE
 _TIMED_OUT: Final = Outcome(RunStatus.TIMED_OUT)
 
 
+def _ignore(error: StoreError | None) -> None:
+    """Nobody waits for the record of an ending that is terminal already."""
+
+
 class RunHost(Protocol):
     """What a run needs from the parent that admitted it."""
+
+    #: The runtime's config.
+    config: Config
 
     #: Whether decided outcomes are recorded (by a store); when not, a run
     #: commits its decision itself, at once.
@@ -237,9 +249,12 @@ class RunHost(Protocol):
     def closing_time(self) -> tuple[float, CancelReason] | None:
         """When and why the run's surroundings (runtime, parent) began to close, if they did."""
 
-    def run_decided(self, run: Run, outcome: Outcome) -> None:
-        """*run* decided *outcome*: record it and :meth:`Run.commit` it (see
-        :attr:`Outcome.waits_for_record` for the order)."""
+    def record(
+        self, run: Run, outcome: Outcome, recorded: Callable[[StoreError | None], None]
+    ) -> None:
+        """Write *run*'s terminal record of *outcome*; call *recorded* once it is
+        committed (``None``) or could not be (the error). Only a host that
+        ``records`` is asked."""
 
     def run_committed(self, run: Run, was_running: bool) -> None:
         """*run* is terminal now."""
@@ -419,7 +434,7 @@ class Run:
     def carried(self) -> CanonicalJson:
         """This terminal run's whole conversation, as the history of a continuation.
 
-        Its transcript, or the value :func:`conversation` builds, made from
+        Its transcript, or the value :func:`conversation_json` builds, made from
         the canonical JSON texts the run holds without decoding them: a
         conversation is as large as the run's history, result and transcript,
         and decoding and encoding it again would hold the event loop that long.
@@ -428,21 +443,7 @@ class Run:
         assert outcome is not None
         if outcome.transcript is not None:
             return outcome.transcript
-        parts: list[str] = []
-        size = 2  # the brackets
-        history = self.history
-        if history is not None and history.text != "[]":
-            parts.append(history.text[1:-1])
-            size += history.size - 2
-        text, length = encode({"role": "user", "content": self.task}, max_depth=2)
-        parts.append(text)
-        size += length
-        result = outcome.result
-        if result is not None:
-            parts.append(f'{{"role":"assistant","content":{result.text}}}')
-            size += len('{"role":"assistant","content":}') + result.size
-        size += len(parts) - 1  # the commas
-        return CanonicalJson("[" + ",".join(parts) + "]", size)
+        return conversation_json(self.history, ((self.task, outcome.result),))
 
     # -- transitions ---------------------------------------------------------
 
@@ -517,10 +518,26 @@ class Run:
         self.phase = _DECIDED
         self.outcome = outcome
         host = self.host
-        if host.records:
-            host.run_decided(self, outcome)
-        else:
+        if not host.records:
             self.commit(outcome)
+        elif not outcome.waits_for_record:
+            # Terminal at once; its record follows.
+            self.commit(outcome)
+            host.record(self, outcome, _ignore)
+        else:
+            # A result is handed out only once it is durable (contract §12).
+            # A store error (or, once this runtime's lease may have lapsed,
+            # another runtime's ending that the store kept) decides what it
+            # commits with: see _adoption.
+            host.record(
+                self,
+                outcome,
+                lambda error: self.commit(
+                    outcome
+                    if error is None
+                    else as_recorded(outcome, error, host.config.max_nesting_depth)
+                ),
+            )
         return True
 
     def withdraw(self) -> None:
@@ -585,13 +602,46 @@ def terminal_error(
     raise AssertionError(f"terminal_error() for a {status} run")  # pragma: no cover
 
 
-def conversation(history: list[Any], task: str, completed: bool, final_result: Any) -> list[Any]:
-    """The conversation of a run that gave no transcript (contract §12).
+def conversation_json(
+    history: CanonicalJson | None, links: Iterable[tuple[str, CanonicalJson | None]]
+) -> CanonicalJson:
+    """The conversation of a run that gave no transcript (contract §12), the one
+    place its shape is decided.
 
-    Its own history, then its task as a user entry and, when it completed,
-    its result as an assistant entry.
+    Its *history*, then for each ``(task, result)`` of *links* (the run
+    itself, or a chain of continuations oldest first) the task as a user
+    entry and, when that run completed, its result as an assistant entry.
+    Made from the canonical JSON texts, spliced without decoding them: a
+    conversation is as large as the runs' history and results, and decoding
+    and encoding it again would hold the event loop that long.
     """
-    entries = [*history, {"role": "user", "content": task}]
-    if completed:
-        entries.append({"role": "assistant", "content": final_result})
+    parts: list[str] = []
+    size = 2  # the brackets
+    if history is not None and history.text != "[]":
+        parts.append(history.text[1:-1])
+        size += history.size - 2
+    for task, result in links:
+        text, length = encode({"role": "user", "content": task}, max_depth=2)
+        parts.append(text)
+        size += length
+        if result is not None:
+            parts.append(f'{{"role":"assistant","content":{result.text}}}')
+            size += len('{"role":"assistant","content":}') + result.size
+    size += max(len(parts) - 1, 0)  # the commas
+    return CanonicalJson("[" + ",".join(parts) + "]", size)
+
+
+def conversation(
+    history: list[Any], task: str, completed: bool, final_result: Any, *, max_depth: int = 64
+) -> list[Any]:
+    """:func:`conversation_json` of plain JSON data, as plain JSON data.
+
+    Raises:
+        JsonProblem, TypeError: *history* or *final_result* is not JSON the
+            runtime can keep within *max_depth* levels.
+    """
+    result = CanonicalJson.of(final_result, max_depth=max_depth) if completed else None
+    entries: list[Any] = conversation_json(
+        CanonicalJson.of(history, max_depth=max_depth + 2), ((task, result),)
+    ).copy()
     return entries

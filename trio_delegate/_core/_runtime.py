@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, ClassVar, final
 
 import trio
 
@@ -15,28 +15,26 @@ from .._construction import NoPublicConstructor
 from .._errors import (
     InvalidArgumentsError,
     RuntimeClosedError,
-    StoreError,
     UnknownSubagentError,
 )
 from .._json import text_problem
-from .._schema import ResultSchema, SchemaSpec, compile_result_schema
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord
 from .._subagent import Subagent
 from ._adoption import adopted
-from ._events import runtime_events
-from ._grace import Grace
 from ._groups import open_transparent_nursery
-from ._ids import RunIds, new_runtime_id
-from ._parent import Parent
+from ._ids import new_runtime_id
+from ._parent import Parent, open_parent_host
 from ._persistence import Persister
-from ._retention import Retention
-from ._run import CancelReason, Run
+from ._registry import Registry
+from ._run import CancelReason
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
-__all__ = ["Runtime", "open_runtime"]
+    from ._run import Run
+
+__all__ = ["Runtime", "open_runtime", "unstopped_runs"]
 
 _MAX_OWNER_CHARS = 256
 
@@ -48,66 +46,28 @@ class Runtime(metaclass=NoPublicConstructor):
     Leaving ``async with open_runtime(...)`` cancels and joins every run.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_closed",
-        "_closed_at",
-        "_events",
-        "_grace",
-        "_live_count",
-        "_now",
-        "_nursery",
-        "_parents",
-        "_persister",
-        "_retention",
-        "_run_ids",
-        "_runs",
-        "_schemas",
-        "_subagents",
-        "_timeouts",
-        "config",
+    _made_by: ClassVar[str] = (
+        "trio_delegate.open_runtime() (async with trio_delegate.open_runtime(subagents) as runtime)"
     )
+
+    __slots__ = ("__weakref__", "_nursery", "_registry", "_subagents")
 
     def __init__(
         self, subagents: Mapping[str, Subagent], config: Config, persister: Persister | None
     ) -> None:
-        self.config = config
-        self._persister = persister
-        # Traces and metrics, when something observes runs (else None).
-        self._events = runtime_events()
-        if persister is not None:
-            persister.events = self._events
-        # The Trio run's clock, read directly: trio.current_time() finds the
-        # same clock through the run context on every call, several per run.
-        self._now = trio.lowlevel.current_clock().current_time
-        self._run_ids = RunIds()
-        # Decides runs whose runners do not stop (contract §18).
-        self._grace = Grace(config.cancel_grace_seconds, self._now, self._live_runs)
         self._subagents = MappingProxyType(dict(subagents))
-        # Each subagent's child deadline in seconds (or None) under this config.
-        self._timeouts = {
-            name: subagent.resolve_timeout(config.subagent_timeout_seconds)
-            for name, subagent in subagents.items()
-        }
+        # Everything the runtime's parents share; they reach it through this.
+        self._registry = Registry(self._subagents, config, persister)
         self._nursery: trio.Nursery | None = None
-        self._closed = False
-        self._closed_at: float | None = None
-        # Open parents by owner, nested ones included (owners are unique among them).
-        self._parents: dict[str, Parent] = {}
-        self._live_count = 0
-        # Every run in memory by id: live ones and terminal ones that
-        # retention has not evicted. A parent sees those of its owner.
-        self._runs: dict[str, Run] = {}
-        self._retention = Retention(
-            config.retention_seconds, config.retention_max_runs, self._evicted
-        )
-        # Checked schemas of host types passed per call (types are few and
-        # long-lived; mappings from a model are checked on every call).
-        self._schemas: dict[type, ResultSchema] = {}
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._registry.closed else "open"
         return f"<trio_delegate.Runtime {state} subagents={list(self._subagents)}>"
+
+    @property
+    def config(self) -> Config:
+        """The runtime's limits and policy."""
+        return self._registry.config
 
     @property
     def subagents(self) -> Mapping[str, Subagent]:
@@ -117,12 +77,13 @@ class Runtime(metaclass=NoPublicConstructor):
     @property
     def store(self) -> ResultStore | None:
         """The durable store runs are recorded in, if any."""
-        return self._persister.store if self._persister is not None else None
+        persister = self._registry.persister
+        return persister.store if persister is not None else None
 
     @property
     def live_runs(self) -> int:
         """How many runs are pending or running in the whole runtime."""
-        return self._live_count
+        return self._registry.live_count
 
     def open_parent(
         self, owner: str = "root", *, subagents: Iterable[str] | None = None
@@ -154,21 +115,21 @@ class Runtime(metaclass=NoPublicConstructor):
         self._check_open()
         owner = _check_owner(owner)
         children = self._children_for(subagents)
-        if owner in self._parents:
+        registry = self._registry
+        if owner in registry.parents:
             raise InvalidArgumentsError(
                 f"a parent with owner {owner!r} is already open in this runtime; owners are "
                 "unique among open parents: close it first or choose another owner"
             )
         assert self._nursery is not None
-        parent = Parent._create(self, owner, children, 0, self._nursery)
-        self._register(parent)
+        host = open_parent_host(registry, owner, children, 0, self._nursery)
         try:
-            yield parent
+            yield host.parent
         except BaseException:
-            await parent._aclose()
+            await host.aclose()
             raise
-        await parent._aclose()
-        parent._raise_if_unresolved()
+        await host.aclose()
+        host.raise_if_unresolved()
 
     def _children_for(self, names: Iterable[str] | None) -> dict[str, Subagent]:
         if names is None:
@@ -200,51 +161,55 @@ class Runtime(metaclass=NoPublicConstructor):
         return children
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._registry.closed:
             raise RuntimeClosedError(
                 "the runtime is closed: its runs were cancelled and nothing more can be done "
                 "through it; open a new runtime"
             )
 
-    def _compile_schema(self, spec: SchemaSpec) -> ResultSchema:
-        nesting = self.config.max_nesting_depth
-        if isinstance(spec, type):
-            compiled = self._schemas.get(spec)
-            if compiled is None:
-                compiled = self._schemas[spec] = compile_result_schema(spec, max_nesting=nesting)
-            return compiled
-        return compile_result_schema(spec, max_nesting=nesting)
+    def _close_now(self) -> None:
+        """Refuse every further call and stop every run.
 
-    def _live_runs(self) -> int:
-        return self._live_count
+        Nested runs stop with the run that contains them; the runs that are
+        running get their grace to stop in (contract §18).
+        """
+        registry = self._registry
+        registry.closed = True
+        now = registry.closed_at = registry.now()
+        for host in list(registry.parents.values()):
+            if host.depth == 0:
+                host.cancel_pending(CancelReason.RUNTIME_CLOSED)
+        grace = registry.grace
+        for run in registry.runs.values():
+            if run.is_live:
+                grace.delivered(run, now)
+        grace.closing()
+        # Running runs are cancelled all at once by cancelling the nursery that
+        # holds them; Run.interrupted reads closed_at as their request time.
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
 
-    def _evicted(self, run: Run) -> None:
-        """Retention evicted *run*: it is answered from the store, if anywhere."""
-        del self._runs[run.run_id]
-        persister = self._persister
-        outcome = run.outcome
-        if persister is not None and not (
-            outcome is not None and isinstance(outcome.error, StoreError)
-        ):
-            persister.remember(run)
-        run.host.run_evicted(run)
 
-    def _register(self, parent: Parent) -> None:
-        self._parents[parent.owner] = parent
+@final
+class _StoreWatch:
+    """What the store watcher reports to a runtime (the ``WatchHost`` of ``_persistence``).
 
-    def _unregister(self, parent: Parent) -> None:
-        """Free *parent*'s owner: called once every run of the parent has ended."""
-        if self._parents.get(parent.owner) is parent:
-            del self._parents[parent.owner]
+    Kept apart from :class:`Runtime` so that the public object shows only the
+    contract's names (§2).
+    """
 
-    # -- what the store watcher reports (contract §16) ----------------------------------
+    __slots__ = ("_registry",)
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
 
     def own_record(self, record: RunRecord) -> None:
         """Another runtime flagged one of this runtime's runs, or recorded it as ended."""
-        run = self._runs.get(record.run_id)
+        registry = self._registry
+        run = registry.runs.get(record.run_id)
         if run is None:
             return
-        now = self._now()
+        now = registry.now()
         if run.is_live:
             if record.status.is_terminal:
                 # Written off elsewhere (interrupted): it must not go on here,
@@ -258,11 +223,12 @@ class Runtime(metaclass=NoPublicConstructor):
 
     def _adopt(self, run: Run, record: RunRecord) -> None:
         """End live *run* with the terminal *record* another runtime stored for it."""
+        registry = self._registry
         scope = run.scope
         try:
-            outcome = adopted(record, self.config.max_nesting_depth)
+            outcome = adopted(record, registry.config.max_nesting_depth)
         except Exception:  # a tampered store: stop the run, hand nothing out
-            run.request_cancel(self._now(), CancelReason.TAKEN_OVER)
+            run.request_cancel(registry.now(), CancelReason.TAKEN_OVER)
             return
         if scope is not None:
             scope.cancel()  # its runner stops; whatever it returns is dropped
@@ -277,30 +243,30 @@ class Runtime(metaclass=NoPublicConstructor):
                 elsewhere, so each ends as its stored record says once its
                 own ending is written.
         """
-        now = self._now()
+        registry = self._registry
+        now = registry.now()
         reason = CancelReason.LEASE_EXPIRED if expired else CancelReason.LEASE_LOST
-        for run in [run for run in self._runs.values() if run.is_live]:
+        for run in [run for run in registry.runs.values() if run.is_live]:
             run.request_cancel(now, reason)
 
-    def _close_now(self) -> None:
-        """Refuse every further call and stop every run.
 
-        Nested runs stop with the run that contains them.
-        """
-        self._closed = True
-        now = self._closed_at = self._now()
-        for parent in list(self._parents.values()):
-            if parent._depth == 0:
-                parent._cancel_pending(CancelReason.RUNTIME_CLOSED)
-        grace = self._grace
-        for run in self._runs.values():
-            if run.is_live:
-                grace.delivered(run, now)
-        grace.closing()
-        # Running runs are cancelled all at once by cancelling the nursery that
-        # holds them; Run.settle_interrupted reads _closed_at as their request time.
-        assert self._nursery is not None
-        self._nursery.cancel_scope.cancel()
+def unstopped_runs(
+    runtime: Runtime,
+) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, RunStatus]]]:
+    """The runs that hold *runtime* open while it closes (contract §18).
+
+    Returns:
+        ``(run_id, subagent, seconds since decided)`` of each run decided
+        without its runner, which has not returned; and ``(run_id, subagent,
+        status)`` of each run that is still live.
+    """
+    registry = runtime._registry
+    live = [
+        (run.run_id, run.subagent.name, run.status)
+        for run in list(registry.runs.values())
+        if run.is_live
+    ]
+    return registry.grace.abandoned(), live
 
 
 def _is_store(value: Any) -> bool:
@@ -390,9 +356,10 @@ async def open_runtime(
         subagents: the subagent definitions; names must be unique and every
             ``children`` entry must name one of them.
         config: limits and policy; ``Config()`` when omitted.
-        store: a durable store (:class:`MemoryStore`, :class:`SQLiteStore`) for
-            run records, results and continuations; ``None`` keeps nothing
-            beyond retention.
+        store: a durable store (:class:`MemoryStore`, :class:`SQLiteStore`,
+            :class:`PostgresStore`, or another :class:`ResultStore`) for run
+            records, results and continuations; ``None`` keeps nothing beyond
+            retention.
 
     Leaving the block cancels and joins every run (and, with a store, commits
     their final records). An exception raised in the body comes out as
@@ -411,8 +378,9 @@ async def open_runtime(
         )
     if store is not None and not _is_store(store):
         raise InvalidArgumentsError(
-            "store must be a trio_delegate.MemoryStore, a trio_delegate.SQLiteStore or "
-            f"another ResultStore, got {describe(store)}"
+            "store must be a trio_delegate.MemoryStore, SQLiteStore, PostgresStore or "
+            "another ResultStore (with the protocol's methods and capability attributes), "
+            f"got {describe(store)}"
         )
     persister = Persister(store, new_runtime_id()) if store is not None else None
     runtime = Runtime._create(registry, config, persister)
@@ -424,7 +392,7 @@ async def open_runtime(
     try:
         async with open_transparent_nursery() as system:
             await system.start(persister.run_writer)
-            await system.start(persister.run_watcher, runtime)
+            await system.start(persister.run_watcher, _StoreWatch(runtime._registry))
             try:
                 async with _owning_nursery(runtime):
                     yield runtime
@@ -443,7 +411,7 @@ async def _owning_nursery(runtime: Runtime) -> AsyncIterator[None]:
     """The nursery that holds the runtime's top-level runs."""
     async with open_transparent_nursery() as nursery:
         runtime._nursery = nursery
-        nursery.start_soon(runtime._grace.watch, name="trio_delegate grace")
+        nursery.start_soon(runtime._registry.grace.watch, name="trio_delegate grace")
         try:
             yield
         finally:

@@ -114,6 +114,14 @@ class Settlements:
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     streams.pop(stream, None)  # its reader left
 
+    def untold(self, run: Run, unobserved: bool) -> None:
+        """*run*'s foreground caller left without its outcome: list it as unobserved
+        (*unobserved*), or not at all (the caller's cancellation answered for it)."""
+        if unobserved:
+            self._unobserved[run.run_id] = (run.run_id, run.subagent.name, run.status)
+        else:
+            self._unobserved.pop(run.run_id, None)
+
     def told(self, run_id: str) -> None:
         """A wait returned *run_id*'s result or raised its error."""
         self._unobserved.pop(run_id, None)

@@ -265,6 +265,11 @@ class ThreadedStore(abc.ABC):
 
     #: ``changes`` and ``wait_changes`` take ``ignore_writes_of``.
     ignores_writes: Final = True
+    #: ``write`` takes results and transcripts as canonical JSON text, which
+    #: the codec splices into a row as it is.
+    splices_json: Final = True
+    #: Other processes and hosts share it: runtimes poll and sweep.
+    in_process: Final = False
 
     async def changes(
         self, cursor: int | None, *, ignore_writes_of: str | None = None

@@ -27,13 +27,22 @@ from collections.abc import Sequence
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Final, final
 
-import attrs
-
 from .._converter import converter
 from .._errors import StoreError
 from .._json import CanonicalJson
 from .._status import RunStatus
-from ._protocol import ChangeBatch, RunRecord, is_run_id, is_runtime_id
+from ._protocol import (
+    INVALID_RESULT,
+    RUN_FAILED,
+    ChangeBatch,
+    RunRecord,
+    fold,
+    is_run_id,
+    is_runtime_id,
+)
+
+#: ``error_type`` of a schema mismatch, in rows written before ``failure`` existed.
+_SCHEMA_MISMATCH: Final = "SchemaMismatch"
 
 __all__ = [
     "EncodedRecord",
@@ -131,6 +140,7 @@ def encode_state(record: RunRecord) -> str:
                     "final_result": result,
                     "error_type": record.error_type,
                     "error_message": record.error_message,
+                    "failure": record.failure,
                     "transcript": transcript,
                     "started_at": record.started_at,
                     "deadline_at": record.deadline_at,
@@ -144,6 +154,7 @@ def encode_state(record: RunRecord) -> str:
                 "status": record.status.value,
                 "error_type": record.error_type,
                 "error_message": record.error_message,
+                "failure": record.failure,
                 "started_at": record.started_at,
                 "deadline_at": record.deadline_at,
                 "ended_at": record.ended_at,
@@ -217,30 +228,6 @@ def _text(value: object) -> str:
     return value
 
 
-def fold(records: Sequence[RunRecord]) -> list[RunRecord]:
-    """*records* with each run once, as writing them one after another would leave it.
-
-    A run's first terminal record wins over everything after it (a terminal
-    record never changes); otherwise its last record does. Flags set by any
-    of its records stay set.
-    """
-    chosen: dict[str, RunRecord] = {}
-    for record in records:
-        earlier = chosen.get(record.run_id)
-        if earlier is None:
-            chosen[record.run_id] = record
-            continue
-        winner = earlier if earlier.status.is_terminal else record
-        cancel = earlier.cancel_requested or record.cancel_requested
-        observed = earlier.observed or record.observed
-        if (winner.cancel_requested, winner.observed) != (cancel, observed):
-            winner = attrs.evolve(winner, cancel_requested=cancel, observed=observed)
-        chosen[record.run_id] = winner
-    if len(chosen) == len(records):
-        return list(records)
-    return list(chosen.values())
-
-
 def decode_record(
     head: object, state: object, cancel_requested: object, observed: object, where: str
 ) -> RunRecord:
@@ -258,6 +245,11 @@ def decode_record(
             data.update(json.loads(_text(state)))
         data["cancel_requested"] = bool(cancel_requested)
         data["observed"] = bool(observed)
+        if "failure" not in data and data.get("status") == RunStatus.FAILED.value:
+            # A row written before records said their failure's kind: a result
+            # that broke its schema was named by its exception's type.
+            mismatch = data.get("error_type") == _SCHEMA_MISMATCH
+            data["failure"] = INVALID_RESULT if mismatch else RUN_FAILED
         record = converter.structure(data, RunRecord)
     except Exception as exc:
         raise StoreError(

@@ -203,6 +203,12 @@ class MemoryStore:
 
     #: ``changes`` and ``wait_changes`` take ``ignore_writes_of``.
     ignores_writes: Final = True
+    #: ``write`` takes results and transcripts as canonical JSON text, which
+    #: the codec splices into a row as it is.
+    splices_json: Final = True
+    #: Every runtime that shares it lives in this process, and a write wakes
+    #: ``wait_changes`` at once: no polling, no sweeps.
+    in_process: Final = True
 
     async def changes(
         self, cursor: int | None, *, ignore_writes_of: str | None = None

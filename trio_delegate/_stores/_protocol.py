@@ -31,6 +31,8 @@ from .._status import RunStatus
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "INTERRUPTED_ERROR_TYPE",
+    "INVALID_RESULT",
+    "RUN_FAILED",
     "MAX_POLL_INTERVAL",
     "ChangeBatch",
     "ResultStore",
@@ -41,6 +43,7 @@ __all__ = [
     "check_poll_interval",
     "check_runtime_id",
     "check_wait_timeout",
+    "fold",
     "interrupted",
     "is_run_id",
     "is_runtime_id",
@@ -50,6 +53,10 @@ __all__ = [
 
 #: ``error_type`` of a run that was live when its runtime's process ended.
 INTERRUPTED_ERROR_TYPE = "Interrupted"
+
+#: ``RunRecord.failure`` of a failed run: the kind of the error it answers with.
+RUN_FAILED: Final = "run_failed"
+INVALID_RESULT: Final = "invalid_result"
 
 #: How often a runtime polls ``changes`` and ``sweep`` unless its store says otherwise.
 DEFAULT_POLL_INTERVAL: Final = 0.5
@@ -169,6 +176,12 @@ class RunRecord:
         replaces: the run it replaces, if any.
         final_result: the JSON-ready result of a completed run.
         error_type: the error's type name for a failed run.
+        failure: the kind of error a failed run answers with: ``"invalid_result"``
+            (its result broke its ``final_schema``: ``InvalidResultError``) or
+            ``"run_failed"`` (``RunFailedError``), as the runtime that ran it
+            decided; ``None`` for any other status, and where no runtime said
+            (a run marked interrupted), which a failed run reads as
+            ``"run_failed"``.
         error_message: the error's message for a non-completed terminal run.
         transcript: the runner's transcript, if it gave one.
         admitted_at: wall-clock admission time (ISO 8601, UTC).
@@ -203,6 +216,7 @@ class RunRecord:
     final_result: Any = None
     error_type: str | None = None
     error_message: str | None = None
+    failure: str | None = None
     transcript: tuple[Any, ...] | None = None
     admitted_at: str = ""
     ended_at: str | None = None
@@ -293,18 +307,39 @@ class ResultStore(Protocol):
       eyes after its last successful ``sweep``. A runtime that cannot renew
       its lease must stop its live runs before it runs out.
 
-    Optional: a store whose ``ignores_writes`` attribute is ``True`` takes a
-    keyword ``ignore_writes_of`` (a runtime id) in ``changes`` and
-    ``wait_changes``, and then leaves out the changes that runtime's own
-    ``write`` calls made — a record written by the runtime it names, over a
-    row holding no flag the record did not carry — while the cursor still
-    moves past them. A runtime's watcher uses it so as not to read back (or
-    wake for) what it wrote itself; flags, interruptions and every other
-    runtime's writes still show. Without it, every change is read.
+    Capabilities, declared by each store (a store that cannot tell says
+    ``False`` to each, and is used as plain JSON data it is read whole):
+
+    * ``splices_json``: ``write`` takes a result and a transcript as the
+      runtime's canonical JSON text (``_json.CanonicalJson``), as this
+      package's stores encode them, rather than as plain JSON data.
+    * ``in_process``: every runtime sharing it lives in this process, and
+      ``wait_changes`` returns on every write at once: a runtime needs no
+      polling and no ``sweep``.
+    * ``ignores_writes``: ``changes`` and ``wait_changes`` honour the keyword
+      ``ignore_writes_of`` (a runtime id), leaving out the changes that
+      runtime's own ``write`` calls made — a record written by the runtime it
+      names, over a row holding no flag the record did not carry — while the
+      cursor still moves past them. A runtime's watcher uses it so as not to
+      read back (or wake for) what it wrote itself; flags, interruptions and
+      every other runtime's writes still show. A store without it is never
+      passed the keyword (it may ignore it), and every change is read.
     """
 
     poll_interval: float
     lease_seconds: float | None
+
+    @property
+    def splices_json(self) -> bool:
+        """Whether ``write`` takes results and transcripts as canonical JSON text."""
+
+    @property
+    def in_process(self) -> bool:
+        """Whether every runtime sharing the store lives in this process (no polling)."""
+
+    @property
+    def ignores_writes(self) -> bool:
+        """Whether ``changes`` and ``wait_changes`` honour ``ignore_writes_of``."""
 
     async def attach(self, runtime_id: str) -> StoreSnapshot:
         """Register a runtime; mark the live runs of runtimes that are gone as interrupted."""
@@ -330,10 +365,14 @@ class ResultStore(Protocol):
             the ids it marked failed (interrupted).
         """
 
-    async def changes(self, cursor: int | None) -> ChangeBatch:
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> ChangeBatch:
         """Every record written or flagged after *cursor* (``None``: the current position)."""
 
-    async def wait_changes(self, cursor: int, timeout: float) -> None:
+    async def wait_changes(
+        self, cursor: int, timeout: float, *, ignore_writes_of: str | None = None
+    ) -> None:
         """Return once changes after *cursor* may exist, or after *timeout* seconds."""
 
     async def request_cancel(self, run_id: str) -> RunRecord | None:
@@ -341,6 +380,32 @@ class ResultStore(Protocol):
 
     async def mark_observed(self, run_id: str) -> None:
         """Set ``observed`` on *run_id* (nothing happens for an unknown run)."""
+
+
+def fold(records: Sequence[RunRecord]) -> list[RunRecord]:
+    """*records* with each run once, as writing them one after another would leave it.
+
+    The one rule for several records of a run in one batch (a store's
+    ``write`` keeps it; the runtime's writer folds its batches by it). A
+    run's first terminal record wins over everything after it (a terminal
+    record never changes); otherwise its last record does. Flags set by any
+    of its records stay set.
+    """
+    chosen: dict[str, RunRecord] = {}
+    for record in records:
+        earlier = chosen.get(record.run_id)
+        if earlier is None:
+            chosen[record.run_id] = record
+            continue
+        winner = earlier if earlier.status.is_terminal else record
+        cancel = earlier.cancel_requested or record.cancel_requested
+        observed = earlier.observed or record.observed
+        if (winner.cancel_requested, winner.observed) != (cancel, observed):
+            winner = attrs.evolve(winner, cancel_requested=cancel, observed=observed)
+        chosen[record.run_id] = winner
+    if len(chosen) == len(records):
+        return list(records)
+    return list(chosen.values())
 
 
 def terminal_index(records: Iterable[RunRecord]) -> tuple[tuple[str, StoredRun], ...]:

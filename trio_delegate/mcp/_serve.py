@@ -14,6 +14,7 @@ from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
 from .. import Config, ResultStore, Runtime, Subagent, open_runtime
+from .._core._runtime import unstopped_runs
 from ._server import (
     DEFAULT_FOREGROUND_LIMIT_SECONDS,
     DEFAULT_NAME,
@@ -214,14 +215,13 @@ class _ExitGuard:
 
 def _stuck(runtime: Runtime) -> list[str]:
     """The runs still running in *runtime*: decided without their runners, or live."""
+    abandoned, live = unstopped_runs(runtime)
     named = [
         f"{run_id} (subagent {subagent!r}, still running {seconds:.1f} s after it was decided)"
-        for run_id, subagent, seconds in runtime._grace.abandoned()
+        for run_id, subagent, seconds in abandoned
     ]
     named += [
-        f"{run.run_id} (subagent {run.subagent.name!r}, {run.status.value})"
-        for run in list(runtime._runs.values())
-        if run.is_live
+        f"{run_id} (subagent {subagent!r}, {status.value})" for run_id, subagent, status in live
     ]
     return named
 

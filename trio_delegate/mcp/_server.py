@@ -53,6 +53,8 @@ from .. import (
     __version__,
 )
 from .._checks import describe
+from .._core._parent import leave_foreground
+from .._tools import traced_call
 from ._tasks import (
     DEFAULT_TASK_POLL_INTERVAL_SECONDS,
     TASKS_EXTENSION,
@@ -361,7 +363,7 @@ def _make_server(
         book = connection.tasks if declares_tasks(ctx) else None
         try:
             # One execute_tool span for the call, however many tool calls serve it.
-            with connection.tools._traced_call(params.name):
+            with traced_call(connection.tools, params.name):
                 if params.name in _FOREGROUND_TOOLS and _is_foreground(arguments):
                     assert arguments is not None
                     return await _foreground(ctx, connection, params.name, arguments, limits, book)
@@ -614,11 +616,8 @@ async def _report_progress(
 
 
 async def _cancel_and_join(parent: Parent, run_id: str) -> None:
-    try:
-        parent.cancel(run_id)
-        await parent.wait(run_id)
-    except DelegationError:
-        pass  # cancelled, failed or the parent closed: the run is over either way
+    """The client cancelled a foreground call: the core's verdict, as for ``delegate``."""
+    await leave_foreground(parent, run_id)
 
 
 def success_result(payload: dict[str, Any]) -> mcp_types.CallToolResult:
