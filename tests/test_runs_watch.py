@@ -192,7 +192,13 @@ async def main():
 trio.run(main)
 """
 
-WATCH = "import sys; from trio_delegate._cli._main import main; sys.exit(main(sys.argv[1:]))"
+# Ctrl-C as at a terminal: a child started from a non-interactive shell's
+# background job inherits SIGINT ignored, and Python then never raises
+# KeyboardInterrupt for it.
+WATCH = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from trio_delegate._cli._main import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 class Lines:
