@@ -21,6 +21,9 @@ from trio_delegate.adapters.temporal import TemporalRunner, temporal_runner
 
 from .temporal_runners import marks
 from .temporal_support import (
+    GUARD,
+    HEARTBEAT,
+    LEASE,
     Pool,
     cli,
     open_on,
@@ -336,3 +339,27 @@ def test_temporal_worker_refuses_a_bad_configuration(
     assert err.startswith("trio-delegate temporal-worker: ")
     assert says in err
     assert "fix:" in err
+
+
+async def test_an_mcp_client_reaches_the_pool_through_serve(pool: Pool, tmp_path: Path) -> None:
+    """``serve`` hands a ``kind = "temporal"`` subagent's runs to the workers:
+    an MCP client's call runs on a worker, and its result comes back to the client."""
+    from .test_mcp_stdio import call, serve
+
+    config = tmp_path / "serve.toml"
+    config.write_text(
+        f'[temporal]\naddress = "{pool.address}"\ntask_queue = "{pool.task_queue}"\n\n'
+        '[[subagents]]\nname = "echo"\nkind = "temporal"\n'
+        f"lease_seconds = {LEASE}\nheartbeat_timeout_seconds = {HEARTBEAT}\n"
+        "timeout_seconds = 60\n"
+    )
+    with trio.fail_after(GUARD):
+        async with serve(config) as client:
+            answer = await call(client, "delegate_task", subagent="echo", task="from a client")
+            result = answer["final_result"]
+            assert result["task"] == "from a client"
+            assert result["subagent"] == "echo"
+            assert result["run_id"] == answer["run_id"]
+            # Executed by a worker (another process), as a workflow of that id.
+            assert result["pid"] in {worker.pid for worker in pool.workers}
+            assert status(pool.address, answer["run_id"]) == "COMPLETED"
