@@ -407,8 +407,10 @@ def check_offered(fake: FakeResponses) -> None:
 
 async def client_gone(scenario: Scenario) -> None:
     """The client quit with a run live: the server cancelled it and exited."""
-    # Generous: a loaded machine may take a while to reap both processes.
-    with trio.fail_after(30):
+    # Generous: a loaded machine may take a while to reap both processes, and
+    # the server may take its runs' cancel grace (30 s, contract §18) plus a
+    # few seconds to exit: the hang guard sits well past that.
+    with trio.fail_after(60):
         for process in (scenario.workers["long"], scenario.workers["server"]):
             while alive(process):  # noqa: ASYNC110 - other processes
                 await trio.sleep(0.02)
