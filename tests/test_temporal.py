@@ -341,6 +341,20 @@ def test_temporal_worker_refuses_a_bad_configuration(
     assert "fix:" in err
 
 
+def test_temporal_worker_shows_what_the_file_holds_literally(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "worker.toml"
+    path.write_text(
+        '[temporal]\naddress = "h:1"\n[[subagents]]\nname = "r"\ncommand = ["true"]\n'
+        '"color\\u001b[2J" = 1\n'
+    )
+    assert main(["temporal-worker", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert "color\\x1b[2J" in err
+
+
 async def test_an_mcp_client_reaches_the_pool_through_serve(pool: Pool, tmp_path: Path) -> None:
     """``serve`` hands a ``kind = "temporal"`` subagent's runs to the workers:
     an MCP client's call runs on a worker, and its result comes back to the client."""

@@ -31,18 +31,16 @@ from typing import Any, Final
 
 import trio
 
+from .._checks import terminal_safe
 from .._core._context import ChildContext
 from .._results import Output
 from .._server_config import ConfigError, ServerConfig, load_server_config
 from .._subagent import Subagent
 
-__all__ = ["DEFAULT_CANCEL_GRACE_SECONDS", "run_temporal_worker"]
+__all__ = ["run_temporal_worker"]
 
 EXIT_CONFIG: Final = 2
 EXIT_UNAVAILABLE: Final = 1
-#: How long a cancelled run's runner may take to clean up before the worker
-#: gives it up (``Config.cancel_grace_seconds`` when the configuration has it).
-DEFAULT_CANCEL_GRACE_SECONDS: Final = 30.0
 #: The error type of a run given up because its worker stopped: Temporal
 #: retries it on another worker.
 WORKER_STOPPED: Final = "WorkerStopped"
@@ -66,7 +64,7 @@ def run_temporal_worker(config_path: str) -> int:
     try:
         server_config = load_server_config(config_path)
     except ConfigError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     if server_config.temporal is None:
         print(
@@ -79,7 +77,7 @@ def run_temporal_worker(config_path: str) -> int:
     try:
         subagents = _served(server_config)
     except ConfigError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     try:
         import temporalio  # noqa: F401
@@ -148,14 +146,14 @@ async def _serve(server_config: ServerConfig, subagents: tuple[Subagent, ...]) -
         client = await Client.connect(settings.address, namespace=settings.namespace)
     except Exception as exc:
         print(
-            f"trio-delegate temporal-worker: cannot reach Temporal at {settings.address} "
-            f"(namespace {settings.namespace!r}): {exc}",
+            terminal_safe(
+                f"trio-delegate temporal-worker: cannot reach Temporal at {settings.address} "
+                f"(namespace {settings.namespace!r}): {exc}"
+            ),
             file=sys.stderr,
         )
         return EXIT_UNAVAILABLE
-    grace = float(
-        getattr(server_config.config, "cancel_grace_seconds", DEFAULT_CANCEL_GRACE_SECONDS)
-    )
+    grace = server_config.config.cancel_grace_seconds
     worker = Worker(
         client,
         task_queue=settings.task_queue,
