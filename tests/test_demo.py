@@ -32,6 +32,7 @@ from trio_delegate._cli._demo_view import (
 )
 from trio_delegate._cli._main import main
 from trio_delegate._self import installed_script, shell_command
+from trio_delegate._threads import run_sync
 
 
 @attrs.define
@@ -285,6 +286,40 @@ def test_paced_clock_keeps_timers_in_order_through_stalls() -> None:
     summary = trio.run(demo.play, reporter, clock=demo.PacedClock(1000.0))
     assert summary.resolved
     assert _story_shape(_story(reporter)) == _story_shape(_reference_story())
+
+
+def test_paced_clock_plays_the_mock_clock_story_with_a_real_store(tmp_path: Path) -> None:
+    # The store writes on worker threads, milliseconds of real time each:
+    # seconds of scenario at 1000x. A clock that moved while Trio waited for
+    # them let a 30 s runner finish before its cancel and a replacement then
+    # be refused ("names a completed run"); the times drifted by minutes.
+    reporter = RecordingReporter()
+    store = td.SQLiteStore(tmp_path / "runs.db")
+    summary = trio.run(demo.play, reporter, store, clock=demo.PacedClock(1000.0))
+    assert summary.resolved
+    assert _story(reporter) == _reference_story()
+
+
+def test_paced_clock_stands_still_while_a_thread_works() -> None:
+    # 0.2 s of real work on a worker thread is 200 s at 1000x: a timer one
+    # second away must not expire during it.
+    woke: list[float] = []
+
+    async def main() -> float:
+        async def sleeper() -> None:
+            await trio.sleep(1.0)
+            woke.append(trio.current_time())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sleeper)
+            await trio.lowlevel.checkpoint()  # the sleeper is asleep now
+            await run_sync(time.sleep, 0.2)
+            after_work = trio.current_time()
+            assert woke == []
+        return after_work
+
+    assert trio.run(main, clock=demo.PacedClock(1000.0)) == 0.0
+    assert woke == [1.0]
 
 
 @pytest.mark.parametrize("speed", [0.0, -1.0, math.inf, math.nan])

@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import attrs
 import trio
@@ -55,6 +55,7 @@ from .._status import RunStatus
 from .._stores._protocol import ResultStore
 from .._stores._sqlite import SQLiteStore
 from .._subagent import Runner, Subagent
+from .._threads import VirtualClock
 from ._demo_view import Event, LiveReporter, PlainReporter, Reporter, RunRow, Summary, short_id
 from ._runs import DEFAULT_DB
 
@@ -92,44 +93,58 @@ class Stopwatch:
         return trio.current_time() - self.origin
 
 
-class PacedClock(trio.abc.Clock):
-    """A Trio clock that runs *speed* times faster than real time, in order.
+class PacedClock(VirtualClock):
+    """A Trio clock that plays the scenario *speed* times faster than real time.
 
-    Its time never moves past the earliest deadline Trio was waiting for
-    until Trio has woken the tasks due at that deadline. A pause of the
-    process (a slow terminal, garbage collection) therefore cannot make two
-    timers that are seconds apart in the script expire together and run in
-    an arbitrary order: the clock falls behind real time for a moment, then
-    catches up one deadline at a time without sleeping. The scenario then
-    plays the same at any speed as it does under ``MockClock``.
+    Its time moves only while Trio waits with nothing to run, and only up to
+    the deadline Trio waits for: a wait of ``(deadline - now) / speed`` real
+    seconds that runs its course brings the clock to that deadline. Work
+    holds it still: the event loop's own steps (a slow terminal, garbage
+    collection) and, as on a ``MockClock``, the store's work on worker
+    threads. Two timers seconds apart in the script therefore never expire
+    together, and no timer meets its deadline while the runtime is still
+    busy with what came before it: the scenario plays exactly as it does
+    under ``MockClock``, at any speed and however busy the machine.
     """
+
+    __slots__ = ("_now", "_target", "_waiting_since", "speed")
 
     def __init__(self, speed: float = 1.0) -> None:
         if not (math.isfinite(speed) and speed > 0):
             raise ValueError(f"speed must be a finite number > 0, got {speed!r}")
         self.speed = speed
-        self._real_origin = time.perf_counter()
-        # The earliest deadline Trio last went idle for: time stops there.
-        self._limit = 0.0
-        # Trio's time never goes backwards, even when the limit does.
-        self._last = 0.0
+        self._now = 0.0
+        # The deadline of the wait in progress, and when (real time) it began.
+        self._target = 0.0
+        self._waiting_since: float | None = None
 
     def start_clock(self) -> None:
-        """Trio starts running: time 0 is now."""
-        self._real_origin = time.perf_counter()
-
-    def _paced(self) -> float:
-        return (time.perf_counter() - self._real_origin) * self.speed
+        """Trio starts running: time 0."""
 
     def current_time(self) -> float:
-        """Paced real time, held at the deadline Trio has not processed yet."""
-        self._last = max(self._last, min(self._paced(), self._limit))
-        return self._last
+        """The scenario's time: the deadline of the last wait that ran its course."""
+        since = self._waiting_since
+        if since is not None:
+            # The first reading after a wait, made by Trio to expire what is due.
+            # A wait cut short (something woke the loop) moves nothing: the next
+            # one starts over, so when timers expire never depends on when the
+            # machine happened to deliver an event.
+            self._waiting_since = None
+            waited = (time.perf_counter() - since) * self.speed
+            # Timeouts are rounded by the system: "ran its course" allows for it.
+            if waited >= (self._target - self._now) * _WAIT_COURSE:
+                self._now = max(self._now, self._target)
+        return self._now
 
     def deadline_to_sleep_time(self, deadline: float) -> float:
-        """Trio is idle until *deadline*: let time run up to it, at pace."""
-        self._limit = deadline
-        return (deadline - self._paced()) / self.speed
+        """Trio has nothing to run until *deadline*: wait for it, at pace."""
+        self._target = deadline
+        self._waiting_since = time.perf_counter()
+        return (deadline - self._now) / self.speed
+
+
+#: The share of a paced wait after which the wait counts as run to its course.
+_WAIT_COURSE: Final = 0.99
 
 
 # -- the script -------------------------------------------------------------------
