@@ -21,6 +21,8 @@ from .._status import RunStatus
 from ._run import CancelReason
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from ._run import Run
 
 __all__ = ["Evicted", "Ledger"]
@@ -76,8 +78,13 @@ class Ledger:
                 run.run_id, run.subagent.name, run.status, run.replaces
             )
 
-    def check(self, owner: str) -> None:
+    def check(self, owner: str, announcing: Collection[str] = ()) -> None:
         """Raise if anything is unresolved.
+
+        Args:
+            owner: the parent's owner, for the message.
+            announcing: runs whose callers do not have their ids yet (a store
+                is recording their admission): they are left out.
 
         Raises:
             UnresolvedDelegationError: listing every unresolved run, oldest first.
@@ -85,7 +92,7 @@ class Ledger:
         entries = [
             _entry(record)
             for record in self._unresolved.values()
-            if isinstance(record, Evicted) or record.announced
+            if isinstance(record, Evicted) or record.run_id not in announcing
         ]
         if not entries:
             return
