@@ -184,6 +184,86 @@ async def test_result_is_durable_before_a_waiter_gets_it(make_store: StoreFactor
         assert record.task_summary == "t"
 
 
+async def _observed_in(store: td.ResultStore, *run_ids: str) -> list[bool]:
+    """What *store* says of each run's ``observed`` flag, read by ``get`` and ``list_runs``."""
+    listed = {record.run_id: record.observed for record in await store.list_runs()}
+    got = []
+    for run_id in run_ids:
+        record = await store.get(run_id)
+        assert record is not None
+        assert listed[run_id] is record.observed
+        got.append(record.observed)
+    return got
+
+
+async def test_a_result_observed_in_its_own_runtime_is_flagged_observed_in_the_store(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    config = td.Config(fail_closed=False)
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        foreground = await p.delegate("echo", "in the foreground")
+        background = await p.start("echo", "in the background")
+        assert isinstance(await p.wait(background.run_id), td.RunResult)
+        await p.wait(background.run_id)  # a second look flags nothing new
+        async with p.settled() as settled:
+            never = await p.start("echo", "never looked at")
+            async for handle in settled:  # seen settle, never observed
+                if handle.run_id == never.run_id:
+                    break
+        failed = await p.start("broken", "fails")
+        with pytest.raises(td.RunFailedError):
+            await p.wait(failed.run_id)
+    # Once the runtime closed, its writer has set every flag it owed.
+    assert await _observed_in(
+        store, foreground.run_id, background.run_id, never.run_id, failed.run_id
+    ) == [True, True, False, False]
+    # A later runtime reads it as observed too; its own wait changes nothing.
+    async with td.open_runtime(SUBAGENTS, store=make_store()) as rt, rt.open_parent("a") as p:
+        assert await p.wait(foreground.run_id) == foreground
+    assert await _observed_in(store, foreground.run_id) == [True]
+
+
+async def test_the_observed_flag_follows_within_the_running_record_delay(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+    async with _opened(store) as parent:
+        result = await parent.delegate("echo", "look")
+        # Not a durability point: it waits for a batch to go with, and none
+        # comes, so the delay sends it.
+        await trio.sleep(RUNNING_RECORD_DELAY * 0.9)
+        assert await _observed_in(store, result.run_id) == [False]
+        await trio.sleep(RUNNING_RECORD_DELAY * 0.2)
+        assert await _observed_in(store, result.run_id) == [True]
+
+
+async def test_an_evicted_result_observed_from_the_store_is_flagged_observed(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    config = td.Config(retention_max_runs=1, fail_closed=False)
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        async with p.settled() as settled:
+            first = await p.start("echo", "evicted before anyone looked")
+            async for handle in settled:  # seen settle, never observed
+                if handle.run_id == first.run_id:
+                    break
+        await p.delegate("echo", "evicts the first")
+        assert await _observed_in(store, first.run_id) == [False]
+        # Answered from the store, in the runtime that ran it.
+        result = await p.wait(first.run_id)
+        assert isinstance(result, td.RunResult)
+        assert result.final_result == {"echo": "evicted before anyone looked"}
+    assert await _observed_in(store, first.run_id) == [True]
+
+
 async def test_continuation_across_a_restart(make_store: StoreFactory) -> None:
     seen: list[tuple[Any, ...]] = []
 

@@ -62,14 +62,23 @@ class Ledger:
     def get(self, run_id: str) -> Run | Evicted | None:
         return self._unresolved.get(run_id)
 
-    def resolve(self, run_id: str | None) -> None:
-        """A completed run was observed: it is resolved, and so is what it replaced."""
+    def resolve(self, run_id: str) -> bool:
+        """A completed run was observed: it is resolved, and so is what it replaced.
+
+        Returns:
+            whether it was unresolved until now (this is its first observation).
+        """
         unresolved = self._unresolved
-        while run_id is not None:
-            record = unresolved.pop(run_id, None)
-            if record is None:
-                return  # already resolved, and its chain with it
-            run_id = record.replaces
+        record = unresolved.pop(run_id, None)
+        if record is None:
+            return False  # already resolved, and its chain with it
+        replaced = record.replaces
+        while replaced is not None:
+            earlier = unresolved.pop(replaced, None)
+            if earlier is None:
+                break
+            replaced = earlier.replaces
+        return True
 
     def evicted(self, run: Run) -> None:
         """Retention evicted *run*: if it is unresolved, keep only a small record."""

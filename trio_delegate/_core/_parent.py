@@ -769,11 +769,11 @@ class Parent(metaclass=NoPublicConstructor):
             record = await self._load(run_id)
             self._check_usable()
             if record.status.is_terminal:
-                if (
-                    record.status is RunStatus.COMPLETED
-                    and record.runtime_id != persister.runtime_id
-                ):
-                    persister.mark_observed(run_id)  # its owner's parent counts it
+                if record.status is RunStatus.COMPLETED:
+                    if record.runtime_id != persister.runtime_id:
+                        persister.mark_observed(run_id)  # its owner's parent counts it
+                    elif not record.observed:
+                        persister.observed(run_id)  # this runtime's, evicted from memory
                 return self._answer_record(record)
             now = registry.now()
             overdue = record.deadline_at is not None and time.time() >= record.deadline_at
@@ -826,8 +826,11 @@ class Parent(metaclass=NoPublicConstructor):
             self._settlements.told(run.run_id)
         if run.state.status is _COMPLETED:
             result = run.result()
-            self._ledger.resolve(run.run_id)
-            events = self._registry.events
+            registry = self._registry
+            if self._ledger.resolve(run.run_id) and registry.persister is not None:
+                # Observed for the first time: the store says so too (§16).
+                registry.persister.observed(run.run_id)
+            events = registry.events
             if events is not None:
                 events.observed(run)
             return result
