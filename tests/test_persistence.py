@@ -20,6 +20,7 @@ import trio
 import trio.testing
 
 import trio_delegate as td
+import trio_delegate.testing as tdt
 from trio_delegate._core._persistence import RUNNING_RECORD_DELAY
 from trio_delegate._stores._protocol import (
     INTERRUPTED_ERROR_TYPE,
@@ -111,8 +112,9 @@ async def test_live_runs_of_a_dead_runtime_are_marked_interrupted(tmp_path: Path
         rt.open_parent("a") as p,
     ):
         handle = await p.start("forever", "t")
-        assert rt._registry.persister is not None
-        runtime_ids.append(rt._registry.persister.runtime_id)
+        admitted = await store.get(handle.run_id)
+        assert admitted is not None
+        runtime_ids.append(admitted.runtime_id)
         # Simulate the process dying here: the runtime never detaches.
         store.abandon(runtime_ids[0])
         snapshot = await store.attach(runtime_id())
@@ -296,11 +298,14 @@ async def test_evicted_result_is_answered_from_the_store(make_store: StoreFactor
         td.open_runtime([td.Subagent("quick", quick)], store=make_store(), config=config) as rt,
         rt.open_parent("a") as p,
     ):
-        handle = await p.start("quick", "first")
-        await rt._registry.runs[handle.run_id].done.wait()  # settled, not observed
+        async with p.settled() as settled:
+            handle = await p.start("quick", "first")
+            async for settling in settled:  # settled, not observed
+                if settling.run_id == handle.run_id:
+                    break
         await p.delegate("quick", "second")  # its settlement evicts the first
         assert p.status(handle.run_id).status is td.RunStatus.COMPLETED
-        assert handle.run_id not in rt._registry.runs
+        assert handle.run_id not in tdt.internals(rt).in_memory
         result = await p.wait(handle.run_id)
         assert isinstance(result, td.RunResult)
         assert result.final_result == "first"
@@ -359,7 +364,7 @@ async def test_failed_admission_write_leaves_no_run() -> None:
         with pytest.raises(td.StoreError, match="the disk is gone"):
             await p.start("echo", "t")
         assert rt.live_runs == 0
-        assert rt._registry.runs == {}
+        assert tdt.internals(rt).in_memory == frozenset()
         p.check_resolved()
 
 
@@ -397,7 +402,7 @@ async def test_cancelled_caller_still_gets_its_handle_once_admission_committed()
                 pytest.fail("not reached")  # pragma: no cover
         assert scope.cancelled_caught
         # Either it was never admitted, or the caller got its handle: never half.
-        assert len(handles) == len(rt._registry.runs)
+        assert len(handles) == len(tdt.internals(rt).in_memory)
         for handle in handles:
             record = await store.get(handle.run_id)
             assert record is not None
@@ -504,8 +509,8 @@ async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(200):
                 nursery.start_soon(p.delegate, "quick", "t")
-        assert rt._registry.persister is not None
-        stats = rt._registry.persister.stats
+        stats = tdt.internals(rt).write_stats
+        assert stats is not None
     # An admission, a start and an end each; a start is folded into its run's
     # end when both wait for the same commit.
     assert 400 <= stats.records <= 600
