@@ -215,6 +215,8 @@ _ADMITTING: Final = State.ADMITTING
 _PENDING: Final = State.PENDING
 _RUNNING: Final = State.RUNNING
 _WITHDRAWN: Final = State.WITHDRAWN
+_STARTED: Final = RunStatus.RUNNING
+_NOT_STARTED: Final = RunStatus.PENDING
 #: The state a live run waits for its record in once decided.
 State.ADMITTING.decided = State.PENDING.decided = State.DECIDED_PENDING
 State.RUNNING.decided = State.DECIDED_RUNNING
@@ -528,7 +530,7 @@ class Run:
             self.run_id,
             self.subagent.name,
             # A run that started has its cancel scope, kept once it ended.
-            RunStatus.RUNNING if self.scope is not None else RunStatus.PENDING,
+            _STARTED if self.scope is not None else _NOT_STARTED,
         )
 
     def summary(self) -> str:
