@@ -167,5 +167,8 @@ class WrappedStore:
     async def request_cancel(self, run_id: str) -> td.RunRecord | None:
         return await self.inner.request_cancel(run_id)
 
-    async def mark_observed(self, run_id: str) -> None:
-        await self.inner.mark_observed(run_id)
+    async def mark_observed(self, run_id: str, *, observed_by: str | None = None) -> None:
+        if observed_by is None:
+            await self.inner.mark_observed(run_id)
+        else:
+            await self.inner.mark_observed(run_id, observed_by=observed_by)

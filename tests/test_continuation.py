@@ -9,7 +9,8 @@ import trio
 import trio.testing
 
 import trio_delegate as td
-from trio_delegate._core._run import conversation
+from trio_delegate._core._run import conversation, conversation_json
+from trio_delegate._json import CanonicalJson
 
 
 async def chat(ctx: td.ChildContext) -> dict[str, Any]:
@@ -77,15 +78,28 @@ async def test_continuation_is_a_new_run_with_synthesized_history(
 async def test_a_carried_conversation_is_the_synthesized_one_sized_in_utf8(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with td.open_runtime(SUBAGENTS) as rt, rt.open_parent() as parent:
-        first = await parent.delegate("chat", 'café ☕ \\ "quoted"')
+    seen: list[tuple[Any, ...]] = []
+
+    async def chatting(ctx: td.ChildContext) -> dict[str, Any]:
+        seen.append(ctx.history)
+        return await chat(ctx)
+
+    task = 'café ☕ \\ "quoted"'
+    async with (
+        td.open_runtime([td.Subagent("chat", chatting)]) as rt,
+        rt.open_parent() as parent,
+    ):
+        first = await parent.delegate("chat", task)
         second = await parent.continue_run(first.run_id, "encore", background=True)
         assert isinstance(second, td.RunHandle)
-        history = rt._registry.runs[second.run_id].history
-        assert history is not None
-        assert history.size == len(history.text.encode("utf-8"))
-        assert history.copy() == conversation([], 'café ☕ \\ "quoted"', True, first.final_result)
         await parent.wait(second.run_id)
+    assert list(seen[1]) == conversation([], task, True, first.final_result)
+    # The conversation is spliced from canonical JSON texts: its size (what
+    # the limits count) is that of its UTF-8 text.
+    result = CanonicalJson.of(first.final_result, max_depth=64)
+    carried = conversation_json(None, ((task, result),))
+    assert carried.size == len(carried.text.encode("utf-8"))
+    assert carried.copy() == list(seen[1])
 
 
 async def test_transcript_is_the_whole_history(autojump_clock: trio.testing.MockClock) -> None:
@@ -96,15 +110,23 @@ async def test_transcript_is_the_whole_history(autojump_clock: trio.testing.Mock
     assert isinstance(third, td.RunResult)
     assert third.final_result == "answer to q3"
     # Chained continuations accumulate: q1 and q2 (three entries each) came before q3.
-    async with td.open_runtime(SUBAGENTS) as rt, rt.open_parent() as parent:
+    histories: list[tuple[Any, ...]] = []
+
+    async def scribe(ctx: td.ChildContext) -> td.Output:
+        histories.append(ctx.history)
+        return await transcribing(ctx)
+
+    async with (
+        td.open_runtime([td.Subagent("scribe", scribe)]) as rt,
+        rt.open_parent() as parent,
+    ):
         a = await parent.delegate("scribe", "q1")
         b = await parent.continue_run(a.run_id, "q2")
         assert isinstance(b, td.RunResult)
         c = await parent.continue_run(b.run_id, "q3", background=True)
         assert isinstance(c, td.RunHandle)
-        history = rt._registry.runs[c.run_id].history
-        assert history is not None
-        assert [entry["content"] for entry in history.copy()] == [
+        await parent.wait(c.run_id)
+        assert [entry["content"] for entry in histories[2]] == [
             "q1",
             "looked it up",
             "answer to q1",
@@ -112,7 +134,6 @@ async def test_transcript_is_the_whole_history(autojump_clock: trio.testing.Mock
             "looked it up",
             "answer to q2",
         ]
-        await parent.wait(c.run_id)
 
 
 async def test_chained_synthesized_history_accumulates(
@@ -173,9 +194,10 @@ async def test_failed_run_continues_with_its_task_only(
         ) as rt,
         rt.open_parent() as parent,
     ):
-        with pytest.raises(td.RunFailedError):
+        with pytest.raises(td.RunFailedError) as info:
             await parent.delegate("flaky", "try")
-        failed_id = next(iter(rt._registry.runs))
+        failed_id = info.value.run_id
+        assert failed_id is not None
         result = await parent.continue_run(failed_id, "try again")
     assert isinstance(result, td.RunResult)
     assert seen[1] == ({"role": "user", "content": "try"},)

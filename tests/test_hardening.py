@@ -973,7 +973,8 @@ async def test_unresolved_runs_are_listed_in_admission_order_with_a_store() -> N
             for index in range(6):
                 nursery.start_soon(parent.start, "idle", f"t{index}")
             await trio.testing.wait_all_tasks_blocked()
-            admitted.extend(rt._registry.runs)  # admission order
+            # The store lists them newest admission first.
+            admitted.extend(record.run_id for record in reversed(await store.list_runs()))
 
     async with td.open_runtime([sub("idle", forever)], store=store) as rt:
         with pytest.raises(td.UnresolvedDelegationError) as info:

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import trio_delegate as td
+import trio_delegate.testing as tdt
 
 from .stores import WrappedStore
 
@@ -459,7 +460,7 @@ async def test_an_mcp_tool_call_is_one_span(
 
 async def test_no_provider_means_no_observer() -> None:
     async with td.open_runtime(subagents_without_tracer()) as rt:
-        assert rt._registry.events is None
+        assert not tdt.internals(rt).observed
 
 
 def subagents_without_tracer() -> list[td.Subagent]:
@@ -481,10 +482,10 @@ async def test_opentelemetrys_switches_turn_it_off(
     value: str,
 ) -> None:
     async with td.open_runtime(subagents(otel)) as rt:
-        assert rt._registry.events is not None
+        assert tdt.internals(rt).observed
     monkeypatch.setenv(variable, value)
     async with td.open_runtime(subagents(otel)) as rt, rt.open_parent() as parent:
-        assert rt._registry.events is None
+        assert not tdt.internals(rt).observed
         await parent.delegate("worker", "quiet")
     assert otel.named("invoke_agent worker") == []
 

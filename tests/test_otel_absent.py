@@ -18,6 +18,7 @@ SCRIPT = textwrap.dedent(
     import trio
 
     import trio_delegate as td
+    import trio_delegate.testing as tdt
 
 
     async def work(ctx):
@@ -31,12 +32,12 @@ SCRIPT = textwrap.dedent(
                 await parent.delegate("worker", "foreground")
                 handle = await parent.start("worker", "background")
                 await parent.tools().call("wait_subagent", {"run_id": handle.run_id})
-            return rt._registry.events
+            return tdt.internals(rt).observed
 
 
     # Installed but never loaded: nobody can have set a provider, so the
     # runtime does not even look.
-    assert trio.run(scenario) is None
+    assert trio.run(scenario) is False
     assert not [name for name in sys.modules if name.startswith("opentelemetry")]
 
 
@@ -51,7 +52,7 @@ SCRIPT = textwrap.dedent(
     # runtime tries, and goes on without.
     sys.meta_path.insert(0, Absent())
     os.environ["OTEL_PYTHON_TRACER_PROVIDER"] = "sdk_tracer_provider"
-    assert trio.run(scenario) is None
+    assert trio.run(scenario) is False
     assert not [name for name in sys.modules if name.startswith("opentelemetry")]
     print("nothing imported")
     """

@@ -20,6 +20,7 @@ import trio
 import trio.testing
 
 import trio_delegate as td
+import trio_delegate.testing as tdt
 from trio_delegate._core._persistence import RUNNING_RECORD_DELAY
 from trio_delegate._stores._protocol import (
     INTERRUPTED_ERROR_TYPE,
@@ -111,8 +112,9 @@ async def test_live_runs_of_a_dead_runtime_are_marked_interrupted(tmp_path: Path
         rt.open_parent("a") as p,
     ):
         handle = await p.start("forever", "t")
-        assert rt._registry.persister is not None
-        runtime_ids.append(rt._registry.persister.runtime_id)
+        admitted = await store.get(handle.run_id)
+        assert admitted is not None
+        runtime_ids.append(admitted.runtime_id)
         # Simulate the process dying here: the runtime never detaches.
         store.abandon(runtime_ids[0])
         snapshot = await store.attach(runtime_id())
@@ -184,6 +186,86 @@ async def test_result_is_durable_before_a_waiter_gets_it(make_store: StoreFactor
         assert record.task_summary == "t"
 
 
+async def _observed_in(store: td.ResultStore, *run_ids: str) -> list[bool]:
+    """What *store* says of each run's ``observed`` flag, read by ``get`` and ``list_runs``."""
+    listed = {record.run_id: record.observed for record in await store.list_runs()}
+    got = []
+    for run_id in run_ids:
+        record = await store.get(run_id)
+        assert record is not None
+        assert listed[run_id] is record.observed
+        got.append(record.observed)
+    return got
+
+
+async def test_a_result_observed_in_its_own_runtime_is_flagged_observed_in_the_store(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    config = td.Config(fail_closed=False)
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        foreground = await p.delegate("echo", "in the foreground")
+        background = await p.start("echo", "in the background")
+        assert isinstance(await p.wait(background.run_id), td.RunResult)
+        await p.wait(background.run_id)  # a second look flags nothing new
+        async with p.settled() as settled:
+            never = await p.start("echo", "never looked at")
+            async for handle in settled:  # seen settle, never observed
+                if handle.run_id == never.run_id:
+                    break
+        failed = await p.start("broken", "fails")
+        with pytest.raises(td.RunFailedError):
+            await p.wait(failed.run_id)
+    # Once the runtime closed, its writer has set every flag it owed.
+    assert await _observed_in(
+        store, foreground.run_id, background.run_id, never.run_id, failed.run_id
+    ) == [True, True, False, False]
+    # A later runtime reads it as observed too; its own wait changes nothing.
+    async with td.open_runtime(SUBAGENTS, store=make_store()) as rt, rt.open_parent("a") as p:
+        assert await p.wait(foreground.run_id) == foreground
+    assert await _observed_in(store, foreground.run_id) == [True]
+
+
+async def test_the_observed_flag_follows_within_the_running_record_delay(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+    async with _opened(store) as parent:
+        result = await parent.delegate("echo", "look")
+        # Not a durability point: it waits for a batch to go with, and none
+        # comes, so the delay sends it.
+        await trio.sleep(RUNNING_RECORD_DELAY * 0.9)
+        assert await _observed_in(store, result.run_id) == [False]
+        await trio.sleep(RUNNING_RECORD_DELAY * 0.2)
+        assert await _observed_in(store, result.run_id) == [True]
+
+
+async def test_an_evicted_result_observed_from_the_store_is_flagged_observed(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    config = td.Config(retention_max_runs=1, fail_closed=False)
+    async with (
+        td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        async with p.settled() as settled:
+            first = await p.start("echo", "evicted before anyone looked")
+            async for handle in settled:  # seen settle, never observed
+                if handle.run_id == first.run_id:
+                    break
+        await p.delegate("echo", "evicts the first")
+        assert await _observed_in(store, first.run_id) == [False]
+        # Answered from the store, in the runtime that ran it.
+        result = await p.wait(first.run_id)
+        assert isinstance(result, td.RunResult)
+        assert result.final_result == {"echo": "evicted before anyone looked"}
+    assert await _observed_in(store, first.run_id) == [True]
+
+
 async def test_continuation_across_a_restart(make_store: StoreFactory) -> None:
     seen: list[tuple[Any, ...]] = []
 
@@ -216,11 +298,14 @@ async def test_evicted_result_is_answered_from_the_store(make_store: StoreFactor
         td.open_runtime([td.Subagent("quick", quick)], store=make_store(), config=config) as rt,
         rt.open_parent("a") as p,
     ):
-        handle = await p.start("quick", "first")
-        await rt._registry.runs[handle.run_id].done.wait()  # settled, not observed
+        async with p.settled() as settled:
+            handle = await p.start("quick", "first")
+            async for settling in settled:  # settled, not observed
+                if settling.run_id == handle.run_id:
+                    break
         await p.delegate("quick", "second")  # its settlement evicts the first
         assert p.status(handle.run_id).status is td.RunStatus.COMPLETED
-        assert handle.run_id not in rt._registry.runs
+        assert handle.run_id not in tdt.internals(rt).in_memory
         result = await p.wait(handle.run_id)
         assert isinstance(result, td.RunResult)
         assert result.final_result == "first"
@@ -279,7 +364,7 @@ async def test_failed_admission_write_leaves_no_run() -> None:
         with pytest.raises(td.StoreError, match="the disk is gone"):
             await p.start("echo", "t")
         assert rt.live_runs == 0
-        assert rt._registry.runs == {}
+        assert tdt.internals(rt).in_memory == frozenset()
         p.check_resolved()
 
 
@@ -317,7 +402,7 @@ async def test_cancelled_caller_still_gets_its_handle_once_admission_committed()
                 pytest.fail("not reached")  # pragma: no cover
         assert scope.cancelled_caught
         # Either it was never admitted, or the caller got its handle: never half.
-        assert len(handles) == len(rt._registry.runs)
+        assert len(handles) == len(tdt.internals(rt).in_memory)
         for handle in handles:
             record = await store.get(handle.run_id)
             assert record is not None
@@ -424,8 +509,8 @@ async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(200):
                 nursery.start_soon(p.delegate, "quick", "t")
-        assert rt._registry.persister is not None
-        stats = rt._registry.persister.stats
+        stats = tdt.internals(rt).write_stats
+        assert stats is not None
     # An admission, a start and an end each; a start is folded into its run's
     # end when both wait for the same commit.
     assert 400 <= stats.records <= 600

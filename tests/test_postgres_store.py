@@ -219,6 +219,35 @@ async def test_a_runtime_on_postgres_answers_from_the_store_after_a_restart(
             await p.wait(result.run_id)
 
 
+async def test_a_result_observed_in_its_own_runtime_is_flagged_observed(
+    pg_server: PostgresServer, pg_schema: str, stores: list[Any]
+) -> None:
+    async with (
+        td.open_runtime(
+            SUBAGENTS,
+            store=td.PostgresStore(pg_server.dsn(), schema=pg_schema),
+            config=td.Config(fail_closed=False),
+        ) as rt,
+        rt.open_parent("a") as p,
+    ):
+        foreground = await p.delegate("quick", "in the foreground")
+        handle = await p.start("quick", "in the background")
+        await p.wait(handle.run_id)
+        async with p.settled() as settled:
+            never = await p.start("quick", "never looked at")
+            async for settling in settled:  # seen settle, never observed
+                if settling.run_id == never.run_id:
+                    break
+    reader = td.PostgresStore(pg_server.dsn(), schema=pg_schema)
+    stores.append(reader)
+    listed = {record.run_id: record.observed for record in await reader.list_runs()}
+    assert listed == {foreground.run_id: True, handle.run_id: True, never.run_id: False}
+    for run_id, observed in listed.items():
+        record = await reader.get(run_id)
+        assert record is not None
+        assert record.observed is observed
+
+
 # -- liveness across hosts -------------------------------------------------------------------
 
 

@@ -49,11 +49,19 @@ SUBAGENTS = (
 async def tools_for(
     subagents: tuple[str, ...] | None = None, **config: Any
 ) -> AsyncIterator[tuple[td.Parent, td.DelegationTools]]:
+    async with tools_of_runtime(subagents, **config) as (_, parent, tools):
+        yield parent, tools
+
+
+@asynccontextmanager
+async def tools_of_runtime(
+    subagents: tuple[str, ...] | None = None, **config: Any
+) -> AsyncIterator[tuple[td.Runtime, td.Parent, td.DelegationTools]]:
     async with (
         td.open_runtime(SUBAGENTS, config=td.Config(fail_closed=False, **config)) as rt,
         rt.open_parent("root", subagents=subagents) as parent,
     ):
-        yield parent, parent.tools()
+        yield rt, parent, parent.tools()
 
 
 # -- definitions ----------------------------------------------------------------
@@ -336,13 +344,13 @@ async def test_replaces_through_the_tool_resolves_the_failed_run(
 async def test_bad_arguments_raise_invalid_arguments_naming_the_field(
     name: str, arguments: Any, fragment: str
 ) -> None:
-    async with tools_for(max_task_chars=100) as (parent, tools):
+    async with tools_of_runtime(max_task_chars=100) as (rt, _, tools):
         with pytest.raises(td.InvalidArgumentsError) as info:
             await tools.call(name, arguments)
         assert fragment in str(info.value)
         assert info.value.to_payload()["error"]["type"] == "invalid_arguments"
         # Nothing was started.
-        assert parent._registry.live_count == 0
+        assert rt.live_runs == 0
 
 
 async def test_every_problem_is_named_at_once() -> None:
@@ -355,14 +363,14 @@ async def test_every_problem_is_named_at_once() -> None:
 
 
 async def test_unknown_subagent_lists_the_allowed_names() -> None:
-    async with tools_for(subagents=("echo", "slow")) as (parent, tools):
+    async with tools_of_runtime(subagents=("echo", "slow")) as (rt, _, tools):
         with pytest.raises(td.UnknownSubagentError) as info:
             await tools.call("delegate_task", {"subagent": "broken", "task": "t"})
         assert info.value.allowed == ("echo", "slow")
         payload = info.value.to_payload()["error"]
         assert payload["type"] == "unknown_subagent"
         assert payload["allowed"] == ["echo", "slow"]
-        assert parent._registry.live_count == 0
+        assert rt.live_runs == 0
 
 
 async def test_other_schema_violations_win_over_unknown_subagent() -> None:
@@ -393,13 +401,13 @@ async def test_unknown_run_id_is_an_error_payload_not_an_empty_result() -> None:
 
 
 async def test_malformed_final_schema_is_refused_before_anything_starts() -> None:
-    async with tools_for() as (parent, tools):
+    async with tools_of_runtime() as (rt, _, tools):
         with pytest.raises(td.InvalidArgumentsError, match="not a valid JSON Schema"):
             await tools.call(
                 "delegate_task",
                 {"subagent": "echo", "task": "t", "final_schema": {"type": "nonsense"}},
             )
-        assert parent._registry.live_count == 0
+        assert rt.live_runs == 0
 
 
 async def test_tools_of_a_closed_parent_raise_runtime_closed() -> None:
@@ -471,9 +479,9 @@ async def test_every_tool_call_is_a_checkpoint(
 
 
 async def test_a_cancelled_caller_is_refused_before_the_tool_runs() -> None:
-    async with tools_for() as (parent, tools):
+    async with tools_of_runtime() as (rt, _, tools):
         with trio.CancelScope() as scope:
             scope.cancel()
             await tools.call("delegate_task", {"subagent": "echo", "task": "t"})
         assert scope.cancelled_caught
-        assert parent._registry.live_count == 0
+        assert rt.live_runs == 0

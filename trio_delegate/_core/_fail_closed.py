@@ -21,6 +21,8 @@ from .._status import RunStatus
 from ._run import CancelReason
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from ._run import Run
 
 __all__ = ["Evicted", "Ledger"]
@@ -60,14 +62,23 @@ class Ledger:
     def get(self, run_id: str) -> Run | Evicted | None:
         return self._unresolved.get(run_id)
 
-    def resolve(self, run_id: str | None) -> None:
-        """A completed run was observed: it is resolved, and so is what it replaced."""
+    def resolve(self, run_id: str) -> bool:
+        """A completed run was observed: it is resolved, and so is what it replaced.
+
+        Returns:
+            whether it was unresolved until now (this is its first observation).
+        """
         unresolved = self._unresolved
-        while run_id is not None:
-            record = unresolved.pop(run_id, None)
-            if record is None:
-                return  # already resolved, and its chain with it
-            run_id = record.replaces
+        record = unresolved.pop(run_id, None)
+        if record is None:
+            return False  # already resolved, and its chain with it
+        replaced = record.replaces
+        while replaced is not None:
+            earlier = unresolved.pop(replaced, None)
+            if earlier is None:
+                break
+            replaced = earlier.replaces
+        return True
 
     def evicted(self, run: Run) -> None:
         """Retention evicted *run*: if it is unresolved, keep only a small record."""
@@ -76,8 +87,13 @@ class Ledger:
                 run.run_id, run.subagent.name, run.status, run.replaces
             )
 
-    def check(self, owner: str) -> None:
+    def check(self, owner: str, announcing: Collection[str] = ()) -> None:
         """Raise if anything is unresolved.
+
+        Args:
+            owner: the parent's owner, for the message.
+            announcing: runs whose callers do not have their ids yet (a store
+                is recording their admission): they are left out.
 
         Raises:
             UnresolvedDelegationError: listing every unresolved run, oldest first.
@@ -85,7 +101,7 @@ class Ledger:
         entries = [
             _entry(record)
             for record in self._unresolved.values()
-            if isinstance(record, Evicted) or record.announced
+            if isinstance(record, Evicted) or record.run_id not in announcing
         ]
         if not entries:
             return

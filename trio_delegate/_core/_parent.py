@@ -37,7 +37,7 @@ from .._stores._protocol import RunRecord, StoredRun, is_run_id
 from ._adoption import failure_type_of
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
-from ._run import CancelReason, Outcome, Run, terminal_error
+from ._run import CancelReason, Outcome, Run, State, terminal_error
 from ._scheduler import Scheduler
 from ._settlements import SettledRuns, Settlements
 
@@ -108,6 +108,8 @@ def surroundings(parent: Parent) -> tuple[Config, RunEvents | None]:
 # Read on every answer: an enum member read through its class costs about 50 ns
 # on CPython 3.11, a module global about 10 ns.
 _COMPLETED: Final = RunStatus.COMPLETED
+_ADMITTING: Final = State.ADMITTING
+_RUNNING: Final = State.RUNNING
 
 
 @final
@@ -125,6 +127,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     __slots__ = (
         "__weakref__",
+        "_announcing",
         "_children",
         "_closed",
         "_closed_at",
@@ -158,6 +161,10 @@ class Parent(metaclass=NoPublicConstructor):
         self._live: dict[str, Run] = {}
         self._scheduler = Scheduler(registry.config.max_concurrent_runs, self._launch)
         self._ledger = Ledger()
+        # Runs whose admission a store is recording: their callers do not have
+        # their ids yet, so no check lists them and no stream tells of them.
+        # The parent's to know, not the run's: it is about the parent's caller.
+        self._announcing: set[str] = set()
         self._settlements = Settlements(owner)
         # What this parent's runs see of it: kept off the public object.
         self._host = ParentHost(self)
@@ -206,7 +213,7 @@ class Parent(metaclass=NoPublicConstructor):
             self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
         run.foreground = True
-        if not run.durable:
+        if run.state is _ADMITTING:
             await self._record_admission(run)
         return await self._foreground(run)
 
@@ -233,7 +240,7 @@ class Parent(metaclass=NoPublicConstructor):
         if self._closed or self._registry.closed:
             self._check_usable()
         run = self._admit(name, task, final_schema, replaces)
-        if not run.durable:
+        if run.state is _ADMITTING:
             await self._record_admission(run)
         return run.admission_ack()
 
@@ -307,7 +314,7 @@ class Parent(metaclass=NoPublicConstructor):
         run = self._admit(name, message, final_schema, None, carried, "message")
         run.continues = run_id
         run.foreground = not background
-        if not run.durable:
+        if run.state is _ADMITTING:
             await self._record_admission(run)
         if background:
             handle = run.admission_ack()  # as start gives it
@@ -533,8 +540,6 @@ class Parent(metaclass=NoPublicConstructor):
         # In admission order ("oldest first"); a run whose admission is still
         # being recorded is left out of the checks until its caller has its id.
         self._ledger.add(run)
-        if registry.persister is None:
-            run.durable = True
         self._scheduler.admit(run)
         return run
 
@@ -550,28 +555,31 @@ class Parent(metaclass=NoPublicConstructor):
         assert persister is not None
 
         def durable() -> None:
-            run.durable = True
+            run.admitted()
             self._scheduler.ready()
 
-        run.announced = False
+        announcing = self._announcing
+        announcing.add(run.run_id)
         try:
             await persister.admit(run, durable)
         except StoreError:
+            announcing.discard(run.run_id)
             self._withdraw(run)
             raise
         if self._closed or self._registry.closed:
             # The close cancelled it (a pending run at once); nobody was told
             # its id, so it is no unresolved work of this parent.
+            announcing.discard(run.run_id)
             self._withdraw(run)
             self._check_usable()
-        run.announced = True
-        if run.is_terminal:  # it ended before its caller had its id
+        announcing.discard(run.run_id)
+        if run.state.terminal:  # it ended before its caller had its id
             self._settlements.settled(run)
 
     def _withdraw(self, run: Run) -> None:
         """Undo *run*'s admission (its caller gets an error and no run id)."""
         self._ledger.withdraw(run.run_id)
-        if not run.is_live:
+        if not run.state.live:
             return  # it already ended (the close cancelled it): it stays a record
         run.withdraw()
         del self._live[run.run_id]
@@ -761,11 +769,11 @@ class Parent(metaclass=NoPublicConstructor):
             record = await self._load(run_id)
             self._check_usable()
             if record.status.is_terminal:
-                if (
-                    record.status is RunStatus.COMPLETED
-                    and record.runtime_id != persister.runtime_id
-                ):
-                    persister.mark_observed(run_id)  # its owner's parent counts it
+                if record.status is RunStatus.COMPLETED:
+                    if record.runtime_id != persister.runtime_id:
+                        persister.mark_observed(run_id)  # its owner's parent counts it
+                    elif not record.observed:
+                        persister.observed(run_id)  # this runtime's, evicted from memory
                 return self._answer_record(record)
             now = registry.now()
             overdue = record.deadline_at is not None and time.time() >= record.deadline_at
@@ -816,10 +824,13 @@ class Parent(metaclass=NoPublicConstructor):
         """The result of a terminal run (observing it), or its error."""
         if not run.foreground:  # a foreground run is never kept as unobserved
             self._settlements.told(run.run_id)
-        if run.status is _COMPLETED:
+        if run.state.status is _COMPLETED:
             result = run.result()
-            self._ledger.resolve(run.run_id)
-            events = self._registry.events
+            registry = self._registry
+            if self._ledger.resolve(run.run_id) and registry.persister is not None:
+                # Observed for the first time: the store says so too (§16).
+                registry.persister.observed(run.run_id)
+            events = registry.events
             if events is not None:
                 events.observed(run)
             return result
@@ -827,7 +838,7 @@ class Parent(metaclass=NoPublicConstructor):
 
     def _raise_if_unresolved(self) -> None:
         if self._registry.config.fail_closed:
-            self._ledger.check(self._owner)
+            self._ledger.check(self._owner, self._announcing)
 
     # -- nesting and closing ----------------------------------------------------
 
@@ -924,6 +935,7 @@ class ParentHost:
     """
 
     __slots__ = (
+        "_announcing",
         "_live",
         "_parent",
         "_registry",
@@ -945,6 +957,7 @@ class ParentHost:
         registry = self._registry = parent._registry
         # The parent's own collections, read directly on every run's end.
         self._live = parent._live
+        self._announcing = parent._announcing
         self._settlements = parent._settlements
         self._scheduler = parent._scheduler
         self.config = registry.config
@@ -981,7 +994,8 @@ class ParentHost:
 
     def run_committed(self, run: Run, was_running: bool) -> None:
         del self._live[run.run_id]
-        if run.announced:
+        announcing = self._announcing
+        if not announcing or run.run_id not in announcing:
             self._settlements.settled(run)
         # Out of the runtime's live runs, into retention.
         registry = self._registry
@@ -994,7 +1008,7 @@ class ParentHost:
             self._scheduler.released()
 
     def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
-        if run.status is RunStatus.RUNNING and run.is_live:
+        if run.state is _RUNNING:  # live and running
             # Its runner has a grace to stop in (contract §18).
             self.grace.delivered(run, self.now())
         events = self.events

@@ -224,6 +224,7 @@ class Persister:
         "_in_process",
         "_index",
         "_lapsed",
+        "_observed",
         "_receive",
         "_renewal",
         "_renewed_at",
@@ -265,6 +266,9 @@ class Persister:
         self._held: dict[str, Run] = {}
         self._flush_at = math.inf
         self._idle: trio.CancelScope | None = None
+        # This runtime's runs whose results it handed out, to be flagged
+        # observed in the store after the next batch (see observed).
+        self._observed: list[str] = []
         # Set once the writer can write no more: every later write is
         # answered with it at once.
         self._dead: StoreError | None = None
@@ -345,8 +349,11 @@ class Persister:
                     # Held running records go with this batch (before it: a
                     # run's later record, queued since, wins).
                     batch[:0] = self._take_held()
+                    observed, self._observed = self._observed, []
                     if not batch:
-                        continue  # the held runs had all ended
+                        # The held runs had all ended; flags may be due.
+                        await self._flag_observed(observed)
+                        continue
                     # One row per run, as the protocol folds them: a run's
                     # records queue in lifecycle order, so its latest one holds
                     # everything the earlier ones said (a run that started and
@@ -363,6 +370,10 @@ class Persister:
                     else:
                         for _, done in batch:
                             done(None)
+                    await self._flag_observed(observed)
+                # Closed: what was observed since the last batch.
+                observed, self._observed = self._observed, []
+                await self._flag_observed(observed)
         except BaseException as exc:
             self._stop(exc)
             raise
@@ -405,6 +416,26 @@ class Persister:
         failures = await self._write(batch[:middle])
         failures.update(await self._write(batch[middle:]))
         return failures
+
+    async def _flag_observed(self, run_ids: list[str]) -> None:
+        """Flag *run_ids* observed in the store, one call each (the protocol has no
+        batch of flags), in the writer: nobody waits for them.
+
+        A flag that fails is kept, with those after it, for the next batch:
+        an unreachable store's timeouts hold the writer up once per batch,
+        not once per flag.
+        """
+        store = self.store
+        for index, run_id in enumerate(run_ids):
+            try:
+                if self._ignores_writes:
+                    # Its own flag is no news to this runtime's watcher.
+                    await store.mark_observed(run_id, observed_by=self.runtime_id)
+                else:
+                    await store.mark_observed(run_id)
+            except Exception:
+                self._observed[:0] = run_ids[index:]
+                return
 
     def _note_gap(self, now: float) -> None:
         """A sweep renewed the lease at *now*: note if it had gone without for long."""
@@ -517,7 +548,7 @@ class Persister:
             return
         run.history_record = None  # the terminal record has taken it
         held = self._held
-        if held and held.pop(run.run_id, None) is not None and not held:
+        if held and held.pop(run.run_id, None) is not None and not held and not self._observed:
             # The end record says when it started; nothing is held any more.
             self._flush_at = math.inf
             if self._idle is not None:
@@ -540,11 +571,33 @@ class Persister:
             return  # nothing more is written
         held = self._held
         if not held:
-            self._flush_at = now + RUNNING_RECORD_DELAY
+            self._hold_until(now + RUNNING_RECORD_DELAY)
+        held[run.run_id] = run
+
+    def observed(self, run_id: str) -> None:
+        """This runtime handed *run_id*'s result to its owner: flag it ``observed``
+        in the store (contract §16: "a completed result returned by ``wait`` in
+        any runtime marks the run observed in the store").
+
+        Not a durability point: nobody waits for the flag. The writer sets it
+        after its next batch, within ``RUNNING_RECORD_DELAY`` seconds at most
+        (as it writes a held running record); the run's result record is
+        committed already, as a result is handed out only once it is.
+        """
+        if self._dead is not None:
+            return  # nothing more is written
+        observed = self._observed
+        if not observed:
+            self._hold_until(trio.current_time() + RUNNING_RECORD_DELAY)
+        observed.append(run_id)
+
+    def _hold_until(self, at: float) -> None:
+        """Have the writer write what it holds by *at* (Trio clock) at the latest."""
+        if at < self._flush_at:
+            self._flush_at = at
             idle = self._idle
             if idle is not None:
-                idle.deadline = self._flush_at
-        held[run.run_id] = run
+                idle.deadline = at
 
     def _take_held(self) -> list[_Pending]:
         """The running records of the held runs that are still running."""

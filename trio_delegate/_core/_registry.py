@@ -60,6 +60,7 @@ class Registry:
     """
 
     __slots__ = (
+        "_expire",
         "closed",
         "closed_at",
         "config",
@@ -106,6 +107,8 @@ class Registry:
         self.retention = Retention(
             config.retention_seconds, config.retention_max_runs, self._evicted
         )
+        # Retention's own expiry, bound once: every lookup calls it.
+        self._expire = self.retention.expire
         # Decides runs whose runners do not stop (contract §18).
         self.grace = Grace(config.cancel_grace_seconds, self.now, self._live_runs)
         # Checked schemas of host types passed per call (types are few and
@@ -132,10 +135,7 @@ class Registry:
         Retention expires what it must first: whether a run is visible depends
         only on its owner and on retention (contract §8).
         """
-        retention = self.retention
-        now = self.now()
-        if now - retention.oldest_end > retention.seconds:  # expire()'s own test
-            retention.expire(now)
+        self._expire(self.now())
         run = self.runs.get(run_id)
         if run is not None and run.owner == owner:
             return run

@@ -30,24 +30,23 @@ class Retention:
         "_evicted",
         "_kept",
         "_max_runs",
+        "_oldest_end",
+        "_seconds",
         "_tombstone_limit",
         "_tombstones",
-        "oldest_end",
-        "seconds",
     )
 
     def __init__(self, seconds: float, max_runs: int, evicted: Callable[[Run], None]) -> None:
         self._evicted = evicted
-        #: ``retention_seconds``.
-        self.seconds = seconds
+        # ``retention_seconds``.
+        self._seconds = seconds
         self._max_runs = max_runs
         self._tombstone_limit = TOMBSTONES_PER_RETAINED_RUN * max_runs
         # Terminal runs, oldest ended first (runs end in clock order).
         self._kept: deque[Run] = deque()
-        #: ended_at of the first kept run (inf when none). Lookups test
-        #: ``now - oldest_end > seconds`` (expire()'s own test) before calling
-        #: expire(), which runs on every lookup and usually has nothing to do.
-        self.oldest_end = math.inf
+        # ended_at of the first kept run (inf when none): what expire() tests,
+        # on every lookup and every settlement, usually to find nothing due.
+        self._oldest_end = math.inf
         # run id -> the owner it belonged to
         self._tombstones: OrderedDict[str, str] = OrderedDict()
 
@@ -61,17 +60,20 @@ class Retention:
         assert ended_at is not None
         kept = self._kept
         if not kept:
-            self.oldest_end = ended_at
+            self._oldest_end = ended_at
         kept.append(run)
         if len(kept) > self._max_runs:
             self._evict_oldest()
-        if ended_at - self.oldest_end > self.seconds:
-            self.expire(ended_at)
+        self.expire(ended_at)
 
     def expire(self, now: float) -> None:
-        """Evict every run that ended more than ``retention_seconds`` before *now*."""
-        seconds = self.seconds
-        while now - self.oldest_end > seconds:
+        """Evict every run that ended more than ``retention_seconds`` before *now*.
+
+        The one place that decides whether a run has expired; it returns at
+        once when none has (the usual case: it runs on every lookup).
+        """
+        seconds = self._seconds
+        while now - self._oldest_end > seconds:
             self._evict_oldest()
 
     def evicted_owner(self, run_id: str) -> str | None:
@@ -85,9 +87,9 @@ class Retention:
         if kept:
             ended_at = kept[0].ended_at
             assert ended_at is not None
-            self.oldest_end = ended_at
+            self._oldest_end = ended_at
         else:
-            self.oldest_end = math.inf
+            self._oldest_end = math.inf
         self._tombstones[run_id] = run.owner
         if len(self._tombstones) > self._tombstone_limit:
             self._tombstones.popitem(last=False)

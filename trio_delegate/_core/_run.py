@@ -1,8 +1,8 @@
 """One run and every decision about its status (contract §3): the run state machine.
 
-A run is *live* (``pending`` or ``running``), then *decided* (its outcome is
-chosen, once: the first decision wins), then *committed* (terminal: its status
-changes, its waiters wake, and it never changes again). Between deciding and
+A run is *live* (``admitting``, ``pending`` or ``running``), then *decided*
+(its outcome is chosen, once: the first decision wins), then *committed*
+(terminal: its status changes, its waiters wake, and it never changes again). Between deciding and
 committing, a runtime with a store makes the outcome durable; a result that
 could not be recorded is never handed out — the run commits ``failed`` with
 the ``StoreError`` instead (:meth:`Outcome.unrecorded`).
@@ -11,6 +11,12 @@ Everything that maps an ending to a status lives here: a return
 (:func:`completed`), an error (:func:`failed`), a cancellation or deadline
 (:meth:`Run.interrupted`). A run tells its parent what happened through the
 small :class:`RunHost` interface, never through the parent's fields.
+
+A run's state is one value, :attr:`Run.state` (a :class:`State`), moved only
+by :meth:`Run._move` as :data:`MOVES` allows; ``docs/contract.md`` (its
+appendix, "A run's state" and "Where a run lives") holds the same table and
+says which other forms of a run (``RunRecord``, ``StoredRun``, ``Evicted``,
+the encoded row) live where, and why.
 """
 
 from __future__ import annotations
@@ -45,10 +51,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CancelReason",
+    "MOVES",
+    "IllegalMove",
     "Outcome",
-    "Phase",
     "Run",
     "RunHost",
+    "State",
     "StoredEnding",
     "completed",
     "conversation",
@@ -78,24 +86,147 @@ class CancelReason(enum.Enum):
     )
 
 
-class Phase(enum.Enum):
-    """Where a run is in the state machine."""
+class IllegalMove(AssertionError):
+    """A run was asked to make a transition its state table does not allow.
 
-    LIVE = "live"  # pending or running: nothing is decided
-    DECIDED = "decided"  # the outcome is chosen and being recorded
-    COMMITTED = "committed"  # terminal: visible, waiters woken
-    WITHDRAWN = "withdrawn"  # its admission failed: it never existed
+    Internal: it means a bug in the runtime, never bad input, so it is an
+    ``AssertionError`` and no ``DelegationError``.
+    """
 
+
+class State(enum.Enum):
+    """Where a run is in its lifecycle: the one value that says so.
+
+    Each state knows the status callers read for it (``status``), whether the
+    run is *live* (nothing decided: it may still start, be cancelled, end),
+    whether it is *terminal* (committed: it never changes again) and whether
+    it holds one of its parent's slots. The moves allowed between them are
+    :data:`MOVES`, checked in :meth:`Run._move`.
+    """
+
+    # pending; its admission record is being written (with a store only):
+    # it may not start until that record is durable
+    ADMITTING = "admitting"
+    PENDING = "pending"  # waiting for a slot
+    RUNNING = "running"  # its runner has a slot
+    # decided, its outcome being recorded before it commits (with a store)
+    DECIDED_PENDING = "decided_pending"  # decided before it started
+    DECIDED_RUNNING = "decided_running"
+    # committed: terminal, one state per final status
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    # its admission could not be recorded: it never existed
+    WITHDRAWN = "withdrawn"
+
+    # Identity hashing: Enum's own __hash__ is Python code, and a move is
+    # checked (a set lookup) on every transition of every run.
+    __hash__ = object.__hash__
+
+    # Set on each member below (plain instance attributes: read in one step).
+    status: RunStatus
+    live: bool
+    holds_slot: bool
+    terminal: bool
+    moves: frozenset[State]
+    #: (live states only) the state it waits for its record in once decided
+    decided: State
+
+
+# Each state's status, whether it is live, and whether it holds a slot.
+for _state, _status, _live, _slot in (
+    (State.ADMITTING, RunStatus.PENDING, True, False),
+    (State.PENDING, RunStatus.PENDING, True, False),
+    (State.RUNNING, RunStatus.RUNNING, True, True),
+    (State.DECIDED_PENDING, RunStatus.PENDING, False, False),
+    (State.DECIDED_RUNNING, RunStatus.RUNNING, False, True),
+    (State.COMPLETED, RunStatus.COMPLETED, False, False),
+    (State.FAILED, RunStatus.FAILED, False, False),
+    (State.CANCELLED, RunStatus.CANCELLED, False, False),
+    (State.TIMED_OUT, RunStatus.TIMED_OUT, False, False),
+    (State.WITHDRAWN, RunStatus.PENDING, False, False),
+):
+    _state.status = _status
+    _state.live = _live
+    _state.holds_slot = _slot
+    _state.terminal = _status.is_terminal
+del _state, _status, _live, _slot
+
+
+#: The run state machine (docs/contract.md, "A run's state", is this table):
+#: each state and the states a run in it may move to. A live run's decision
+#: commits at once when nothing waits for its record (no store, or an ending
+#: other than a result), so it moves straight to a terminal state; a result
+#: recorded by a store passes through a decided state first.
+MOVES: Final[dict[State, frozenset[State]]] = {
+    State.ADMITTING: frozenset(
+        {
+            State.PENDING,  # its admission record is durable
+            State.WITHDRAWN,  # that record could not be written
+            State.DECIDED_PENDING,  # its lease ran out (an ending that waits for its record)
+            State.COMPLETED,  # as another runtime recorded it (adopted)
+            State.FAILED,
+            State.CANCELLED,  # a cancel request: a pending run ends at once
+            State.TIMED_OUT,
+        }
+    ),
+    State.PENDING: frozenset(
+        {
+            State.RUNNING,  # the scheduler gave it a slot
+            State.WITHDRAWN,  # its parent or runtime closed before its caller had its id
+            State.DECIDED_PENDING,
+            State.COMPLETED,
+            State.FAILED,
+            State.CANCELLED,
+            State.TIMED_OUT,
+        }
+    ),
+    State.RUNNING: frozenset(
+        {
+            State.DECIDED_RUNNING,  # a result, being recorded
+            State.COMPLETED,  # no store, or an ending recorded after it commits
+            State.FAILED,
+            State.CANCELLED,
+            State.TIMED_OUT,
+        }
+    ),
+    # The record's answer decides what it commits with (see _adoption).
+    State.DECIDED_PENDING: frozenset(
+        {State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMED_OUT}
+    ),
+    State.DECIDED_RUNNING: frozenset(
+        {State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMED_OUT}
+    ),
+    State.COMPLETED: frozenset(),
+    State.FAILED: frozenset(),
+    State.CANCELLED: frozenset(),
+    State.TIMED_OUT: frozenset(),
+    State.WITHDRAWN: frozenset(),
+}
+for _state, _moves in MOVES.items():
+    _state.moves = _moves
+del _state, _moves
 
 # The members read on every run, as module globals: on CPython 3.11 reading an
-# enum member through its class (``Phase.LIVE``) costs about 50 ns, a global
-# about 10 ns, and a run reads a dozen of them between admission and answer.
-_LIVE: Final = Phase.LIVE
-_DECIDED: Final = Phase.DECIDED
-_COMMITTED: Final = Phase.COMMITTED
-_WITHDRAWN: Final = Phase.WITHDRAWN
-_PENDING: Final = RunStatus.PENDING
-_RUNNING: Final = RunStatus.RUNNING
+# enum member through its class (``State.RUNNING``) costs about 50 ns, a global
+# about 10 ns, and a run reads several of them between admission and answer.
+_ADMITTING: Final = State.ADMITTING
+_PENDING: Final = State.PENDING
+_RUNNING: Final = State.RUNNING
+_WITHDRAWN: Final = State.WITHDRAWN
+_STARTED: Final = RunStatus.RUNNING
+_NOT_STARTED: Final = RunStatus.PENDING
+#: The state a live run waits for its record in once decided.
+State.ADMITTING.decided = State.PENDING.decided = State.DECIDED_PENDING
+State.RUNNING.decided = State.DECIDED_RUNNING
+#: The terminal state of each final status (a StrEnum: it hashes in C).
+_COMMITTED: Final = {
+    RunStatus.COMPLETED: State.COMPLETED,
+    RunStatus.FAILED: State.FAILED,
+    RunStatus.CANCELLED: State.CANCELLED,
+    RunStatus.TIMED_OUT: State.TIMED_OUT,
+}
 
 
 def safe_message(error: BaseException) -> str:
@@ -276,29 +407,25 @@ class Run:
     __slots__ = (
         "_done",
         "admitted_at",
-        "announced",
         "cancel_reason",
         "cancel_requested_at",
         "continues",
         "deadline",
         "deadline_at",
         "depth",
-        "durable",
         "ended_at",
         "foreground",
         "history",
         "history_record",
         "host",
-        "launched",
         "outcome",
         "owner",
-        "phase",
         "replaces",
         "run_id",
         "schema",
         "scope",
         "started_at",
-        "status",
+        "state",
         "subagent",
         "task",
         "telemetry",
@@ -332,26 +459,27 @@ class Run:
         self.depth = depth
         self.timeout = timeout
         self.foreground = False
-        self.status = _PENDING
-        self.launched = False
-        self.phase = _LIVE
+        # The run's state, its one value (see State and MOVES). With a store,
+        # a run may start only once its admission record is durable.
+        self.state = _ADMITTING if host.records else _PENDING
         self.outcome: Outcome | None = None
         self.deadline = math.inf
+        # Set when it starts, and kept once it ended: whether a run has one
+        # is whether it ever started (its admission acknowledgment says so).
         self.scope: trio.CancelScope | None = None
         # Made on first use (see `done`): a run nobody waits for while it is
         # live, such as one read once it ended, needs none.
         self._done: trio.Event | None = None
+        # Data, not state: when and why it was first asked to stop (the
+        # request may come in any live or decided state, and the time decides
+        # cancelled against timed_out, contract §3), and when it committed
+        # (retention's clock). Neither decides a move: the state does.
         self.cancel_requested_at: float | None = None
         self.cancel_reason: CancelReason | None = None
         self.ended_at: float | None = None
         # Wall clock, for stores shared with other runtimes (contract §16).
         self.started_at: str | None = None
         self.deadline_at: float | None = None
-        # Whether its admission record is committed (always, without a store).
-        self.durable = False
-        # Whether the caller that admitted it has its id (False only while a
-        # store records its admission): until then no check lists it.
-        self.announced = True
         self.admitted_at = ""
         # A continuation's history as its admission record holds it (decoded
         # once), until its terminal record has taken it too; with a store only.
@@ -360,7 +488,7 @@ class Run:
         self.telemetry: Any = None
 
     def __repr__(self) -> str:
-        return f"<Run {self.run_id} {self.subagent.name} {self.status.value} {self.phase.value}>"
+        return f"<Run {self.run_id} {self.subagent.name} {self.state.value}>"
 
     # -- reading ---------------------------------------------------------
 
@@ -375,16 +503,21 @@ class Run:
         return done
 
     @property
+    def status(self) -> RunStatus:
+        """The status callers read (``run.state.status`` on the hot paths)."""
+        return self.state.status
+
+    @property
     def is_terminal(self) -> bool:
-        return self.ended_at is not None
+        return self.state.terminal
 
     @property
     def is_live(self) -> bool:
         """Pending or running with nothing decided: it may still start, be cancelled, end."""
-        return self.phase is _LIVE
+        return self.state.live
 
     def handle(self) -> RunHandle:
-        return RunHandle(self.run_id, self.subagent.name, self.status)
+        return RunHandle(self.run_id, self.subagent.name, self.state.status)
 
     def admission_ack(self) -> RunHandle:
         """The admission acknowledgment: ``running`` once it has started, else ``pending``.
@@ -396,7 +529,8 @@ class Run:
         return RunHandle(
             self.run_id,
             self.subagent.name,
-            RunStatus.RUNNING if self.launched else RunStatus.PENDING,
+            # A run that started has its cancel scope, kept once it ended.
+            _STARTED if self.scope is not None else _NOT_STARTED,
         )
 
     def summary(self) -> str:
@@ -447,12 +581,25 @@ class Run:
 
     # -- transitions ---------------------------------------------------------
 
+    def _move(self, to: State) -> None:
+        """Make *to* the run's state: the one place a state changes.
+
+        Raises:
+            IllegalMove: :data:`MOVES` allows no move from the run's state to
+                *to* (a bug in the runtime).
+        """
+        if to not in self.state.moves:
+            raise IllegalMove(f"{self!r} cannot move to {to.value}")
+        self.state = to
+
+    def admitted(self) -> None:
+        """``admitting → pending``: its admission record is durable; it may start."""
+        if self.state is _ADMITTING:  # else it ended (cancelled) meanwhile
+            self._move(_PENDING)
+
     def start(self, now: float) -> trio.CancelScope:
         """``pending → running``: the child deadline starts now."""
-        assert self.status is _PENDING, self
-        assert self.phase is _LIVE, self
-        self.status = _RUNNING
-        self.launched = True
+        self._move(_RUNNING)
         if self.timeout is not None:
             self.deadline = now + self.timeout
         self.scope = trio.CancelScope(deadline=self.deadline)
@@ -466,15 +613,17 @@ class Run:
         ends. The first request's time and reason are kept (repeats are
         idempotent). A run whose outcome is decided is not changed.
         """
-        if self.is_terminal:
+        state = self.state
+        if state.terminal:
             return False
         if self.cancel_requested_at is None:
             self.cancel_requested_at = now
             self.cancel_reason = reason
             self.host.run_cancel_requested(self, reason)
-        if self.phase is not _LIVE:
+            state = self.state
+        if not state.live:
             return True
-        if self.status is _PENDING:
+        if state is not _RUNNING:  # pending (or admitting): it ends now
             self.decide(Outcome(RunStatus.CANCELLED, reason=reason))
         else:
             assert self.scope is not None
@@ -513,10 +662,9 @@ class Run:
         Returns:
             whether this decision was the first.
         """
-        if self.phase is not _LIVE:
+        state = self.state
+        if not state.live:
             return False
-        self.phase = _DECIDED
-        self.outcome = outcome
         host = self.host
         if not host.records:
             self.commit(outcome)
@@ -525,6 +673,8 @@ class Run:
             self.commit(outcome)
             host.record(self, outcome, _ignore)
         else:
+            self.outcome = outcome
+            self._move(state.decided)
             # A result is handed out only once it is durable (contract §12).
             # A store error (or, once this runtime's lease may have lapsed,
             # another runtime's ending that the store kept) decides what it
@@ -542,20 +692,18 @@ class Run:
 
     def withdraw(self) -> None:
         """Undo an admission that could not be recorded: the run never existed."""
-        assert self.phase is _LIVE, self
-        assert self.status is _PENDING, self
-        self.phase = _WITHDRAWN
+        self._move(_WITHDRAWN)
 
     def commit(self, outcome: Outcome) -> None:
-        """Make *outcome* the run's terminal state and wake its waiters (once)."""
-        if self.phase is _COMMITTED or self.phase is _WITHDRAWN:
-            return
-        was_running = self.status is _RUNNING
-        self.phase = _COMMITTED
+        """Make *outcome* the run's terminal state and wake its waiters (once).
+
+        Raises:
+            IllegalMove: the run is terminal already, or was withdrawn.
+        """
+        was_running = self.state.holds_slot
+        self._move(_COMMITTED[outcome.status])
         self.outcome = outcome
-        self.status = outcome.status
         self.ended_at = self.host.now()
-        self.scope = None
         if self._done is not None:
             self._done.set()
         self.host.run_committed(self, was_running)

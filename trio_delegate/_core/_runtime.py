@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, final
 
+import attrs
 import trio
 
 from .._checks import builtin, describe
@@ -25,7 +26,7 @@ from ._adoption import adopted
 from ._groups import open_transparent_nursery
 from ._ids import new_runtime_id
 from ._parent import Parent, open_parent_host
-from ._persistence import Persister
+from ._persistence import Persister, WriteStats
 from ._registry import Registry
 from ._run import CancelReason
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
     from ._run import Run
 
-__all__ = ["Runtime", "open_runtime", "unstopped_runs"]
+__all__ = ["Internals", "Runtime", "internals", "open_runtime", "unstopped_runs"]
 
 _MAX_OWNER_CHARS = 256
 
@@ -248,6 +249,36 @@ class _StoreWatch:
         reason = CancelReason.LEASE_EXPIRED if expired else CancelReason.LEASE_LOST
         for run in [run for run in registry.runs.values() if run.is_live]:
             run.request_cancel(now, reason)
+
+
+@final
+@attrs.frozen
+class Internals:
+    """What a test may check of a runtime beyond the contract: a snapshot.
+
+    Attributes:
+        observed: whether an observer (OpenTelemetry) follows the runtime's
+            runs; without one a run pays nothing for observation.
+        in_memory: the ids of the runs the runtime holds in memory: live
+            ones, and ended ones that retention keeps.
+        write_stats: how its store's writer has batched its commits so far
+            (a copy; ``None`` without a store).
+    """
+
+    observed: bool
+    in_memory: frozenset[str]
+    write_stats: WriteStats | None
+
+
+def internals(runtime: Runtime) -> Internals:
+    """A snapshot of *runtime*'s :class:`Internals` (``trio_delegate.testing.internals``)."""
+    registry = runtime._registry
+    persister = registry.persister
+    return Internals(
+        observed=registry.events is not None,
+        in_memory=frozenset(registry.runs),
+        write_stats=attrs.evolve(persister.stats) if persister is not None else None,
+    )
 
 
 def unstopped_runs(

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Final, final
+
+from ._run import State
 
 if TYPE_CHECKING:
     from ._run import Run
+
+# A module global: read on every admission (see _run's own).
+_PENDING: Final = State.PENDING
 
 __all__ = ["Scheduler"]
 
@@ -39,7 +44,7 @@ class Scheduler:
     def admit(self, run: Run) -> None:
         """Fix *run*'s place; it starts as soon as it may (at once, if it may now)."""
         queue = self._queue
-        if not queue and run.durable and self.running < self._limit and not self._stopped:
+        if not queue and run.state is _PENDING and self.running < self._limit and not self._stopped:
             # The common case: a free slot and nobody ahead.
             self.running += 1
             self._launch(run)
@@ -62,15 +67,16 @@ class Scheduler:
 
     def queued(self) -> list[Run]:
         """Runs still waiting for a slot, in admission order."""
-        return [run for run in self._queue if run.is_live]
+        return [run for run in self._queue if run.state.live]
 
     def _pump(self) -> None:
         queue = self._queue
         while queue and not self._stopped:
             head = queue[0]
-            if not head.is_live:
+            state = head.state
+            if not state.live:
                 queue.popleft()  # ended while it waited
-            elif not head.durable or self.running >= self._limit:
+            elif state is not _PENDING or self.running >= self._limit:  # still admitting
                 return
             else:
                 queue.popleft()

@@ -105,7 +105,7 @@ class Settlements:
         """*run* settled and its caller has its id: tell every stream."""
         streams = self._streams
         if not run.foreground:
-            self._unobserved[run.run_id] = (run.run_id, run.subagent.name, run.status)
+            self._unobserved[run.run_id] = (run.run_id, run.subagent.name, run.state.status)
         if streams:
             handle = run.handle()
             for stream, send in list(streams.items()):

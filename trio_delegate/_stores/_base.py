@@ -299,13 +299,16 @@ class ThreadedStore(abc.ABC):
         """
         return await self._run(self._flag_sync, run_id, "cancel_requested")
 
-    async def mark_observed(self, run_id: str) -> None:
+    async def mark_observed(self, run_id: str, *, observed_by: str | None = None) -> None:
         """Set ``observed`` on *run_id* (an unknown run is left alone).
+
+        A run's own runtime flagging it (*observed_by*) makes a change it
+        ignores like its writes; anyone else's flag is news to it.
 
         Raises:
             StoreError: the store failed.
         """
-        await self._run(self._flag_sync, run_id, "observed")
+        await self._run(self._flag_sync, run_id, "observed", observed_by)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await run_sync(self._guarded, fn, *args, limiter=self._limiter)
@@ -340,4 +343,4 @@ class ThreadedStore(abc.ABC):
     def _changes_sync(self, cursor: int | None, ignore: str | None) -> ChangeBatch: ...
 
     @abc.abstractmethod
-    def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None: ...
+    def _flag_sync(self, run_id: str, flag: str, by: str | None = None) -> RunRecord | None: ...

@@ -277,13 +277,17 @@ class MemoryStore:
             self._put(run_id, row)
         return row.decode()
 
-    async def mark_observed(self, run_id: str) -> None:
-        """Set ``observed`` on *run_id* (an unknown run is left alone)."""
+    async def mark_observed(self, run_id: str, *, observed_by: str | None = None) -> None:
+        """Set ``observed`` on *run_id* (an unknown run is left alone).
+
+        A run's own runtime flagging it (*observed_by*) makes a change it
+        ignores like its writes; anyone else's flag is news to it.
+        """
         await trio.lowlevel.checkpoint()
         row = self._rows.get(run_id)
         if row is not None and not row.observed:
             row.observed = True
-            self._put(run_id, row)
+            self._put(run_id, row, observed_by if observed_by == row.runtime_id else None)
 
     async def aclose(self) -> None:
         """Nothing to release; for symmetry with the stores on disk."""

@@ -279,8 +279,10 @@ class _Sql:
         self.flag = {
             flag: q(
                 f"UPDATE {{s}}.runs SET {flag} = true, seq = nextval('{{s}}.changes'), "
-                "writer = NULL "
-                f"WHERE run_id = %s AND NOT {flag}{live}"
+                # The run's own runtime made this change (an observation of
+                # its own run); anyone else's is news to it.
+                "writer = CASE WHEN runtime_id = %(by)s THEN %(by)s END "
+                f"WHERE run_id = %(run_id)s AND NOT {flag}{live}"
             )
             for flag, live in (
                 ("cancel_requested", " AND status IN ('pending', 'running')"),
@@ -1017,7 +1019,7 @@ class PostgresStore(ThreadedStore):
         batch = change_batch(cursor, rows, self._where)
         return ChangeBatch(max(batch.cursor, position), batch.records)
 
-    def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None:
+    def _flag_sync(self, run_id: str, flag: str, by: str | None = None) -> RunRecord | None:
         if not is_run_id(run_id):
             return None
         statements = self._sql
@@ -1025,7 +1027,7 @@ class PostgresStore(ThreadedStore):
         def work(conn: psycopg.Connection[Any]) -> list[Any]:
             with conn.transaction():
                 conn.execute(statements.lock_changes, [statements.change_key])
-                if conn.execute(statements.flag[flag], [run_id]).rowcount:
+                if conn.execute(statements.flag[flag], {"run_id": run_id, "by": by}).rowcount:
                     conn.execute(statements.notify, [statements.channel, ""])
                 return conn.execute(statements.get, [run_id]).fetchall()
 

@@ -322,8 +322,11 @@ class ResultStore(Protocol):
       names, over a row holding no flag the record did not carry — while the
       cursor still moves past them. A runtime's watcher uses it so as not to
       read back (or wake for) what it wrote itself; flags, interruptions and
-      every other runtime's writes still show. A store without it is never
-      passed the keyword (it may ignore it), and every change is read.
+      every other runtime's writes still show. Such a store's
+      ``mark_observed`` also honours the keyword ``observed_by`` (a runtime
+      id): a runtime flagging its own run observed, which is no news to it
+      either. A store without it is never passed either keyword (it may
+      ignore them), and every change is read.
     """
 
     poll_interval: float
@@ -378,8 +381,13 @@ class ResultStore(Protocol):
     async def request_cancel(self, run_id: str) -> RunRecord | None:
         """Set ``cancel_requested`` on a live run; the record as stored (``None``: unknown)."""
 
-    async def mark_observed(self, run_id: str) -> None:
-        """Set ``observed`` on *run_id* (nothing happens for an unknown run)."""
+    async def mark_observed(self, run_id: str, *, observed_by: str | None = None) -> None:
+        """Set ``observed`` on *run_id* (nothing happens for an unknown run).
+
+        *observed_by* (passed only to a store that ``ignores_writes``): the
+        runtime that flags it, when the run is its own. The change is then
+        left out of that runtime's changes, as its own writes are.
+        """
 
 
 def fold(records: Sequence[RunRecord]) -> list[RunRecord]:

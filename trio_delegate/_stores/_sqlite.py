@@ -755,7 +755,7 @@ class SQLiteStore(ThreadedStore):
     def _changes_sync(self, cursor: int | None, ignore: str | None) -> ChangeBatch:
         return _changes(self._connection(), cursor, str(self.path), ignore)
 
-    def _flag_sync(self, run_id: str, flag: str) -> RunRecord | None:
+    def _flag_sync(self, run_id: str, flag: str, by: str | None = None) -> RunRecord | None:
         if not is_run_id(run_id):
             return None
         conn = self._connection()
@@ -768,9 +768,12 @@ class SQLiteStore(ThreadedStore):
             status, already = row
             live = status in _LIVE
             if not already and (live or flag == "observed"):
+                # The run's own runtime (*by*) made this change; anyone else's
+                # is news to it (see the writer column).
                 conn.execute(
-                    f"UPDATE runs SET {flag} = 1, seq = ?, writer = NULL WHERE run_id = ?",
-                    (_reserve(conn, 1), run_id),
+                    f"UPDATE runs SET {flag} = 1, seq = ?, "
+                    "writer = CASE WHEN runtime_id = ? THEN ? END WHERE run_id = ?",
+                    (_reserve(conn, 1), by, by, run_id),
                 )
             rows = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
             return self._decode_rows(rows.fetchall())[0]

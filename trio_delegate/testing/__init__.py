@@ -18,10 +18,15 @@
 * **A scripted model** — :class:`ScriptedModel` stands in for a language
   model: it replays tool calls (:class:`ToolCall`) against
   ``parent.tools()`` and records every answer.
+* **A runtime's internals** — :func:`internals` takes a snapshot
+  (:class:`Internals`) of what no contract promises but a test of
+  trio_delegate itself may need to see: whether an observer follows the
+  runs, which runs are held in memory, how the store's writer batched.
 
 See ``docs/testing.md`` for a guided example.
 """
 
+from .._core._runtime import Internals, internals
 from ._clock import (
     advance,
     advance_until_idle,
@@ -93,4 +98,7 @@ __all__ = [
     "ScriptedModel",
     "ToolCall",
     "ToolCallRecord",
+    # a runtime's internals
+    "Internals",
+    "internals",
 ]
