@@ -377,8 +377,21 @@ async def test_every_first_answer_is_the_sdks() -> None:
         (b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "par', False),
         (b"\xff\xfe not text\n" + PING, False),
         (b"", False),
+        (json.dumps(initialize(1)).encode() + b"\r\n" + PING, True),
+        (json.dumps(initialize(1)).replace(", ", ",\r").encode() + b"\n" + PING, False),
+        (json.dumps(initialize(1)).encode() + b"\r" + PING, False),
     ],
-    ids=["initialize", "discover", "unknown version", "no newline", "not utf-8", "nothing"],
+    ids=[
+        "initialize",
+        "discover",
+        "unknown version",
+        "no newline",
+        "not utf-8",
+        "nothing",
+        "crlf",
+        "cr inside",
+        "cr ends it",
+    ],
 )
 def test_the_sdk_reads_the_whole_input_after_the_first_line(sent: bytes, answered: bool) -> None:
     input_read, input_write = os.pipe()

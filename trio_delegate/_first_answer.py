@@ -24,7 +24,6 @@ written, before it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import json
 import os
@@ -259,7 +258,8 @@ class FirstAnswer:
         read = b""
         try:
             try:
-                while b"\n" not in read and len(read) < _MAX_LINE:
+                # The SDK's reader ends lines at "\r" too: a line with one is its to read.
+                while b"\n" not in read and b"\r" not in read and len(read) < _MAX_LINE:
                     chunk = os.read(self._input, _CHUNK)
                     if not chunk:
                         break
@@ -268,7 +268,7 @@ class FirstAnswer:
                 # The SDK's reader meets the same error on the descriptor, and reports it.
                 pass
             line, newline, rest = read.partition(b"\n")
-            if newline:
+            if newline and b"\r" not in line.removesuffix(b"\r"):
                 replay = self._answer(line)
                 if replay is not None:
                     read = replay + b"\n" + rest
@@ -306,6 +306,8 @@ def _refuse(constant: str) -> Any:
 
 
 def _duplicate(fd: int) -> int:
+    import fcntl  # POSIX only: serve reads its first line here only there
+
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
 
 

@@ -50,6 +50,8 @@ def run_serve(config_path: str, *, owner: str | None = None) -> int:
         return EXIT_CONFIG
     if importlib.util.find_spec("mcp") is None:
         return _missing_sdk("No module named 'mcp'")
+    if sys.platform == "win32":  # pragma: no cover - the SDK's transport reads stdin there
+        return _serve(server_config, None, owner)
     # The client's first request is answered while the SDK is imported (most of
     # a second): clients time their first request from the spawn.
     first = FirstAnswer(__version__)
@@ -59,7 +61,7 @@ def run_serve(config_path: str, *, owner: str | None = None) -> int:
         first.restore()
 
 
-def _serve(server_config: ServerConfig, first: FirstAnswer, owner: str | None) -> int:
+def _serve(server_config: ServerConfig, first: FirstAnswer | None, owner: str | None) -> int:
     try:
         # Imported only now, so that a bad configuration is reported quickly
         # and without the MCP SDK.
