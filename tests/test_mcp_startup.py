@@ -256,6 +256,14 @@ def test_the_versions_answered_early_are_the_sdks() -> None:
     assert _first_answer.MODERN_VERSIONS == sdk_versions.MODERN_PROTOCOL_VERSIONS
 
 
+CLAUDE_CODE = {
+    "name": "claude-code",
+    "title": "Claude Code",
+    "version": "2.1.332",
+    "description": "Anthropic's agentic coding tool",
+    "websiteUrl": "https://claude.com/claude-code",
+}
+
 #: First requests answered early: each answer must be the SDK's.
 ANSWERED = [
     *(
@@ -276,6 +284,30 @@ ANSWERED = [
     initialize(3, clientInfo={"name": "claude-code", "title": "Claude Code", "version": "2.1.0"}),
     initialize(4, clientInfo={"name": "Клиент ✓", "version": "1"}),
     discover(5),
+    # Claude Code's first request (its discovery probe), and its initialize.
+    discover(
+        "server-discover-probe-1",
+        **{
+            f"{META}clientInfo": CLAUDE_CODE,
+            f"{META}clientCapabilities": {
+                "roots": {"listChanged": True},
+                "elicitation": {"form": {}, "url": {}},
+                "extensions": {f"{META}tasks": {}},
+            },
+        },
+    ),
+    initialize(
+        0,
+        protocolVersion="2025-11-25",
+        capabilities={"roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}},
+        clientInfo=CLAUDE_CODE,
+    ),
+    # Codex's.
+    initialize(
+        0,
+        capabilities={"elicitation": {}},
+        clientInfo={"name": "codex-mcp-client", "title": "Codex", "version": "0.50.0"},
+    ),
     discover(6, **{f"{META}clientCapabilities": {"extensions": {f"{META}tasks": {}}}}),
     discover(
         7,

@@ -152,13 +152,17 @@ def _is_request(value: Any) -> bool:
 
 def _text(value: Any) -> bool:
     """A string the SDK reads as it is: short, valid Unicode, no control characters."""
-    return type(value) is str and len(value) <= 256 and value.isprintable()
+    return type(value) is str and len(value) <= 1024 and value.isprintable()
+
+
+#: The client's ``Implementation`` members that are plain strings (``icons`` is not).
+_CLIENT_INFO: Final = frozenset({"name", "version", "title", "description", "websiteUrl"})
 
 
 def _plain_client_info(info: Any) -> bool:
     return (
         type(info) is dict
-        and {"name", "version"} <= info.keys() <= {"name", "version", "title"}
+        and {"name", "version"} <= info.keys() <= _CLIENT_INFO
         and all(_text(value) for value in info.values())
     )
 
