@@ -461,3 +461,29 @@ def test_the_sdk_reads_the_whole_input_after_the_first_line(sent: bytes, answere
         assert written == b""
         assert first.answer is None
         assert handed_on == sent
+
+
+def test_a_store_that_cannot_be_opened_ends_the_server_after_the_first_answer(
+    tmp_path: Path,
+) -> None:
+    # A store inside a file: no folder can be made for it.
+    (tmp_path / "a-file").write_text("")
+    config = tmp_path / "subagents.toml"
+    config.write_text(
+        "[runtime]\n"
+        f"store = {json.dumps(str(tmp_path / 'a-file' / 'runs.db'))}\n"
+        "[[subagents]]\n"
+        'name = "echo"\n'
+        'description = "Echoes its task."\n'
+        f'command = [{json.dumps(PY)}, "-c", "print(1)"]\n'
+    )
+    done = subprocess.run(
+        [PY, "-m", "trio_delegate", "serve", "--config", str(config)],
+        input=json.dumps(initialize(1)).encode() + b"\n",
+        capture_output=True,
+        timeout=GUARD_SECONDS,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == [1]
+    assert "cannot use the store" in done.stderr.decode()
