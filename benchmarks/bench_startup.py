@@ -164,7 +164,7 @@ def _row(number: str, busy: bool, samples: dict[str, Sample]) -> Row:
         comparison=f"{ratio.show('{:.2f}', 'x')} bare SDK",
         target="" if busy else f"≤ {TARGET_SECONDS * 1e3:.0f} ms",
         note=f"fresh process per answer, wall clock from spawn to the answer line; "
-        f"+{ms['serve'].median - ms['bare SDK'].median:.0f} ms over the bare SDK server; "
+        f"{ms['serve'].median - ms['bare SDK'].median:+.0f} ms against the bare SDK server; "
         f"load average {load} at the end",
         data={name: sample.to_json() for name, sample in ms.items()}
         | {"ratio_to_bare": ratio.to_json()},

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import sys
 from pathlib import Path
 
 import trio
 
+from .. import __version__
 from .._checks import terminal_safe
 from .._errors import StoreError
-from .._server_config import ConfigError, load_server_config
+from .._first_answer import FirstAnswer
+from .._server_config import ConfigError, ServerConfig, load_server_config
 from .._stores._postgres import PostgresStore
 from .._stores._protocol import ResultStore
 from .._stores._sqlite import SQLiteStore
@@ -45,19 +48,28 @@ def run_serve(config_path: str, *, owner: str | None = None) -> int:
         # Names, keys and import errors come from the file: shown, never acted on.
         print(f"trio-delegate serve: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
+    if importlib.util.find_spec("mcp") is None:
+        return _missing_sdk("No module named 'mcp'")
+    if sys.platform == "win32":  # pragma: no cover - the SDK's transport reads stdin there
+        return _serve(server_config, None, owner)
+    # The client's first request is answered while the SDK is imported (most of
+    # a second): clients time their first request from the spawn.
+    first = FirstAnswer(__version__)
+    try:
+        return _serve(server_config, first, owner)
+    finally:
+        first.restore()
+
+
+def _serve(server_config: ServerConfig, first: FirstAnswer | None, owner: str | None) -> int:
     try:
         # Imported only now, so that a bad configuration is reported quickly
         # and without the MCP SDK.
-        from ..mcp import serve_stdio
+        from ..mcp._serve import serve_answered
     except ImportError as exc:
         if not (exc.name or "").startswith(("mcp", "pydantic", "anyio")):
             raise
-        print(
-            f"trio-delegate serve: the MCP SDK is missing ({exc}); install it with "
-            "pip install 'trio-delegate[mcp]'",
-            file=sys.stderr,
-        )
-        return EXIT_MISSING_SDK
+        return _missing_sdk(str(exc))
     # stdout carries the protocol: every diagnostic goes to stderr.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_TerminalSafeFormatter("trio-delegate: %(message)s"))
@@ -70,7 +82,8 @@ def run_serve(config_path: str, *, owner: str | None = None) -> int:
         store = _store(server_config.store)
         trio.run(
             functools.partial(
-                serve_stdio,
+                serve_answered,
+                first,
                 server_config.subagents,
                 config=server_config.config,
                 store=store,
@@ -83,6 +96,15 @@ def run_serve(config_path: str, *, owner: str | None = None) -> int:
         print(f"trio-delegate serve: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_STORE
     return 0
+
+
+def _missing_sdk(problem: str) -> int:
+    print(
+        f"trio-delegate serve: the MCP SDK is missing ({problem}); install it with "
+        "pip install 'trio-delegate[mcp]'",
+        file=sys.stderr,
+    )
+    return EXIT_MISSING_SDK
 
 
 class _TerminalSafeFormatter(logging.Formatter):

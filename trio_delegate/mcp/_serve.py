@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import functools
+import io
+import json
 import os
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+import anyio
+import mcp_types
 import trio
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 
 from .. import Config, ResultStore, Runtime, Subagent, open_runtime
 from .._core._runtime import unstopped_runs
@@ -23,6 +28,9 @@ from ._server import (
     logger,
 )
 from ._wire import mended
+
+if TYPE_CHECKING:
+    from .._first_answer import FirstAnswer
 
 __all__ = ["serve_stdio"]
 
@@ -72,6 +80,48 @@ async def serve_stdio(
     Raises:
         InvalidArgumentsError: malformed subagents, config or limits.
     """
+    await serve_answered(
+        None,
+        subagents,
+        config=config,
+        store=store,
+        name=name,
+        foreground_limit_seconds=foreground_limit_seconds,
+        progress_interval_seconds=progress_interval_seconds,
+        owner=owner,
+    )
+
+
+async def serve_answered(
+    first: FirstAnswer | None,
+    subagents: Iterable[Subagent],
+    *,
+    config: Config | None = None,
+    store: ResultStore | None = None,
+    name: str = DEFAULT_NAME,
+    foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS,
+    progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
+    owner: str | None = None,
+) -> None:
+    """:func:`serve_stdio`, reading stdin through *first* when given.
+
+    ``trio-delegate serve`` starts reading (and maybe answering) the
+    client's first line before it imports the SDK (see
+    ``trio_delegate._first_answer``); the connection then goes on from there.
+
+    Args:
+        first: the first line's reader, or ``None`` to read stdin afresh.
+        subagents: as for :func:`serve_stdio`.
+        config: as for :func:`serve_stdio`.
+        store: as for :func:`serve_stdio`.
+        name: as for :func:`serve_stdio`.
+        foreground_limit_seconds: as for :func:`serve_stdio`.
+        progress_interval_seconds: as for :func:`serve_stdio`.
+        owner: as for :func:`serve_stdio`.
+
+    Raises:
+        InvalidArgumentsError: malformed subagents, config or limits.
+    """
     subagents = tuple(subagents)
     config = config if config is not None else Config()
     serve = functools.partial(
@@ -87,6 +137,7 @@ async def serve_stdio(
             owner=owner,
         ),
         _ready_line(subagents, config, store, foreground_limit_seconds),
+        first,
     )
     if threading.current_thread() is not threading.main_thread():
         await serve(None)
@@ -119,12 +170,17 @@ async def _serve(
     store: ResultStore | None,
     make_server: Callable[[Runtime], Server[Any]],
     ready: str,
+    first: FirstAnswer | None,
     signals: AsyncIterator[int] | None,
 ) -> None:
     received: int | None = None
+    stdin = None
+    if first is not None:
+        # As the SDK's transport reads stdin: UTF-8, undecodable bytes replaced.
+        stdin = anyio.wrap_file(io.TextIOWrapper(first.stdin(), encoding="utf-8", errors="replace"))
     async with (
         open_runtime(subagents, config=config, store=store) as runtime,
-        stdio_server() as streams,
+        stdio_server(stdin=stdin) as streams,
     ):
         server = make_server(runtime)
         logger.info("%s", ready)
@@ -146,6 +202,8 @@ async def _serve(
                 # runtime's close waits for runners that do not stop.
                 trio.lowlevel.spawn_system_task(watch, signals)
             read_stream, write_stream = streams
+            if first is not None:
+                write_stream = _Answered(write_stream, first)
             watched = _Watched(read_stream, lambda: exit_guard.arm("stdin ended", None))
             async with mended(watched, write_stream) as readable:
                 await server.run(readable, write_stream, server.create_initialization_options())
@@ -224,6 +282,48 @@ def _stuck(runtime: Runtime) -> list[str]:
         f"{run_id} (subagent {subagent!r}, {status.value})" for run_id, subagent, status in live
     ]
     return named
+
+
+class _Answered:
+    """*stream*, the way to the client, without the SDK's answer to a first
+    line already answered (the one carrying *first*'s private id).
+
+    That answer is checked to be the one given: a difference (an SDK whose
+    answers changed) is logged as a warning, naming both.
+    """
+
+    def __init__(self, stream: Any, first: FirstAnswer) -> None:
+        self._stream = stream
+        self._first = first
+
+    async def send(self, item: SessionMessage) -> None:
+        message = item.message
+        answered = self._first.answer
+        if (
+            answered is not None
+            and isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError)
+            and message.id == self._first.private_id
+        ):
+            given = json.loads(message.model_dump_json(by_alias=True, exclude_unset=True))
+            given["id"] = answered["id"]
+            if given != answered:
+                logger.warning(
+                    "the first answer differed from the MCP SDK's: %s was sent, the SDK answers %s",
+                    json.dumps(answered),
+                    json.dumps(given),
+                )
+            return
+        await self._stream.send(item)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _Answered:
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._stream.__aexit__(*exc_info)
 
 
 class _Watched:

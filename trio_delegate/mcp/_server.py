@@ -54,6 +54,7 @@ from .. import (
 )
 from .._checks import describe
 from .._core._parent import leave_foreground
+from .._first_answer import DEFAULT_INSTRUCTIONS, DEFAULT_NAME
 from .._tools import traced_call
 from ._tasks import (
     DEFAULT_TASK_POLL_INTERVAL_SECONDS,
@@ -77,23 +78,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("trio_delegate.mcp")
-
-#: The server's name in the MCP handshake.
-DEFAULT_NAME: Final = "trio-delegate"
-
-#: What the server tells a client's model about itself (clients show it ahead
-#: of the tool list).
-DEFAULT_INSTRUCTIONS: Final = (
-    "Delegate self-contained tasks to subagents with delegate_task. A foreground call "
-    "waits for the result. With background=true you get a run_id at once: keep it, do "
-    "other work, and call wait_subagent on every background run before you finish (a "
-    "timed wait that answers with a status means the run is still going: wait again "
-    "later). Failed, cancelled and timed-out runs are errors, never results; recover "
-    "with delegate_task(replaces=<run_id>). A foreground call that runs too long comes "
-    "back as {run_id, subagent, status} instead of a result: it is then background work, "
-    "so call wait_subagent on it. Runs belong to this connection and are cancelled when "
-    "it ends."
-)
 
 #: How long a foreground call may run before it answers with the running
 #: handle: below the common client tool timeouts (Codex: 60 s by default).

@@ -62,6 +62,7 @@ from .. import (
     UnknownRunError,
 )
 from .._checks import describe
+from .._first_answer import TASKS_EXTENSION
 
 if TYPE_CHECKING:
     from .. import ResultStore
@@ -73,9 +74,6 @@ __all__ = [
     "TaskIdParams",
     "declares_tasks",
 ]
-
-#: The extension's identifier, in ``server/discover`` and in a request's capabilities.
-TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 
 #: The ``pollIntervalMs`` the server suggests, in seconds.
 DEFAULT_TASK_POLL_INTERVAL_SECONDS: Final = 2.0
