@@ -15,18 +15,24 @@ period, which runs refuse to stop and for how long.
 
 One watchdog task per runtime keeps a heap of ``(decide_at, seq, run)``:
 an entry per running run with a deadline (pushed when it starts) and one
-per delivered cancellation. An entry of a run that has settled is dead; the
-heap is rebuilt without them whenever they outnumber the live runs, so it
-holds no more than a small multiple of the live runs (and no settled run's
-result for long).
+per delivered cancellation (at most three per run: its start, its first
+cancel request, the runtime's close). An entry of a run that has settled is
+dead; before a push finds more than :data:`_SPREAD` entries per run task
+(plus a slack), the heap is rebuilt without them, so it holds no more than a
+small multiple of the running runs (and no settled run's result for long).
+A rebuilt heap holds at most half of that bound (the slack grows by twice
+the live entries of runs without a task, pending runs the close reached), so
+the next rebuild is at least as many pushes away as it costs.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import math
 from collections.abc import Callable
+from heapq import heappush
 from typing import TYPE_CHECKING, Final, final
 
 import trio
@@ -41,8 +47,12 @@ __all__ = ["Grace", "RunnerDidNotStop"]
 
 logger = logging.getLogger("trio_delegate")
 
-# Rebuild the heap once it holds more dead entries than this beyond the live runs.
+# Rebuild the heap before it holds more than _SPREAD entries per run task plus
+# a slack of at least _SLACK. A running run has at most three live entries, so
+# a rebuilt heap holds at most half of the bound.
+_SPREAD: Final = 6
 _SLACK: Final = 64
+_INF: Final = math.inf
 
 
 @final
@@ -58,49 +68,70 @@ class Grace:
         "_abandoned",
         "_closing",
         "_heap",
-        "_live",
         "_now",
         "_scope",
         "_seq",
+        "_slack",
         "_target",
         "_wake",
         "seconds",
         "tasks",
+        "watching",
     )
 
-    def __init__(self, seconds: float, now: Callable[[], float], live: Callable[[], int]) -> None:
+    def __init__(self, seconds: float, now: Callable[[], float]) -> None:
         self.seconds = seconds
         self._now = now
         self._heap: list[tuple[float, int, Run]] = []
-        self._seq = 0
+        # Breaks ties of decide_at: runs are never compared.
+        self._seq = itertools.count()
+        self._slack = _SLACK
         self._wake = trio.Event()
         # When the watchdog will look next (math.inf: it waits for an entry).
         self._target = math.inf
         # Run tasks that have been started and have not returned.
         self.tasks = 0
-        # How many runs of the runtime are live: when to rebuild the heap.
-        self._live = live
         # Runs decided without their runner, whose task has not returned: run -> since.
         self._abandoned: dict[Run, float] = {}
         self._closing = False
+        # Whether a returning run task must call task_returned: some run is
+        # abandoned, or the runtime is closing.
+        self.watching = False
         self._scope: trio.CancelScope | None = None
 
     # -- what the runtime tells it ---------------------------------------------------
 
     def started(self, run: Run) -> None:
-        """*run*'s task is about to start; its deadline, if any, starts its grace."""
-        self.tasks += 1
-        if run.deadline != math.inf:
-            self._push(run.deadline + self.seconds, run)
+        """*run*'s task is about to start; its deadline, if any, starts its grace.
+
+        Called for every run, so the push is written out here: the heap's
+        size is checked against the run tasks, counted here anyway, rather
+        than the runtime's live runs, which would cost a call.
+        """
+        tasks = self.tasks = self.tasks + 1
+        at = run.deadline + self.seconds
+        if at != _INF:
+            heap = self._heap
+            if len(heap) > _SPREAD * tasks + self._slack:
+                self._compact()
+            heappush(heap, (at, next(self._seq), run))
+            if at < self._target:
+                self._target = at
+                self._wake.set()
 
     def delivered(self, run: Run, now: float) -> None:
         """*run*'s cancellation was delivered at *now*: decide it a grace later."""
         self._push(now + self.seconds, run)
 
-    def ended(self, run: Run) -> None:
-        """*run*'s task returned (whatever it did)."""
-        self.tasks -= 1
+    def task_returned(self, run: Run) -> None:
+        """*run*'s task returned while :attr:`watching`; it is off :attr:`tasks` already.
+
+        A run task that returns takes itself off :attr:`tasks` (``_execution``)
+        and calls this only while :attr:`watching`: on every other run that
+        costs a test instead of a call.
+        """
         since = self._abandoned.pop(run, None)
+        self.watching = self._closing or bool(self._abandoned)
         if since is not None:
             logger.warning(
                 "run %s (subagent %r) returned %.1f s after it was decided %s; what it "
@@ -116,6 +147,7 @@ class Grace:
     def closing(self) -> None:
         """The runtime is closing: report stuck runs until every task has returned."""
         self._closing = True
+        self.watching = True
         if self._abandoned:
             self._report()
         if self.tasks == 0 and self._scope is not None:
@@ -170,6 +202,7 @@ class Grace:
             reason=interrupted.reason,
         )
         self._abandoned[run] = now
+        self.watching = True
         logger.warning(
             "run %s (subagent %r) did not stop within %g s of its cancellation: it is %s now; "
             "its runner still holds the runtime open until it returns",
@@ -202,15 +235,23 @@ class Grace:
 
     def _push(self, at: float, run: Run) -> None:
         heap = self._heap
-        if len(heap) > 2 * self._live() + _SLACK:
-            # Mostly dead entries (runs that settled): keep only the live ones.
-            heap[:] = [entry for entry in heap if entry[2].is_live]
-            heapq.heapify(heap)
-        self._seq += 1
-        heapq.heappush(heap, (at, self._seq, run))
+        if len(heap) > _SPREAD * self.tasks + self._slack:
+            self._compact()
+        heappush(heap, (at, next(self._seq), run))
         if at < self._target:
             self._target = at
             self._wake.set()
+
+    def _compact(self) -> None:
+        """Mostly dead entries (runs that settled): keep only the live ones."""
+        heap = self._heap
+        heap[:] = [entry for entry in heap if entry[2].is_live]
+        heapq.heapify(heap)
+        # Live entries beyond three per task are pending runs' (the close
+        # delivered to them): room for twice as many, or every push would
+        # rebuild while they wait.
+        untasked = len(heap) - 3 * self.tasks
+        self._slack = _SLACK + 2 * max(untasked, 0)
 
     def _clock(self) -> float:
         return self._now()

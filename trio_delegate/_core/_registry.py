@@ -107,15 +107,12 @@ class Registry:
             config.retention_seconds, config.retention_max_runs, self._evicted
         )
         # Decides runs whose runners do not stop (contract §18).
-        self.grace = Grace(config.cancel_grace_seconds, self.now, self._live_runs)
+        self.grace = Grace(config.cancel_grace_seconds, self.now)
         # Checked schemas of host types passed per call (types are few and
         # long-lived; mappings from a model are checked on every call).
         self.schemas: dict[type, ResultSchema] = {}
 
     # -- runs ------------------------------------------------------------------
-
-    def _live_runs(self) -> int:
-        return self.live_count
 
     def withdraw(self, run: Run) -> None:
         """Undo live *run*'s admission (``Parent._admit``): its caller gets an error and
