@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import trio
 import trio.testing
 
@@ -66,3 +67,69 @@ async def test_entries_of_pending_runs_do_not_make_every_push_rebuild_the_heap()
     for _ in range(entries):
         grace.delivered(_Pending(), trio.current_time())  # type: ignore[arg-type]
     assert _Pending.reads <= 4 * entries
+
+
+async def _stubborn(ctx: td.ChildContext) -> str:
+    """Catches every cancellation and carries on, for 1,000 s of Trio time."""
+    end = trio.current_time() + 1_000
+    while trio.current_time() < end:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(1)
+    return "late"
+
+
+GRACE = 7.0
+
+
+async def test_a_stubborn_run_after_one_that_settled_is_decided_a_grace_after_its_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    subagents = [
+        td.Subagent("done", _done, timeout_seconds=5),
+        td.Subagent("stubborn", _stubborn, timeout_seconds=5),
+        td.Subagent("quick", _stubborn, timeout_seconds=2),
+    ]
+    config = td.Config(cancel_grace_seconds=GRACE, fail_closed=False)
+    async with td.open_runtime(subagents, config=config) as rt, rt.open_parent() as parent:
+        await parent.delegate("done", "t")  # its watchdog entry would be due at 5 + GRACE
+        await trio.sleep(1)
+        late = await parent.start("stubborn", "t")  # due at 6 + GRACE
+        quick = await parent.start("quick", "t")  # due at 3 + GRACE: earlier than both
+        with pytest.raises(td.RunTimedOutError, match="did not stop"):
+            await parent.wait(quick.run_id)
+        assert trio.current_time() == pytest.approx(3 + GRACE)
+        with pytest.raises(td.RunTimedOutError, match="did not stop"):
+            await parent.wait(late.run_id)
+        assert trio.current_time() == pytest.approx(6 + GRACE)
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts the steps of the grace watchdog's task."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == "trio_delegate grace":
+            self.steps += 1
+
+
+async def test_the_watchdog_does_not_run_once_per_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Every run has a deadline, and every run settles long before it: none
+    # of them needs the watchdog to look, so it must not be woken per run.
+    steps = _Steps()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        async with (
+            td.open_runtime([td.Subagent("done", _done)]) as rt,
+            rt.open_parent() as parent,
+        ):
+            for _ in range(500):
+                await parent.delegate("done", "t")
+                handle = await parent.start("done", "t")
+                await parent.wait(handle.run_id)
+            assert steps.steps <= 10
+    finally:
+        trio.lowlevel.remove_instrument(steps)

@@ -14,10 +14,14 @@ While the runtime closes, the watchdog logs, at once and then every grace
 period, which runs refuse to stop and for how long.
 
 One watchdog task per runtime keeps a heap of ``(decide_at, seq, run)``:
-an entry per running run with a deadline (pushed when it starts) and one
-per delivered cancellation (at most three per run: its start, its first
-cancel request, the runtime's close). An entry of a run that has settled is
-dead; before a push finds more than :data:`_SPREAD` entries per run task
+an entry per running run with a deadline and one per delivered cancellation
+(at most three per run: its deadline, its first cancel request, the
+runtime's close). A run with a deadline is only noted when it starts (a
+list append, and a wake-up if it is due before the watchdog would look);
+the watchdog gives it its entry when it next looks, and only if it is still
+live then, so a run that settles in time (nearly every run) never has one.
+The list is kept to the same bound as the heap. An entry of a run that has
+settled is dead; before a push finds more than :data:`_SPREAD` entries per run task
 (plus a slack), the heap is rebuilt without them, so it holds no more than a
 small multiple of the running runs (and no settled run's result for long).
 A rebuilt heap holds at most half of that bound (the slack grows by twice
@@ -68,10 +72,12 @@ class Grace:
         "_abandoned",
         "_closing",
         "_heap",
+        "_horizon",
         "_now",
         "_scope",
         "_seq",
         "_slack",
+        "_started",
         "_target",
         "_wake",
         "seconds",
@@ -86,6 +92,13 @@ class Grace:
         # Breaks ties of decide_at: runs are never compared.
         self._seq = itertools.count()
         self._slack = _SLACK
+        # Runs with a deadline started since the watchdog last looked: their
+        # entries, made when it looks and only for the runs still live then.
+        self._started: list[Run] = []
+        # When the earliest of the runs it found settled would have been due:
+        # it looks again no earlier, so a run that starts after one that
+        # settled does not wake it.
+        self._horizon = math.inf
         self._wake = trio.Event()
         # When the watchdog will look next (math.inf: it waits for an entry).
         self._target = math.inf
@@ -104,17 +117,19 @@ class Grace:
     def started(self, run: Run) -> None:
         """*run*'s task is about to start; its deadline, if any, starts its grace.
 
-        Called for every run, so the push is written out here: the heap's
-        size is checked against the run tasks, counted here anyway, rather
-        than the runtime's live runs, which would cost a call.
+        Called for every run, so it only notes the run (see the module
+        docstring); the list's size is checked against the run tasks,
+        counted here anyway, rather than the runtime's live runs, which
+        would cost a call.
         """
         tasks = self.tasks = self.tasks + 1
         at = run.deadline + self.seconds
         if at != _INF:
-            heap = self._heap
-            if len(heap) > _SPREAD * tasks + self._slack:
-                self._compact()
-            heappush(heap, (at, next(self._seq), run))
+            started = self._started
+            if len(started) > _SPREAD * tasks + _SLACK:
+                # Mostly runs that settled: keep only the live ones.
+                started[:] = [run for run in started if run.is_live]
+            started.append(run)
             if at < self._target:
                 self._target = at
                 self._wake.set()
@@ -170,6 +185,7 @@ class Grace:
             next_report = math.inf
             while True:
                 now = self._clock()
+                self._take_started()
                 self._decide_due(now)
                 if self._closing and self._abandoned:
                     if next_report == math.inf:
@@ -177,10 +193,24 @@ class Grace:
                     elif now >= next_report:
                         self._report()
                         next_report = now + self.seconds
-                self._target = min(self._heap[0][0] if self._heap else math.inf, next_report)
+                self._target = min(
+                    self._heap[0][0] if self._heap else math.inf, self._horizon, next_report
+                )
                 wake = self._wake = trio.Event()
                 with trio.move_on_at(self._target):
                     await wake.wait()
+
+    def _take_started(self) -> None:
+        """Give the live runs started since the last look their heap entries."""
+        started, self._started = self._started, []
+        horizon = math.inf
+        for run in started:
+            at = run.deadline + self.seconds
+            if run.is_live:
+                self._push(at, run)
+            elif at < horizon:
+                horizon = at
+        self._horizon = horizon
 
     def _decide_due(self, now: float) -> None:
         heap = self._heap
