@@ -55,3 +55,18 @@ async def test_a_settled_iterator_never_read_and_dropped_is_unsubscribed(
         assert _buffered(parent) == (1, 1)
         await kept.aclose()
         assert _buffered(parent) == (0, 0)
+
+
+async def test_a_settled_iterator_made_after_every_earlier_one_left_is_fed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with td.open_runtime([td.Subagent("done", _done)]) as rt, rt.open_parent() as parent:
+        parent.settled()  # dropped at once
+        handle = await parent.start("done", "t")
+        await parent.wait(handle.run_id)  # settles with no stream left
+        async with parent.settled() as stream:
+            later = await parent.start("done", "t")
+            with trio.fail_after(60):
+                told = await stream.__anext__()
+            assert told.run_id == later.run_id
+            await parent.wait(later.run_id)

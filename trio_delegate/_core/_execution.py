@@ -62,20 +62,36 @@ async def execute(run: Run, host: ParentHost) -> None:
         outcome: Outcome | None = None
         try:
             with scope:
+                subagent = run.subagent
                 # The common case inline: one coroutine fewer per run.
-                if run.subagent.children:
+                if subagent.children:
                     value = await _call_with_nested_parent(run, host)
                 else:
-                    value = await run.subagent.runner(_context(run))
+                    # _context(run), written out: one call fewer per run.
+                    schema, history = run.schema, run.history
+                    value = await subagent.runner(
+                        ChildContext(
+                            run.run_id,
+                            subagent.name,
+                            run.task,
+                            schema.schema_copy() if schema is not None else None,
+                            tuple(history.copy()) if history is not None else (),
+                            run.deadline,
+                        )
+                    )
                 try:
                     config = host.config
                     checked: Outcome | _Deferred
-                    if run.schema is None and not isinstance(value, _STRUCTURED):
+                    if run.schema is not None or isinstance(value, _STRUCTURED):
+                        checked = _check(run, config, value)
+                    elif value is None and NULL.size <= config.max_result_bytes:
+                        # A runner that only acts returns None: one shared outcome
+                        # (as _encode gives it), without the call.
+                        checked = _COMPLETED_NULL
+                    else:
                         # The usual result, a scalar without a schema: checked and
                         # encoded here at once (two calls fewer than _check).
                         checked = _encode(run, config, value, None)
-                    else:
-                        checked = _check(run, config, value)
                 except Exception as exc:
                     # Whatever the value does to the checks (a type's hook
                     # raising, say), the run is decided: it failed.
@@ -92,8 +108,12 @@ async def execute(run: Run, host: ParentHost) -> None:
         run.decide(outcome if outcome is not None else run.interrupted())
     finally:
         # Counted from _launch: the grace watchdog ends with the last task, and
-        # logs what a run decided without its runner returned late.
-        host.grace.ended(run)
+        # logs what a run decided without its runner returned late. On nearly
+        # every run it is watching neither: a count, and no call.
+        grace = host.grace
+        grace.tasks -= 1
+        if grace.watching:
+            grace.task_returned(run)
 
 
 def _context(run: Run, nested: Parent | None = None) -> ChildContext:

@@ -110,15 +110,12 @@ class Registry:
         # Retention's own expiry, bound once: every lookup calls it.
         self._expire = self.retention.expire
         # Decides runs whose runners do not stop (contract §18).
-        self.grace = Grace(config.cancel_grace_seconds, self.now, self._live_runs)
+        self.grace = Grace(config.cancel_grace_seconds, self.now)
         # Checked schemas of host types passed per call (types are few and
         # long-lived; mappings from a model are checked on every call).
         self.schemas: dict[type, ResultSchema] = {}
 
     # -- runs ------------------------------------------------------------------
-
-    def _live_runs(self) -> int:
-        return self.live_count
 
     def withdraw(self, run: Run) -> None:
         """Undo live *run*'s admission (``Parent._admit``): its caller gets an error and

@@ -70,7 +70,7 @@ class SettledRuns(AsyncIterator[RunHandle]):
 class Settlements:
     """One parent's settlement stream and its unobserved runs."""
 
-    __slots__ = ("_closed", "_streams", "_unobserved", "parent_owner")
+    __slots__ = ("_closed", "_streams", "_subscribed", "_unobserved", "parent_owner")
 
     def __init__(self, parent_owner: str) -> None:
         self.parent_owner = parent_owner
@@ -79,6 +79,9 @@ class Settlements:
         self._streams: weakref.WeakKeyDictionary[SettledRuns, trio.MemorySendChannel[RunHandle]] = (
             weakref.WeakKeyDictionary()
         )
+        # Whether a stream may be subscribed: read on every settlement, where
+        # asking the WeakKeyDictionary for its length costs a Python call.
+        self._subscribed = False
         # Terminal runs whose outcome no wait has told, oldest settled first,
         # as (run id, subagent, status): a plain tuple costs a fraction of a
         # RunHandle to make, on every background run; unobserved() makes the
@@ -94,6 +97,7 @@ class Settlements:
             send.close()
         else:
             self._streams[stream] = send
+            self._subscribed = True
         return stream
 
     def forget(self, stream: SettledRuns) -> None:
@@ -103,16 +107,23 @@ class Settlements:
 
     def settled(self, run: Run) -> None:
         """*run* settled and its caller has its id: tell every stream."""
-        streams = self._streams
         if not run.foreground:
             self._unobserved[run.run_id] = (run.run_id, run.subagent.name, run.state.status)
-        if streams:
-            handle = run.handle()
-            for stream, send in list(streams.items()):
-                try:
-                    send.send_nowait(handle)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    streams.pop(stream, None)  # its reader left
+        if self._subscribed:
+            self._tell(run)
+
+    def _tell(self, run: Run) -> None:
+        streams = self._streams
+        if not streams:
+            # Every stream was forgotten or dropped: none until the next subscribe.
+            self._subscribed = False
+            return
+        handle = run.handle()
+        for stream, send in list(streams.items()):
+            try:
+                send.send_nowait(handle)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                streams.pop(stream, None)  # its reader left
 
     def untold(self, run: Run, unobserved: bool) -> None:
         """*run*'s foreground caller left without its outcome: list it as unobserved
@@ -132,6 +143,7 @@ class Settlements:
     def close(self) -> None:
         """The parent closed and joined its runs: every stream ends."""
         self._closed = True
+        self._subscribed = False
         streams, self._streams = self._streams, weakref.WeakKeyDictionary()
         for send in list(streams.values()):
             send.close()
