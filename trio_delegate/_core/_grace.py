@@ -128,7 +128,7 @@ class Grace:
             started = self._started
             if len(started) > _SPREAD * tasks + _SLACK:
                 # Mostly runs that settled: keep only the live ones.
-                started[:] = [run for run in started if run.is_live]
+                started[:] = [run for run in started if run.state.live]
             started.append(run)
             if at < self._target:
                 self._target = at

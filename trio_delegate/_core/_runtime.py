@@ -182,7 +182,7 @@ class Runtime(metaclass=NoPublicConstructor):
                 host.cancel_pending(CancelReason.RUNTIME_CLOSED)
         grace = registry.grace
         for run in registry.runs.values():
-            if run.is_live:
+            if run.state.live:
                 grace.delivered(run, now)
         grace.closing()
         # Running runs are cancelled all at once by cancelling the nursery that
