@@ -994,8 +994,12 @@ class PostgresStore(ThreadedStore):
         }
         if not unwritten:
             return []
-        rows = conn.execute(statements.stored_states, [list(unwritten)]).fetchall()
-        return [run_id for run_id, state in rows if state != unwritten[run_id]]
+        stored = dict(conn.execute(statements.stored_states, [list(unwritten)]).fetchall())
+        return [
+            run_id
+            for run_id, state in unwritten.items()
+            if run_id in stored and stored[run_id] != state
+        ]
 
     def _get_sync(self, run_id: str) -> RunRecord | None:
         if not is_run_id(run_id):
