@@ -213,8 +213,8 @@ async def _done_here(ctx: td.ChildContext) -> str:
 async def test_an_ending_the_store_ignored_is_answered_as_stored(shared: Shared) -> None:
     # No lease lapsed anywhere: the store's write says this host's ending was
     # ignored, and the run answers the ending that stands.
-    rival = shared.store()
-    store = _Rivalled(shared.store(), rival)
+    rival, inner = shared.store(), shared.store()
+    store = _Rivalled(inner, rival)
     config = td.Config(fail_closed=False)
     try:
         with trio.fail_after(GUARD_SECONDS):
@@ -228,8 +228,8 @@ async def test_an_ending_the_store_ignored_is_answered_as_stored(shared: Shared)
                 with pytest.raises(td.RunFailedError, match="interrupted"):
                     await parent.wait(handle.run_id)
                 assert parent.status(handle.run_id).status is td.RunStatus.FAILED
-                stored = await store.inner.get(handle.run_id)
+                stored = await inner.get(handle.run_id)
     finally:
-        await store.inner.aclose()
+        await inner.aclose()
         await rival.aclose()
     assert stored == store.rival_endings[handle.run_id]
