@@ -140,8 +140,8 @@ class WrappedStore:
     async def detach(self, runtime_id: str) -> None:
         await self.inner.detach(runtime_id)
 
-    async def write(self, records: Sequence[td.RunRecord]) -> None:
-        await self.inner.write(records)
+    async def write(self, records: Sequence[td.RunRecord]) -> Sequence[str] | None:
+        return await self.inner.write(records)
 
     async def get(self, run_id: str) -> td.RunRecord | None:
         return await self.inner.get(run_id)

@@ -692,3 +692,52 @@ async def test_a_result_and_transcript_are_written_as_their_canonical_text(
     assert stored.final_result == nested
     assert stored.transcript == tuple(said)
     assert type(stored.final_result) is dict
+
+
+class _Overlong(list[Any]):
+    """A list of the store's own making whose iteration goes on and on (cut
+    short here so that reading it fails rather than hangs)."""
+
+    def __iter__(self) -> Any:
+        for count in range(100_000):
+            yield f"run_{count:032x}"
+        raise AssertionError("the store's own list was iterated")
+
+
+class _Answering(WrappedStore):
+    """A store whose write answers *answer*, whatever was written."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__()
+        self.answer = answer
+
+    async def write(self, records: Sequence[td.RunRecord]) -> Any:
+        await self.inner.write(records)
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        None,  # a store written before write answered anything
+        _Overlong(),
+        ("run_" + "0" * 32,) * 1000,  # more ids than records
+        [42, None, b"run"],
+        ["run_" + "0" * 32],  # no run of the batch
+        {"run_" + "0" * 32},  # not a sequence
+    ],
+    ids=["none", "own-list", "too-many", "not-ids", "unknown-id", "a-set"],
+)
+async def test_a_write_answer_no_store_gives_is_read_as_not_known(
+    answer: Any, autojump_clock: trio.testing.MockClock
+) -> None:
+    # What write returns is only read through built-in types: a value of the
+    # store's own making never runs, and a malformed answer names no conflict.
+    store = _Answering(answer)
+    async with _opened(store) as parent:
+        with trio.fail_after(30):
+            result = await parent.delegate("echo", "t")
+    assert result.final_result == {"echo": "t"}
+    stored = await store.get(result.run_id)
+    assert stored is not None
+    assert stored.status is td.RunStatus.COMPLETED

@@ -12,13 +12,16 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
 import trio_delegate as td
+from trio_delegate._stores._protocol import interrupted
 
 from .stores import WrappedStore, read_line, spawn_child
 
@@ -182,3 +185,51 @@ async def test_a_host_frozen_past_its_lease_answers_the_stored_ending(
         assert "interrupted" in answer["message"], answer
     else:
         assert answer == {"wait": "completed", "result": "done here", "status": "completed"}
+
+
+class _Rivalled(_Trailing):
+    """A shared store where another host records each run as interrupted just
+    before this host's ending of it is written, and this host's view trails
+    that: only the write itself can tell this host its ending was not kept."""
+
+    def __init__(self, inner: Any, rival: Any) -> None:
+        super().__init__(inner)
+        self.rival = rival
+        self.rival_endings: dict[str, td.RunRecord] = {}
+
+    async def write(self, records: Sequence[td.RunRecord]) -> Sequence[str] | None:
+        for record in records:
+            if record.status.is_terminal and record.run_id not in self.rival_endings:
+                ending = interrupted(attrs.evolve(record, final_result=None, transcript=None))
+                self.rival_endings[record.run_id] = ending
+                await self.rival.write([ending])
+        return await self.inner.write(records)
+
+
+async def _done_here(ctx: td.ChildContext) -> str:
+    return "done here"
+
+
+async def test_an_ending_the_store_ignored_is_answered_as_stored(shared: Shared) -> None:
+    # No lease lapsed anywhere: the store's write says this host's ending was
+    # ignored, and the run answers the ending that stands.
+    rival, inner = shared.store(), shared.store()
+    store = _Rivalled(inner, rival)
+    config = td.Config(fail_closed=False)
+    try:
+        with trio.fail_after(GUARD_SECONDS):
+            async with (
+                td.open_runtime(
+                    [td.Subagent("quick", _done_here)], store=store, config=config
+                ) as rt,
+                rt.open_parent("fleet") as parent,
+            ):
+                handle = await parent.start("quick", "work")
+                with pytest.raises(td.RunFailedError, match="interrupted"):
+                    await parent.wait(handle.run_id)
+                assert parent.status(handle.run_id).status is td.RunStatus.FAILED
+                stored = await inner.get(handle.run_id)
+    finally:
+        await inner.aclose()
+        await rival.aclose()
+    assert stored == store.rival_endings[handle.run_id]

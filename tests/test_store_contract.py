@@ -549,3 +549,50 @@ async def test_text_no_record_can_hold_finds_nothing(
             reader.close()
     finally:
         await kit.aclose()
+
+
+async def _ignored(store: td.ResultStore, records: list[td.RunRecord]) -> list[str]:
+    """The runs whose ending *store*'s write of *records* says it ignored, sorted."""
+    answer = await store.write(records)
+    assert answer is not None  # every store of this package can tell
+    return sorted(answer)
+
+
+async def test_write_names_the_endings_it_ignored(kit: StoreKit) -> None:
+    # A terminal record never changes; a later, different ending of the run is
+    # not kept, and write says so (decided in its own transaction), for a
+    # handle that wrote the run before and for one that never saw it.
+    store, me = kit.handle(), runtime_id()
+    await store.attach(me)
+    admitted = record(me)
+    running = attrs.evolve(admitted, status=td.RunStatus.RUNNING, started_at="2030-01-01T00:00:00")
+    ended = attrs.evolve(
+        running,
+        status=td.RunStatus.COMPLETED,
+        final_result={"answer": 42},
+        ended_at="2030-01-01T00:00:01.000+00:00",
+    )
+    other_ending = attrs.evolve(
+        running,
+        status=td.RunStatus.FAILED,
+        error_type=INTERRUPTED_ERROR_TYPE,
+        error_message="interrupted",
+        ended_at="2030-01-01T00:00:02.000+00:00",
+    )
+    assert await _ignored(store, [admitted]) == []
+    assert await _ignored(store, [running]) == []
+    assert await _ignored(store, [ended]) == []  # the first ending
+    assert await _ignored(store, [ended]) == []  # the same ending again
+    assert await _ignored(store, [running]) == []  # no ending: nothing to adopt
+    fresh = record(me, td.RunStatus.COMPLETED, final_result="first")
+    live = record(me, td.RunStatus.RUNNING)
+    assert await _ignored(store, [fresh, other_ending, live]) == [admitted.run_id]
+    assert await store.get(admitted.run_id) == ended
+    assert await store.get(fresh.run_id) == fresh
+    another = kit.handle()  # what another process would hold
+    ignored = await _ignored(another, [other_ending, attrs.evolve(fresh, final_result="x")])
+    assert ignored == sorted([admitted.run_id, fresh.run_id])
+    assert await _ignored(another, [ended, fresh]) == []
+    assert await another.get(admitted.run_id) == ended
+    assert await another.get(fresh.run_id) == fresh
+    await store.detach(me)

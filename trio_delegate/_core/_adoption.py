@@ -9,10 +9,12 @@ record: the run commits with the stored outcome, so ``status``, ``wait`` and
 unless it is the run's stored terminal record.
 
 Two ways lead here: the store watcher reads a terminal record of a run that
-is still live in this runtime (:func:`adopted` at once), or the writer finds,
-after writing an ending, that the store kept another one (:class:`Conflict`,
-checked only once this runtime's lease may have lapsed: a runtime that kept
-its lease cannot have been written off).
+is still live in this runtime (:func:`adopted` at once), or the writer learns,
+from the write of an ending, that the store kept another one
+(:class:`Conflict`): the store's ``write`` names the endings it ignored, on
+every write. A store that cannot say (its ``write`` returns ``None``) has
+each ending read back instead, once this runtime's lease may have lapsed (a
+runtime that kept its lease cannot have been written off).
 """
 
 from __future__ import annotations

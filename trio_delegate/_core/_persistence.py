@@ -359,10 +359,12 @@ class Persister:
                     # everything the earlier ones said (a run that started and
                     # ended before the commit needs one row, not three).
                     written = fold([record for record, _ in batch])
-                    failures = await self._write(written)
-                    if self._may_be_written_off():
+                    ignored: list[str] = []
+                    unknown: list[RunRecord] = []
+                    failures = await self._write(written, ignored, unknown)
+                    if ignored or (unknown and self._may_be_written_off()):
                         # The endings the store did not keep: another one stood.
-                        failures.update(await self._conflicts(written, failures))
+                        failures.update(await self._conflicts(ignored, unknown, failures))
                     self._writing = []
                     if failures:
                         for record, done in batch:
@@ -378,8 +380,14 @@ class Persister:
             self._stop(exc)
             raise
 
-    async def _write(self, batch: Sequence[RunRecord]) -> dict[str, StoreError]:
+    async def _write(
+        self, batch: Sequence[RunRecord], ignored: list[str], unknown: list[RunRecord]
+    ) -> dict[str, StoreError]:
         """Write *batch*; the errors of the records that could not be written, by run id.
+
+        The runs whose ending the store says it ignored (another one stood)
+        are added to *ignored*; the records of a write the store could not
+        say that of (it returned ``None``), to *unknown*.
 
         One bad record never fails the others. When the store names the
         record it could not write (a ``StoreError`` with its ``run_id``), that
@@ -391,7 +399,7 @@ class Persister:
         """
         started = time.perf_counter()
         try:
-            await self.store.write(batch)
+            answer = await self.store.write(batch)
         except Exception as exc:
             elapsed = time.perf_counter() - started
             named = exc.run_id if isinstance(exc, StoreError) else None
@@ -399,7 +407,7 @@ class Persister:
                 failures = self._failed([r for r in batch if r.run_id == named], exc)
                 rest = [record for record in batch if record.run_id != named]
                 if rest:
-                    failures.update(await self._write(rest))
+                    failures.update(await self._write(rest, ignored, unknown))
                 return failures
             if len(batch) == 1 or elapsed >= _SLOW_FAILURE_SECONDS:
                 return self._failed(batch, exc)
@@ -411,10 +419,17 @@ class Persister:
             events = self.events
             if events is not None:
                 events.committed(len(batch), time.perf_counter() - started)
+            if type(answer) is list and not answer:
+                return {}  # the common answer: nothing ignored
+            found = _ignored_endings(answer, batch)
+            if found is None:
+                unknown.extend(batch)
+            else:
+                ignored.extend(found)
             return {}
         middle = len(batch) // 2
-        failures = await self._write(batch[:middle])
-        failures.update(await self._write(batch[middle:]))
+        failures = await self._write(batch[:middle], ignored, unknown)
+        failures.update(await self._write(batch[middle:], ignored, unknown))
         return failures
 
     async def _flag_observed(self, run_ids: list[str]) -> None:
@@ -454,15 +469,30 @@ class Persister:
         return self._lapsed
 
     async def _conflicts(
-        self, written: Iterable[RunRecord], failures: dict[str, StoreError]
+        self,
+        ignored: Iterable[str],
+        unknown: Iterable[RunRecord],
+        failures: dict[str, StoreError],
     ) -> dict[str, StoreError]:
         """The endings just written that the store did not keep: another one stood.
 
         The store leaves a terminal record alone; the one it holds is read
-        back and comes back as a :class:`Conflict` for the run to adopt.
+        back and comes back as a :class:`Conflict` for the run to adopt. The
+        runs of *ignored* the store named itself; the endings of *unknown*
+        went to a store that could not say, and are each read back.
         """
         conflicts: dict[str, StoreError] = {}
-        for record in written:
+        for run_id in ignored:
+            try:
+                stored = await self.store.get(run_id)
+            except Exception as exc:
+                # The store kept another ending, which cannot be read now: the
+                # run's own ending is not its record and is not handed out.
+                conflicts[run_id] = store_error(exc, f"read run {run_id}", run_id)
+                continue
+            if stored is not None and stored.status.is_terminal:
+                conflicts[run_id] = Conflict(stored)
+        for record in unknown:
             if not record.status.is_terminal or record.run_id in failures:
                 continue
             try:
@@ -899,6 +929,24 @@ class Persister:
         if len(index) > _INDEX_LIMIT:
             forgotten, _ = index.popitem(last=False)
             self._schemas.pop(forgotten, None)
+
+
+def _ignored_endings(answer: object, batch: Sequence[RunRecord]) -> list[str] | None:
+    """The runs of *batch* whose ending the store's ``write`` says it ignored.
+
+    ``None`` where it did not say (a store written before ``write`` returned
+    anything) or said something no store of the protocol says (not a
+    built-in sequence of at most one id per record): then nothing is known.
+    Only built-in containers are read, through their built-in types: a value
+    of the store's own making never runs code here.
+    """
+    if type(answer) is not list and type(answer) is not tuple:
+        return None
+    ids = cast(Sequence[object], answer)
+    if len(ids) > len(batch):
+        return None
+    endings = {record.run_id for record in batch if record.status.is_terminal}
+    return [run_id for run_id in ids if type(run_id) is str and run_id in endings]
 
 
 def stored_conversation(chain: Sequence[RunRecord], max_depth: int) -> CanonicalJson:

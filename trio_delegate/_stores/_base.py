@@ -221,17 +221,22 @@ class ThreadedStore(abc.ABC):
         """
         await self._run(self._detach_sync, runtime_id)
 
-    async def write(self, records: Sequence[RunRecord]) -> None:
+    async def write(self, records: Sequence[RunRecord]) -> list[str]:
         """Insert or replace *records* in one transaction; durable when this returns.
 
         A record already terminal in the store is left as it is; sticky flags
         are never cleared.
 
+        Returns:
+            the ids of the runs whose terminal record was ignored: another
+            terminal record of the run stood in the store (decided in the
+            write's own transaction).
+
         Raises:
             StoreError: nothing was written (it names the run whose record
                 cannot be encoded, where one cannot).
         """
-        await self._run(self._write_sync, list(records))
+        return await self._run(self._write_sync, list(records))
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The record of *run_id*, or ``None``.
@@ -326,7 +331,7 @@ class ThreadedStore(abc.ABC):
     def _detach_sync(self, runtime_id: str) -> None: ...
 
     @abc.abstractmethod
-    def _write_sync(self, records: list[RunRecord]) -> None: ...
+    def _write_sync(self, records: list[RunRecord]) -> list[str]: ...
 
     @abc.abstractmethod
     def _get_sync(self, run_id: str) -> RunRecord | None: ...

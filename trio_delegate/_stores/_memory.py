@@ -133,11 +133,15 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         self._attached.discard(runtime_id)
 
-    async def write(self, records: Sequence[RunRecord]) -> None:
+    async def write(self, records: Sequence[RunRecord]) -> list[str]:
         """Insert or replace *records*, all or none.
 
         A record already terminal here is left as it is; sticky flags are
         never cleared.
+
+        Returns:
+            the ids of the runs whose terminal record was ignored: another
+            terminal record of the run stood here.
 
         Raises:
             StoreError: a record cannot be written as JSON, or has a malformed
@@ -146,10 +150,13 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         encoded = [encode_record(record, _WHERE, self._heads) for record in records]
         rows = self._rows
+        ignored: list[str] = []
         for item in encoded:
             record = item.record
             old = rows.get(record.run_id)
             if old is not None and old.status.is_terminal:
+                if record.status.is_terminal and item.state != old.state:
+                    ignored.append(record.run_id)
                 continue
             head = item.head
             if head is None:
@@ -168,6 +175,7 @@ class MemoryStore:
                     writer = None  # the row holds news for its runtime too
             self._put(record.run_id, row, writer)
         self._heads.committed(encoded)
+        return ignored
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The record of *run_id*, or ``None``."""

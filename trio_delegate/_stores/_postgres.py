@@ -196,8 +196,11 @@ class _Sql:
                                 OR (runs.observed AND NOT excluded.observed)
                               THEN NULL ELSE excluded.writer END
             WHERE runs.status IN ('pending', 'running')
+            RETURNING run_id
             """
         )
+        # The stored states of runs whose ending an upsert did not write.
+        self.stored_states = q("SELECT run_id, state FROM {s}.runs WHERE run_id = ANY(%b::text[])")
         self.update_state = q(
             """
             UPDATE {s}.runs r SET status = u.status, ended_at = u.ended_at, state = u.state,
@@ -211,6 +214,7 @@ class _Sql:
                         %b::text[])
                 AS u(run_id, status, ended_at, state, flag_c, flag_o, writer)
             WHERE r.run_id = u.run_id AND r.status IN ('pending', 'running')
+            RETURNING r.run_id
             """
         )
         self.get = q(f"SELECT {self.columns} FROM {{s}}.runs WHERE run_id = %s")
@@ -895,7 +899,7 @@ class PostgresStore(ThreadedStore):
         finally:
             self._close_pool()
 
-    def _write_sync(self, records: list[RunRecord]) -> None:
+    def _write_sync(self, records: list[RunRecord]) -> list[str]:
         where = self._where
         heads = self._heads
         encoded = [encode_record(record, where, heads) for record in fold(records)]
@@ -911,30 +915,35 @@ class PostgresStore(ThreadedStore):
         writers = {item.record.runtime_id for item in encoded}
         by = f" {writers.pop()}" if len(writers) == 1 else ""
 
-        def work(conn: psycopg.Connection[Any]) -> None:
+        def work(conn: psycopg.Connection[Any]) -> list[str]:
             with conn.transaction():
                 conn.execute(statements.lock_changes, [statements.change_key])
-                self._store(conn, encoded, own=True)
+                ignored = self._store(conn, encoded, own=True)
                 if prune:
                     self._prune(conn)
                 conn.execute(statements.notify, [statements.channel, by])
+            return ignored
 
-        self._transact(work)
+        ignored = self._transact(work)
         heads.committed(encoded)
+        return ignored
 
     def _store(
         self, conn: psycopg.Connection[Any], encoded: list[EncodedRecord], *, own: bool
-    ) -> None:
+    ) -> list[str]:
         """Write *encoded*, each run at most once (inside a transaction holding the change lock).
 
         *own*: the records are written by the runtimes they name (``writer``);
         else by someone else (an interruption).
+
+        Returns:
+            the runs whose terminal record was ignored: another one stood.
         """
         statements = self._sql
         known = [item for item in encoded if item.head is None]
         whole = [item for item in encoded if item.head is not None]
         if known:
-            updated = conn.execute(
+            cursor = conn.execute(
                 statements.update_state,
                 [
                     [item.record.run_id for item in known],
@@ -945,30 +954,52 @@ class PostgresStore(ThreadedStore):
                     [item.record.observed for item in known],
                     [item.record.runtime_id if own else None for item in known],
                 ],
-            ).rowcount
-            if updated != len(known):
-                # Some rows were not live where this handle left them (ended
-                # by another runtime, or removed): write them whole. The
-                # upsert leaves a terminal row alone and repeats the others.
-                whole += [with_head(item, self._where) for item in known]
-        if whole:
-            conn.execute(
-                statements.upsert,
-                [
-                    [item.record.run_id for item in whole],
-                    [item.record.runtime_id for item in whole],
-                    [_column(item.record.owner) for item in whole],
-                    [_column(item.record.subagent) for item in whole],
-                    [item.record.status.value for item in whole],
-                    [_column(item.record.admitted_at) for item in whole],
-                    [_optional_column(item.record.ended_at) for item in whole],
-                    [item.head for item in whole],
-                    [item.state for item in whole],
-                    [item.record.cancel_requested for item in whole],
-                    [item.record.observed for item in whole],
-                    [item.record.runtime_id if own else None for item in whole],
-                ],
             )
+            updated = {run_id for (run_id,) in cursor.fetchall()}
+            if len(updated) != len(known):
+                # Some rows were not live where this handle left them (ended
+                # by another runtime, or removed): write those whole. The
+                # upsert leaves a terminal row alone.
+                whole += [
+                    with_head(item, self._where)
+                    for item in known
+                    if item.record.run_id not in updated
+                ]
+        if not whole:
+            return []
+        cursor = conn.execute(
+            statements.upsert,
+            [
+                [item.record.run_id for item in whole],
+                [item.record.runtime_id for item in whole],
+                [_column(item.record.owner) for item in whole],
+                [_column(item.record.subagent) for item in whole],
+                [item.record.status.value for item in whole],
+                [_column(item.record.admitted_at) for item in whole],
+                [_optional_column(item.record.ended_at) for item in whole],
+                [item.head for item in whole],
+                [item.state for item in whole],
+                [item.record.cancel_requested for item in whole],
+                [item.record.observed for item in whole],
+                [item.record.runtime_id if own else None for item in whole],
+            ],
+        )
+        # The rows written come back. An ending that was not written met a
+        # terminal row: another ending, unless it holds this very one.
+        written = {run_id for (run_id,) in cursor.fetchall()}
+        unwritten = {
+            item.record.run_id: item.state
+            for item in whole
+            if item.record.status.is_terminal and item.record.run_id not in written
+        }
+        if not unwritten:
+            return []
+        stored = dict(conn.execute(statements.stored_states, [list(unwritten)]).fetchall())
+        return [
+            run_id
+            for run_id, state in unwritten.items()
+            if run_id in stored and stored[run_id] != state
+        ]
 
     def _get_sync(self, run_id: str) -> RunRecord | None:
         if not is_run_id(run_id):

@@ -296,6 +296,14 @@ class ResultStore(Protocol):
       commit). It never changes a record that is already terminal in the
       store (a later write of that run is ignored), and never clears the
       sticky ``cancel_requested`` and ``observed`` flags.
+    * ``write`` returns the ids of the runs whose terminal record it ignored
+      because the store held another terminal record of the run (decided in
+      the same transaction as the write): the runtime adopts the stored
+      record for those. A first terminal record, a live record, and a
+      terminal record equal to the one stored are not ignored. ``None``
+      means "not known" (a store written before ``write`` returned
+      anything): the runtime then reads its endings back when another
+      runtime may have recorded them.
     * What a store returns is equal to what was written (plain JSON data).
 
     Sharing (contract §16):
@@ -350,8 +358,14 @@ class ResultStore(Protocol):
     async def detach(self, runtime_id: str) -> None:
         """Unregister a runtime that has settled all its runs."""
 
-    async def write(self, records: Sequence[RunRecord]) -> None:
-        """Insert or replace *records* in one transaction; durable when this returns."""
+    async def write(self, records: Sequence[RunRecord]) -> Sequence[str] | None:
+        """Insert or replace *records* in one transaction; durable when this returns.
+
+        Returns:
+            the run ids among *records* whose terminal record was not kept,
+            another terminal record of the run standing in the store; or
+            ``None`` where the store cannot tell.
+        """
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The record of *run_id*, or ``None``."""

@@ -220,6 +220,9 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
+#: Ids per ``IN (…)`` list: well under SQLite's limit of 32,766 parameters.
+_IN_CHUNK: Final = 500
+
 #: An encoded record and its change number.
 _Numbered = tuple[EncodedRecord, int]
 
@@ -239,6 +242,32 @@ def _reserve(conn: sqlite3.Connection, count: int) -> int:
         (count,),
     ).fetchone()
     return int(last) - count + 1
+
+
+def _ignored_endings(conn: sqlite3.Connection, ended: list[_Numbered]) -> list[str]:
+    """The runs of *ended* (terminal records just upserted) whose record the upsert ignored.
+
+    Read inside the write's transaction, and only when the upsert changed
+    fewer rows than it was given. A row written now carries its record's
+    change number; any other row held a terminal record already. One equal
+    to the record written (the same ending written again) is no conflict.
+    """
+    ignored: list[str] = []
+    for start in range(0, len(ended), _IN_CHUNK):
+        chunk = ended[start : start + _IN_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        stored = {
+            run_id: (seq, state)
+            for run_id, seq, state in conn.execute(
+                f"SELECT run_id, seq, state FROM runs WHERE run_id IN ({marks})",
+                [item.record.run_id for item, _ in chunk],
+            )
+        }
+        for item, number in chunk:
+            row = stored.get(item.record.run_id)
+            if row is not None and row[0] != number and row[1] != item.state:
+                ignored.append(item.record.run_id)
+    return ignored
 
 
 def _error_for(path: Path, exc: BaseException) -> StoreError:
@@ -620,24 +649,30 @@ class SQLiteStore(ThreadedStore):
         if lock is not None:
             lock.release()
 
-    def _write_sync(self, records: list[RunRecord]) -> None:
+    def _write_sync(self, records: list[RunRecord]) -> list[str]:
         where = str(self.path)
         heads = self._heads
         encoded = [encode_record(record, where, heads) for record in records]
         conn = self._connection()
         with _transaction(conn):
-            self._store(conn, encoded, own=True)
+            ignored = self._store(conn, encoded, own=True)
             self._written += len(encoded)
             if self._written >= _PRUNE_EVERY:
                 self._written = 0
                 self._prune(conn)
         heads.committed(encoded)
+        return ignored
 
-    def _store(self, conn: sqlite3.Connection, encoded: list[EncodedRecord], *, own: bool) -> None:
+    def _store(
+        self, conn: sqlite3.Connection, encoded: list[EncodedRecord], *, own: bool
+    ) -> list[str]:
         """Write *encoded* (inside a transaction), each with the next change number.
 
         *own*: the records are written by the runtimes they name (``writer``);
         else by someone else (an interruption).
+
+        Returns:
+            the runs whose terminal record was ignored: another one stood.
         """
         seq = _reserve(conn, len(encoded))
         # Records whose head the row holds already, live and ended; and whole
@@ -653,6 +688,7 @@ class SQLiteStore(ThreadedStore):
         # Rows that became terminal, for the count kept in meta: every
         # statement changes only a live row (or adds a new one).
         became_terminal = 0
+        ignored: list[str] = []
         for ended, known in enumerate(groups):
             if not known:
                 continue
@@ -666,13 +702,17 @@ class SQLiteStore(ThreadedStore):
                 whole.extend((with_head(item, where), number) for item, number in known)
         # One statement per stretch of live or of ended records, so that the
         # rows that became terminal can be counted.
-        for ended, stretch in itertools.groupby(
+        for ended, grouped in itertools.groupby(
             whole, lambda pair: pair[0].record.status.is_terminal
         ):
-            changed = self._upsert(conn, list(stretch), own)
+            stretch = list(grouped)
+            changed = self._upsert(conn, stretch, own)
             became_terminal += changed if ended else 0
+            if ended and changed != len(stretch):
+                ignored += _ignored_endings(conn, stretch)
         if became_terminal:
             _count_terminal(conn, became_terminal)
+        return ignored
 
     @staticmethod
     def _update_states(conn: sqlite3.Connection, known: list[_Numbered], own: bool) -> int:
