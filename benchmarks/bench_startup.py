@@ -15,8 +15,8 @@ timeout of its own. Each repetition spawns, one after the other:
 Each is timed on the wall clock from spawn to the first line on its stdout
 (the answer), after a request written at once. The ratio to the bare SDK is
 taken per repetition, side by side. Then the same again while a process of
-this benchmark spins on one core (a loaded machine: the other engineers'
-builds, the client itself).
+this benchmark spins on one core (a loaded machine: other builds, the
+client itself).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import os
 import selectors
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -111,15 +112,30 @@ def discover(request_id: Any = 1, **meta: Any) -> dict[str, Any]:
     }
 
 
+#: What a pipe gave past the line read from it, by pipe.
+_READ_AHEAD: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+
+
 def read_line(stream: Any, what: str) -> bytes:
-    """One line of *stream* (a pipe of the server), within the guard."""
+    """One line of *stream* (a pipe of the server), within the guard.
+
+    Read from the pipe itself: a buffered ``readline`` takes any lines that
+    arrived together into its buffer, where a wait on the pipe does not see
+    them (two answers written at once, on a busy machine).
+    """
+    data = _READ_AHEAD.pop(stream, b"")
+    fd = stream.fileno()
     with selectors.DefaultSelector() as selector:
-        selector.register(stream, selectors.EVENT_READ)
-        if not selector.select(GUARD_SECONDS):
-            raise AssertionError(f"no {what} within {GUARD_SECONDS:g} s")
-    line: bytes = stream.readline()
-    assert line, f"the server ended before its {what}"
-    return line
+        selector.register(fd, selectors.EVENT_READ)
+        while b"\n" not in data:
+            if not selector.select(GUARD_SECONDS):
+                raise AssertionError(f"no {what} within {GUARD_SECONDS:g} s")
+            chunk = os.read(fd, 1 << 16)
+            assert chunk, f"the server ended before its {what}"
+            data += chunk
+    line, _, rest = data.partition(b"\n")
+    _READ_AHEAD[stream] = rest
+    return line + b"\n"
 
 
 @pytest.fixture
@@ -245,6 +261,7 @@ def test_a_first_request_that_is_not_answered_early_is_the_sdks(config: Path) ->
         if process.poll() is None:
             process.kill()
             process.wait()
+        process.stdin.close()
         process.stdout.close()
     assert [answer["id"] for answer in answers] == [1, 2]
     assert answers[0]["result"]["protocolVersion"] == sdk_versions.LATEST_HANDSHAKE_VERSION
