@@ -218,3 +218,14 @@ class Unreadable:
 
     __str__ = __repr__ = __format__ = __eq__ = __hash__ = __bool__ = raise_hostile
     __len__ = __iter__ = __getattr__ = __float__ = __int__ = __index__ = raise_hostile
+
+
+def mcp_initialize(request_id: Any = 1, **params: Any) -> dict[str, Any]:
+    """An MCP ``initialize`` request of the legacy handshake; *params* replace its own."""
+    body: dict[str, Any] = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    }
+    body.update(params)
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": body}

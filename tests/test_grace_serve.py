@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import trio
 
+from .helpers import mcp_initialize
+
 pytest.importorskip("mcp")
 
 PY = sys.executable
@@ -66,18 +68,7 @@ async def _serve_a_stubborn_run(tmp_path: Path, grace: float) -> tuple[trio.Proc
     stderr.close()
     assert process.stdin is not None
     await process.stdin.send_all(
-        _line(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"},
-                },
-            }
-        )
+        _line(mcp_initialize())
         + _line({"jsonrpc": "2.0", "method": "notifications/initialized"})
         + _line(
             {

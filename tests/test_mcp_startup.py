@@ -35,6 +35,8 @@ from trio_delegate import _first_answer
 from trio_delegate._first_answer import first_answer
 from trio_delegate.mcp import build_server
 
+from .helpers import mcp_initialize
+
 PY = sys.executable
 #: The outer guard of one wait on the server process (a hang fails the test).
 GUARD_SECONDS = 30.0
@@ -94,13 +96,9 @@ def envelope(capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def initialize(request_id: Any = 1, **params: Any) -> dict[str, Any]:
-    body = {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "startup-test", "version": "0"},
-    }
-    body.update(params)
-    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": body}
+    return mcp_initialize(
+        request_id, **{"clientInfo": {"name": "startup-test", "version": "0"}, **params}
+    )
 
 
 def discover(request_id: Any = 1, **meta: Any) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from mcp.shared.message import SessionMessage
 
 from trio_delegate.mcp._wire import mended, reread
 
+from .helpers import mcp_initialize
+
 PY = sys.executable
 
 CONFIG = f"""
@@ -195,20 +197,7 @@ async def test_the_server_answers_every_hostile_line(tmp_path: Path) -> None:
     )
     wire = Wire(process)
     try:
-        await wire.send(
-            json.dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-06-18",
-                        "capabilities": {},
-                        "clientInfo": {"name": "raw", "version": "0"},
-                    },
-                }
-            ).encode()
-        )
+        await wire.send(json.dumps(mcp_initialize()).encode())
         assert (await wire.answer())["id"] == 1
         await wire.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
 
