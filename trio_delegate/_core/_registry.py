@@ -60,7 +60,6 @@ class Registry:
     """
 
     __slots__ = (
-        "_expire",
         "closed",
         "closed_at",
         "config",
@@ -107,8 +106,6 @@ class Registry:
         self.retention = Retention(
             config.retention_seconds, config.retention_max_runs, self._evicted
         )
-        # Retention's own expiry, bound once: every lookup calls it.
-        self._expire = self.retention.expire
         # Decides runs whose runners do not stop (contract §18).
         self.grace = Grace(config.cancel_grace_seconds, self.now)
         # Checked schemas of host types passed per call (types are few and
@@ -132,7 +129,10 @@ class Registry:
         Retention expires what it must first: whether a run is visible depends
         only on its owner and on retention (contract §8).
         """
-        self._expire(self.now())
+        retention = self.retention
+        now = self.now()
+        if now > retention.due:  # something has expired (the usual answer: no)
+            retention.expire(now)
         run = self.runs.get(run_id)
         if run is not None and run.owner == owner:
             return run

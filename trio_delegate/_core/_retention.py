@@ -30,10 +30,10 @@ class Retention:
         "_evicted",
         "_kept",
         "_max_runs",
-        "_oldest_end",
         "_seconds",
         "_tombstone_limit",
         "_tombstones",
+        "due",
     )
 
     def __init__(self, seconds: float, max_runs: int, evicted: Callable[[Run], None]) -> None:
@@ -44,9 +44,12 @@ class Retention:
         self._tombstone_limit = TOMBSTONES_PER_RETAINED_RUN * max_runs
         # Terminal runs, oldest ended first (runs end in clock order).
         self._kept: deque[Run] = deque()
-        # ended_at of the first kept run (inf when none): what expire() tests,
-        # on every lookup and every settlement, usually to find nothing due.
-        self._oldest_end = math.inf
+        #: When the oldest kept run expires (``inf`` when none is kept): the
+        #: one place the expiry rule is written. A run expires once the time
+        #: is past it; lookups compare the time with it before they call
+        #: :meth:`expire`, on every lookup and every settlement, usually to
+        #: find nothing due.
+        self.due = math.inf
         # run id -> the owner it belonged to
         self._tombstones: OrderedDict[str, str] = OrderedDict()
 
@@ -60,20 +63,22 @@ class Retention:
         assert ended_at is not None
         kept = self._kept
         if not kept:
-            self._oldest_end = ended_at
+            self.due = ended_at + self._seconds
         kept.append(run)
         if len(kept) > self._max_runs:
             self._evict_oldest()
-        self.expire(ended_at)
+        # expire(ended_at), written out: this runs on every settlement.
+        while ended_at > self.due:
+            self._evict_oldest()
 
     def expire(self, now: float) -> None:
         """Evict every run that ended more than ``retention_seconds`` before *now*.
 
-        The one place that decides whether a run has expired; it returns at
-        once when none has (the usual case: it runs on every lookup).
+        A run has expired once *now* is past its :attr:`due` time; this
+        returns at once when none has. Callers on hot paths compare *now*
+        with :attr:`due` first and call this only when something is due.
         """
-        seconds = self._seconds
-        while now - self._oldest_end > seconds:
+        while now > self.due:
             self._evict_oldest()
 
     def evicted_owner(self, run_id: str) -> str | None:
@@ -87,9 +92,9 @@ class Retention:
         if kept:
             ended_at = kept[0].ended_at
             assert ended_at is not None
-            self._oldest_end = ended_at
+            self.due = ended_at + self._seconds
         else:
-            self._oldest_end = math.inf
+            self.due = math.inf
         self._tombstones[run_id] = run.owner
         if len(self._tombstones) > self._tombstone_limit:
             self._tombstones.popitem(last=False)

@@ -1293,7 +1293,7 @@ class LifecycleModel:
         """``Retention.expire``: evict every run that ended more than retention_seconds ago."""
         kept = self._kept
         seconds = self._config.retention_seconds
-        while kept and kept[0].ended_at is not None and now - kept[0].ended_at > seconds:
+        while kept and kept[0].ended_at is not None and now > kept[0].ended_at + seconds:
             self._evict_oldest()
 
     def _evict_oldest(self) -> None:
