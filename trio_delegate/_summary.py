@@ -14,14 +14,10 @@ def summarize_task(task: str, limit: int = SUMMARY_CHARS) -> str:
     """
     # Already a summary when it is short, has no whitespace but single inner
     # spaces (isprintable() is False for every other whitespace character) and
-    # no space at either end: checking is cheaper than rebuilding.
-    if (
-        len(task) <= limit
-        and task.isprintable()
-        and "  " not in task
-        and task[:1] != " "
-        and task[-1:] != " "
-    ):
+    # no space at either end: checking is cheaper than rebuilding. (strip()
+    # returns the string itself when there is nothing to strip, and == sees
+    # that at once.)
+    if len(task) <= limit and task.isprintable() and "  " not in task and task.strip() == task:
         return task
     text = " ".join(task.split())
     if len(text) <= limit:
