@@ -1,8 +1,9 @@
 """The run state machine: the table in code is the table in docs/contract.md.
 
-A run's state is one value (``Run.state``), moved only through ``Run._move``,
-which checks :data:`MOVES`. The contract's appendix documents the same table;
-this test holds the two equal, so that neither can change alone.
+A run's state is one value (``Run.state``), moved only as :data:`MOVES`
+allows (``Run._move`` checks it; ``start`` and ``commit`` write its test
+out). The contract's appendix documents the same table; this test holds
+the two equal, so that neither can change alone.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 import trio_delegate as td
-from trio_delegate._core._run import MOVES, IllegalMove, Run, State
+from trio_delegate._core._run import MOVES, IllegalMove, Outcome, Run, State
 
 CONTRACT = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
 
@@ -59,6 +60,15 @@ class _Host:
 
     records = False
 
+    def __init__(self) -> None:
+        self.committed: list[Run] = []
+
+    def now(self) -> float:
+        return 0.0
+
+    def run_committed(self, run: Run, was_running: bool) -> None:
+        self.committed.append(run)
+
 
 async def _runner(ctx: object) -> str:
     return "done"  # pragma: no cover - never called
@@ -82,3 +92,27 @@ def test_an_illegal_move_raises_and_changes_nothing() -> None:
     with pytest.raises(IllegalMove, match="cannot move to withdrawn"):
         run.withdraw()  # a run that started cannot be withdrawn
     assert run.state is State.RUNNING
+
+
+def _state_of(run: Run) -> State:
+    # Read through a call: the checker would keep the narrowing of the last
+    # assert across the moves in between.
+    return run.state
+
+
+def test_start_and_commit_refuse_what_the_table_refuses() -> None:
+    # Both write the table's test out (every run makes these two moves).
+    run = _run()
+    run.start(0.0)
+    with pytest.raises(IllegalMove, match="cannot move to running"):
+        run.start(1.0)
+    assert run.state is State.RUNNING
+    run.commit(Outcome(td.RunStatus.CANCELLED))
+    assert _state_of(run) is State.CANCELLED
+    with pytest.raises(IllegalMove, match="cannot move to failed"):
+        run.commit(Outcome(td.RunStatus.FAILED))
+    with pytest.raises(IllegalMove, match="cannot move to running"):
+        run.start(2.0)
+    assert _state_of(run) is State.CANCELLED
+    host: Any = run.host
+    assert host.committed == [run]  # the refused commit told nobody

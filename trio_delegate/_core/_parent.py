@@ -211,11 +211,21 @@ class Parent(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closed or self._registry.closed:
             self._check_usable()
-        run = self._admit(name, task, final_schema, replaces)
-        run.foreground = True
+        run = self._admit(name, task, final_schema, replaces, foreground=True)
         if run.state is _ADMITTING:
             await self._record_admission(run)
-        return await self._foreground(run)
+        # _foreground(run), written out: a coroutine fewer per run.
+        done = run.done
+        assert done is not None  # a foreground run's is made at admission
+        try:
+            await done.wait()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._abandon(run)
+            raise
+        if self._closed or self._registry.closed:
+            self._closed_during(run)
+        return self._answer(run)
 
     async def start(
         self,
@@ -311,9 +321,10 @@ class Parent(metaclass=NoPublicConstructor):
                 f"run {run_id} is still {earlier.status.value}; only a finished run can be "
                 "continued: wait for it first"
             )
-        run = self._admit(name, message, final_schema, None, carried, "message")
+        run = self._admit(
+            name, message, final_schema, None, carried, "message", foreground=not background
+        )
         run.continues = run_id
-        run.foreground = not background
         if run.state is _ADMITTING:
             await self._record_admission(run)
         if background:
@@ -377,14 +388,14 @@ class Parent(metaclass=NoPublicConstructor):
         if run.ended_at is not None:  # terminal
             await trio.lowlevel.checkpoint()
         elif limit is None:
-            await run.done.wait()
+            await run.ending().wait()
         else:
             with trio.move_on_after(limit):
-                await run.done.wait()
+                await run.ending().wait()
             if not run.is_terminal and registry.now() >= run.deadline:
                 # Past its deadline the run is about to settle: never answer
                 # "running" for it (this also settles a tie with the deadline).
-                await run.done.wait()
+                await run.ending().wait()
         if self._closed or registry.closed:
             self._closed_during(run)
         if run.ended_at is not None:
@@ -479,6 +490,8 @@ class Parent(metaclass=NoPublicConstructor):
         replaces: str | None,
         history: CanonicalJson | None = None,
         task_field: str = "task",
+        *,
+        foreground: bool = False,
     ) -> Run:
         """Validate and admit one run, all or nothing, without checkpointing.
 
@@ -529,6 +542,7 @@ class Parent(metaclass=NoPublicConstructor):
             replaces,
             depth,
             registry.timeouts[subagent.name],
+            foreground,
         )
         # Into the runtime (Registry.withdraw undoes it).
         registry.runs[run.run_id] = run
@@ -600,9 +614,12 @@ class Parent(metaclass=NoPublicConstructor):
         )
 
     async def _foreground(self, run: Run) -> RunResult:
-        """Wait for *run*; if the caller is cancelled, cancel and join it first."""
+        """Wait for *run*; if the caller is cancelled, cancel and join it first.
+
+        :meth:`delegate` writes this out (keep the two alike).
+        """
         try:
-            await run.done.wait()
+            await run.ending().wait()
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._abandon(run)
@@ -621,7 +638,7 @@ class Parent(metaclass=NoPublicConstructor):
         The caller shields this wait.
         """
         run.request_cancel(self._registry.now(), CancelReason.CALLER_CANCELLED)
-        await run.done.wait()
+        await run.ending().wait()
         # From now on a wait tells of this run like of any background run.
         run.foreground = False
         self._settlements.untold(run, run.status is _COMPLETED)
@@ -909,7 +926,7 @@ class Parent(metaclass=NoPublicConstructor):
         if live:
             with trio.CancelScope(shield=True):
                 while live:
-                    await next(iter(live.values())).done.wait()
+                    await next(iter(live.values())).ending().wait()
 
     async def _aclose(self) -> None:
         """Close, join every run that is still live, then free the owner."""

@@ -13,7 +13,8 @@ Everything that maps an ending to a status lives here: a return
 small :class:`RunHost` interface, never through the parent's fields.
 
 A run's state is one value, :attr:`Run.state` (a :class:`State`), moved only
-by :meth:`Run._move` as :data:`MOVES` allows; ``docs/contract.md`` (its
+as :data:`MOVES` allows, which :meth:`Run._move` checks (``start`` and
+``commit`` write its test out); ``docs/contract.md`` (its
 appendix, "A run's state" and "Where a run lives") holds the same table and
 says which other forms of a run (``RunRecord``, ``StoredRun``, ``Evicted``,
 the encoded row) live where, and why.
@@ -405,7 +406,6 @@ class Run:
     """The runtime's record of one run. Internal: parents hand out values only."""
 
     __slots__ = (
-        "_done",
         "admitted_at",
         "cancel_reason",
         "cancel_requested_at",
@@ -413,6 +413,7 @@ class Run:
         "deadline",
         "deadline_at",
         "depth",
+        "done",
         "ended_at",
         "foreground",
         "history",
@@ -444,6 +445,7 @@ class Run:
         replaces: str | None,
         depth: int,
         timeout: float | None,
+        foreground: bool = False,
     ) -> None:
         self.run_id = run_id
         self.host = host
@@ -458,7 +460,8 @@ class Run:
         self.continues: str | None = None
         self.depth = depth
         self.timeout = timeout
-        self.foreground = False
+        # Whether a caller waits for it in the foreground (until it leaves).
+        self.foreground = foreground
         # The run's state, its one value (see State and MOVES). With a store,
         # a run may start only once its admission record is durable.
         self.state = _ADMITTING if host.records else _PENDING
@@ -467,9 +470,10 @@ class Run:
         # Set when it starts, and kept once it ended: whether a run has one
         # is whether it ever started (its admission acknowledgment says so).
         self.scope: trio.CancelScope | None = None
-        # Made on first use (see `done`): a run nobody waits for while it is
-        # live, such as one read once it ended, needs none.
-        self._done: trio.Event | None = None
+        # Set once the run is terminal. Made at once for a foreground run (its
+        # caller waits for it), else on first use (see `ending`): a run nobody
+        # waits for while it is live, such as one read once it ended, needs none.
+        self.done: trio.Event | None = trio.Event() if foreground else None
         # Data, not state: when and why it was first asked to stop (the
         # request may come in any live or decided state, and the time decides
         # cancelled against timed_out, contract §3), and when it committed
@@ -492,12 +496,12 @@ class Run:
 
     # -- reading ---------------------------------------------------------
 
-    @property
-    def done(self) -> trio.Event:
-        """The event every waiter waits for: set once the run is terminal."""
-        done = self._done
+    def ending(self) -> trio.Event:
+        """The event every waiter waits for (:attr:`done`, made if need be): set once
+        the run is terminal."""
+        done = self.done
         if done is None:
-            done = self._done = trio.Event()
+            done = self.done = trio.Event()
             if self.ended_at is not None:
                 done.set()
         return done
@@ -582,7 +586,10 @@ class Run:
     # -- transitions ---------------------------------------------------------
 
     def _move(self, to: State) -> None:
-        """Make *to* the run's state: the one place a state changes.
+        """Make *to* the run's state, if :data:`MOVES` allows it: the one judge of a move.
+
+        ``start`` and ``commit``, which every run goes through, write the
+        same test out and call this only to raise.
 
         Raises:
             IllegalMove: :data:`MOVES` allows no move from the run's state to
@@ -599,7 +606,10 @@ class Run:
 
     def start(self, now: float) -> trio.CancelScope:
         """``pending → running``: the child deadline starts now."""
-        self._move(_RUNNING)
+        # _move written out (as in commit): every run makes this move.
+        if _RUNNING not in self.state.moves:
+            self._move(_RUNNING)  # raises IllegalMove
+        self.state = _RUNNING
         if self.timeout is not None:
             self.deadline = now + self.timeout
         self.scope = trio.CancelScope(deadline=self.deadline)
@@ -700,12 +710,18 @@ class Run:
         Raises:
             IllegalMove: the run is terminal already, or was withdrawn.
         """
-        was_running = self.state.holds_slot
-        self._move(_COMMITTED[outcome.status])
+        state = self.state
+        to = _COMMITTED[outcome.status]
+        # _move written out (as in start): every run makes this move.
+        if to not in state.moves:
+            self._move(to)  # raises IllegalMove
+        self.state = to
+        was_running = state.holds_slot
         self.outcome = outcome
         self.ended_at = self.host.now()
-        if self._done is not None:
-            self._done.set()
+        done = self.done
+        if done is not None:
+            done.set()
         self.host.run_committed(self, was_running)
 
 
