@@ -453,6 +453,44 @@ async def test_cancelled_caller_waits_for_its_admission_and_gets_its_handle() ->
         assert await store.get(handle.run_id) is not None
 
 
+async def test_a_close_as_the_admission_commits_joins_the_run_that_started() -> None:
+    # The caller of start waits for its admission record. When that commits,
+    # the run starts at once, and the caller wakes in the next scheduling
+    # round; if the parent closes first in that round (another task leaving
+    # its block), the caller gets RuntimeClosedError, and the run, durable
+    # and running, is cancelled and joined by the close like any other.
+    # Which of the two tasks runs first in a round is random (Trio reverses
+    # half of its rounds), so the race is run 40 times: at least one of them
+    # meets the close first (all 40 missing it has odds of 2**-40).
+    closed_first = 0
+    for _ in range(40):
+        store = td.MemoryStore()
+        config = td.Config(fail_closed=False)
+        seen: list[str] = []
+        async with td.open_runtime(SUBAGENTS, store=store, config=config) as rt:
+            async with trio.open_nursery() as nursery:
+                async with rt.open_parent("a") as p:
+
+                    async def admit(parent: td.Parent = p, seen: list[str] = seen) -> None:
+                        try:
+                            await parent.start("forever", "first")
+                            seen.append("handle")
+                        except td.RuntimeClosedError as exc:
+                            assert "closed" in str(exc)
+                            seen.append("closed")
+
+                    nursery.start_soon(admit)
+                    # Recorded in the same commit; this caller leaves the
+                    # parent's block as soon as it wakes.
+                    await p.start("forever", "second")
+        assert len(seen) == 1
+        closed_first += seen == ["closed"]
+        records = await store.list_runs(owner="a")
+        assert len(records) == 2
+        assert {record.status for record in records} == {td.RunStatus.CANCELLED}
+    assert closed_first > 0
+
+
 def test_keyboard_interrupt_ends_a_main_task_waiting_for_its_admission() -> None:
     store = GatedStore()
     returned: list[td.RunHandle] = []

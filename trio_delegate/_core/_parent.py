@@ -581,20 +581,23 @@ class Parent(metaclass=NoPublicConstructor):
             self._withdraw(run)
             raise
         if self._closed or self._registry.closed:
-            # The close cancelled it (a pending run at once); nobody was told
-            # its id, so it is no unresolved work of this parent.
+            # Its record is durable, so the run exists: the close cancelled it
+            # (a pending one at once; one that started as its admission
+            # committed is joined by the close like any other). Nobody was
+            # told its id, so it is no unresolved work of this parent.
             announcing.discard(run.run_id)
-            self._withdraw(run)
+            self._ledger.withdraw(run.run_id)
             self._check_usable()
         announcing.discard(run.run_id)
         if run.state.terminal:  # it ended before its caller had its id
             self._settlements.settled(run)
 
     def _withdraw(self, run: Run) -> None:
-        """Undo *run*'s admission (its caller gets an error and no run id)."""
+        """Undo *run*'s admission, which could not be recorded (its caller gets the
+        error and no run id)."""
         self._ledger.withdraw(run.run_id)
         if not run.state.live:
-            return  # it already ended (the close cancelled it): it stays a record
+            return  # a close cancelled it while it was recorded: it stays a record
         run.withdraw()
         del self._live[run.run_id]
         self._registry.withdraw(run)
