@@ -466,25 +466,27 @@ async def test_a_close_as_the_admission_commits_joins_the_run_that_started() -> 
     for _ in range(40):
         store = td.MemoryStore()
         config = td.Config(fail_closed=False)
-        seen: list[str] = []
-        async with td.open_runtime(SUBAGENTS, store=store, config=config) as rt:
-            async with trio.open_nursery() as nursery:
-                async with rt.open_parent("a") as p:
+        seen: list[td.RunHandle | td.RuntimeClosedError] = []
+        async with (
+            td.open_runtime(SUBAGENTS, store=store, config=config) as rt,
+            trio.open_nursery() as nursery,
+            rt.open_parent("a") as p,
+        ):
 
-                    async def admit(parent: td.Parent = p, seen: list[str] = seen) -> None:
-                        try:
-                            await parent.start("forever", "first")
-                            seen.append("handle")
-                        except td.RuntimeClosedError as exc:
-                            assert "closed" in str(exc)
-                            seen.append("closed")
+            async def admit(parent: td.Parent = p, seen: list[Any] = seen) -> None:
+                try:
+                    seen.append(await parent.start("forever", "first"))
+                except td.RuntimeClosedError as exc:
+                    seen.append(exc)
 
-                    nursery.start_soon(admit)
-                    # Recorded in the same commit; this caller leaves the
-                    # parent's block as soon as it wakes.
-                    await p.start("forever", "second")
-        assert len(seen) == 1
-        closed_first += seen == ["closed"]
+            nursery.start_soon(admit)
+            # Recorded in the same commit; this caller leaves the parent's
+            # block as soon as it wakes.
+            await p.start("forever", "second")
+        [answer] = seen
+        if isinstance(answer, td.RuntimeClosedError):
+            assert "parent 'a' is closed" in str(answer)
+            closed_first += 1
         records = await store.list_runs(owner="a")
         assert len(records) == 2
         assert {record.status for record in records} == {td.RunStatus.CANCELLED}
