@@ -214,18 +214,7 @@ class Parent(metaclass=NoPublicConstructor):
         run = self._admit(name, task, final_schema, replaces, foreground=True)
         if run.state is _ADMITTING:
             await self._record_admission(run)
-        # _foreground(run), written out: a coroutine fewer per run.
-        done = run.done
-        assert done is not None  # a foreground run's is made at admission
-        try:
-            await done.wait()
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await self._abandon(run)
-            raise
-        if self._closed or self._registry.closed:
-            self._closed_during(run)
-        return self._answer(run)
+        return await self._foreground(run)
 
     async def start(
         self,
@@ -617,12 +606,11 @@ class Parent(metaclass=NoPublicConstructor):
         )
 
     async def _foreground(self, run: Run) -> RunResult:
-        """Wait for *run*; if the caller is cancelled, cancel and join it first.
-
-        :meth:`delegate` writes this out (keep the two alike).
-        """
+        """Wait for foreground *run*; if the caller is cancelled, cancel and join it first."""
+        done = run.done
+        assert done is not None  # a foreground run's is made at admission
         try:
-            await run.ending().wait()
+            await done.wait()
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._abandon(run)
