@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,8 @@ import trio.testing
 
 import trio_delegate as td
 from trio_delegate._core._groups import open_transparent_nursery
+from trio_delegate._json import CanonicalJson
+from trio_delegate._schema import _checkable, compile_result_schema
 
 from .helpers import (
     LoudDict,
@@ -340,6 +343,38 @@ async def test_unique_items_over_thousands_of_objects_does_not_stall_the_event_l
     finally:
         trio.lowlevel.remove_instrument(timer)
     timer.check()
+
+
+async def test_checking_a_large_result_sets_off_no_garbage_collection() -> None:
+    # Each pass of the garbage collector over the whole heap is one C call
+    # holding the GIL: with uniqueItems over 60,000 nested lists, the keys
+    # (nested tuples) and the decoded copy set off pass after pass, and held
+    # every other thread (the event loop's too) for 150-490 ms at a time.
+    # How many collections a check sets off is counted work, whatever the
+    # machine's load; decoding the same result, outside a check, shows that
+    # the count works.
+    result = CanonicalJson.of([[[index], [str(index)]] for index in range(60_000)], max_depth=8)
+    schema = compile_result_schema({"type": "array", "uniqueItems": True})
+    main = threading.main_thread()
+    collections = 0
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        nonlocal collections
+        if phase == "start" and threading.current_thread() is not main:
+            collections += 1
+
+    gc.callbacks.append(count)
+    try:
+        with trio.fail_after(60):
+            await trio.to_thread.run_sync(_checkable, result)
+            decoding, collections = collections, 0
+            await schema.check(result)  # on a worker thread: the result is large
+            checking = collections
+    finally:
+        gc.callbacks.remove(count)
+    assert decoding > 100, f"decoding 180,000 lists set off {decoding} collections"
+    assert checking < 5, f"checking set off {checking} collections"
+    assert gc.isenabled()
 
 
 async def test_unique_items_follows_json_equality() -> None:

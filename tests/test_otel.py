@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import traceback
+import tracemalloc
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from opentelemetry.trace import StatusCode
 
 import trio_delegate as td
 import trio_delegate.testing as tdt
+from trio_delegate._otel import Telemetry, _stacktrace
 
 from .stores import WrappedStore
 
@@ -289,6 +292,85 @@ async def test_each_ending_has_its_status_attributes_and_events(
     follow_up = by_id[continued.run_id]
     assert attribute(follow_up, "trio_delegate.continues") == done.run_id
     assert attribute(by_id[done.run_id], "trio_delegate.continues") is None
+
+
+async def test_a_huge_exception_message_is_cut_before_anything_is_made_of_it(
+    otel: Otel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 8 MB of non-ASCII text ending in a lone surrogate, raised from another
+    # such message: escaping and formatting it whole before cutting it, in
+    # each attribute, held the event loop for 144-370 ms. What the telemetry
+    # allocates while it ends the run's span is counted work, whatever the
+    # machine's load: no copy of the message, only the few kilobytes kept.
+    huge = "é" * 8_000_000 + "\ud800"
+    peaks: list[int] = []
+    ended = Telemetry.ended
+
+    def measured(self: Telemetry, run: Any) -> None:
+        tracemalloc.start()
+        try:
+            ended(self, run)
+        finally:
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+
+    monkeypatch.setattr(Telemetry, "ended", measured)
+
+    async def failing(ctx: td.ChildContext) -> Any:
+        try:
+            raise KeyError(huge)
+        except KeyError as exc:
+            raise ValueError(huge) from exc
+
+    config = td.Config(fail_closed=False)
+    async with (
+        td.open_runtime([td.Subagent("huge", failing)], config=config) as rt,
+        rt.open_parent() as parent,
+    ):
+        with trio.fail_after(30), pytest.raises(td.RunFailedError):
+            await parent.delegate("huge", "t")
+    assert len(peaks) == 1
+    assert peaks[0] < 1_000_000, f"ending the span allocated {peaks[0]} bytes"
+    span = otel.one("invoke_agent huge")
+    exception = event(span, "exception").attributes
+    message = exception["exception.message"]
+    assert len(message) <= 4096
+    assert message.startswith("éé")
+    assert message.endswith("…")
+    stacktrace = exception["exception.stacktrace"]
+    assert len(stacktrace) <= 32_768
+    # Laid out as Python prints it: the cause first, its message cut too.
+    assert stacktrace.startswith("Traceback (most recent call last):\n")
+    assert "KeyError: 'éé" in stacktrace
+    assert "raise KeyError(huge)" in stacktrace
+    assert span.status.description is not None
+    assert len(span.status.description) <= 4096 + len("ValueError: ")
+
+
+def test_the_stack_trace_of_a_group_and_its_causes_reads_as_pythons() -> None:
+    def grouped() -> None:
+        try:
+            raise OSError("the disk")
+        except OSError:
+            raise ExceptionGroup("runners failed", [ValueError("one"), TypeError()]) from None
+
+    try:
+        try:
+            raise KeyError("first")
+        except KeyError as exc:
+            raise RuntimeError("second") from exc
+    except RuntimeError as exc:
+        chained = exc
+    try:
+        grouped()
+    except ExceptionGroup as exc:
+        group = exc
+    assert _stacktrace(chained) == "".join(traceback.format_exception(chained))
+    text = _stacktrace(group)
+    assert "ExceptionGroup: runners failed (2 sub-exceptions)" in text
+    assert "ValueError: one\n" in text
+    assert "TypeError\n" in text
+    assert "OSError" not in text  # its context was suppressed
 
 
 async def test_a_closing_parent_names_why_its_runs_were_cancelled(

@@ -42,13 +42,14 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from ._core._run import StoredEnding, error_type
 from ._json import escape_text
 from ._status import RunStatus
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext
 
-    from ._core._run import CancelReason, Run
+    from ._core._run import CancelReason, Outcome, Run
 
 __all__ = ["INSTRUMENTATION_NAME", "Telemetry", "open_telemetry"]
 
@@ -70,6 +71,16 @@ _LINKED_RUNS: Final = 4096
 _MAX_MESSAGE_CHARS: Final = 4096
 _MAX_STACKTRACE_CHARS: Final = 32_768
 _MAX_TOOL_NAME_CHARS: Final = 64
+_MAX_TYPE_CHARS: Final = 256
+#: How much of an exception's causes, contexts and groups the stack trace
+#: goes through: Python's own limits for groups, and as many frames of each
+#: traceback as fit (the most recent kept).
+_MAX_CHAIN: Final = 32
+_MAX_GROUP_WIDTH: Final = 15
+_MAX_GROUP_DEPTH: Final = 10
+_MAX_FRAMES: Final = 64
+_CAUSE: Final = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT: Final = "\nDuring handling of the above exception, another exception occurred:\n\n"
 
 #: Bucket boundaries (seconds) of the run duration histogram: subagents take
 #: from milliseconds to many minutes (the default deadline is 15 minutes).
@@ -144,17 +155,90 @@ def _guarded(method: _F) -> _F:
 
 
 def _text(value: str, limit: int) -> str:
-    """*value* as text any exporter can send: bad code points escaped, at most *limit* chars."""
-    text = escape_text(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """*value* as text any exporter can send: bad code points escaped, at most *limit* chars.
+
+    Cut first, then escaped: a runner's message of megabytes costs what one
+    of *limit* characters costs (escaping the whole of it first, in every
+    attribute made of it, held the event loop for hundreds of milliseconds).
+    """
+    cut = len(value) > limit
+    text = escape_text(str.__getitem__(value, slice(limit)) if cut else value)
+    # An escape makes one code point six characters: cut again.
+    if cut or len(text) > limit:
+        return text[: limit - 1] + "…"
+    return text
 
 
 def _message(error: BaseException) -> str:
+    """*error*'s message, at most ``_MAX_MESSAGE_CHARS``, read without copying it whole."""
     try:
+        args = error.args
+        if (
+            type(error).__str__ is KeyError.__str__
+            and type(args) is tuple
+            and len(args) == 1
+            and type(args[0]) is str
+        ):
+            # A KeyError's message is its key's repr: a copy of the whole key.
+            return _text(repr(args[0][:_MAX_MESSAGE_CHARS]), _MAX_MESSAGE_CHARS)
         text = str(error)
     except Exception:
-        text = f"<{type(error).__name__} whose message could not be read>"
+        text = f"<{_type_name(error)} whose message could not be read>"
     return _text(text, _MAX_MESSAGE_CHARS)
+
+
+def _type_name(error: BaseException) -> str:
+    return _text(error_type(error), _MAX_TYPE_CHARS)
+
+
+def _stacktrace(error: BaseException) -> str:
+    """*error*'s traceback laid out as Python prints it, at most ``_MAX_STACKTRACE_CHARS``.
+
+    Not ``traceback.format_exception``: it joins every message in whole
+    (a runner's may be megabytes) before anything could be cut. Here each
+    message is cut first, and nothing is formatted past the limit.
+    """
+    parts: list[str] = []
+    room = _MAX_STACKTRACE_CHARS
+    for part in _traceback_parts(error, 0):
+        parts.append(part[:room])
+        room -= len(part)
+        if room <= 0:
+            break
+    return "".join(parts)
+
+
+def _traceback_parts(error: BaseException, depth: int) -> Iterator[str]:
+    """The pieces of *error*'s traceback, its causes and contexts first, lazily."""
+    # (exception, what relates it to the one printed after it), newest first.
+    chain: list[tuple[BaseException, str]] = [(error, "")]
+    seen = {id(error)}
+    while len(chain) < _MAX_CHAIN:
+        current = chain[-1][0]
+        if current.__cause__ is not None:
+            older, relation = current.__cause__, _CAUSE
+        elif current.__context__ is not None and not current.__suppress_context__:
+            older, relation = current.__context__, _CONTEXT
+        else:
+            break
+        if id(older) in seen:
+            break
+        seen.add(id(older))
+        chain.append((older, relation))
+    for exception, relation in reversed(chain):
+        if exception.__traceback__ is not None:
+            yield "Traceback (most recent call last):\n"
+            yield from traceback.format_tb(exception.__traceback__, -_MAX_FRAMES)
+        message = _message(exception)
+        yield f"{_type_name(exception)}: {message}\n" if message else f"{_type_name(exception)}\n"
+        if isinstance(exception, BaseExceptionGroup) and depth < _MAX_GROUP_DEPTH:
+            members = exception.exceptions
+            for index, member in enumerate(members[:_MAX_GROUP_WIDTH], 1):
+                yield f"+---------------- {index} ----------------\n"
+                yield from _traceback_parts(member, depth + 1)
+            if len(members) > _MAX_GROUP_WIDTH:
+                yield f"and {len(members) - _MAX_GROUP_WIDTH} more exceptions\n"
+        yield relation
 
 
 def _record_exception(
@@ -168,11 +252,26 @@ def _record_exception(
     attributes = {"exception.type": type_name, "exception.message": message}
     if error.__traceback__ is not None:  # raised (by a runner), not made to describe an end
         try:
-            stacktrace = "".join(traceback.format_exception(error))
+            stacktrace = _stacktrace(error)
         except Exception:
             stacktrace = ""
-        attributes["exception.stacktrace"] = _text(stacktrace, _MAX_STACKTRACE_CHARS)
+        attributes["exception.stacktrace"] = stacktrace
     span.add_event("exception", attributes, timestamp)
+
+
+def _failure(outcome: Outcome, timeout: float | None) -> tuple[str, str]:
+    """The type and message of a failed run's error, each cut first, then escaped.
+
+    A runner's own exception is read here rather than through
+    ``Outcome.error_details``, which escapes the whole message before anything
+    could cut it; an ending adopted from a store is read as it was recorded.
+    """
+    error = outcome.error
+    assert error is not None
+    if type(error) is StoredEnding:
+        kind, message = outcome.error_details(timeout)
+        return _text(kind or "Error", _MAX_TYPE_CHARS), _text(message or "", _MAX_MESSAGE_CHARS)
+    return _type_name(error), _message(error)
 
 
 @final
@@ -418,9 +517,7 @@ class Telemetry:
         outcome = run.outcome
         end = self._ns(now)
         if status is RunStatus.FAILED and outcome is not None and outcome.error is not None:
-            error_type, error_message = outcome.error_details(run.timeout)
-            kind = error_type or type(outcome.error).__name__
-            message = _text(error_message or "", _MAX_MESSAGE_CHARS)
+            kind, message = _failure(outcome, run.timeout)
             span.set_attribute("error.type", kind)
             _record_exception(span, outcome.error, kind, message, end)
             span.set_status(Status(StatusCode.ERROR, f"{kind}: {message}"))
@@ -428,10 +525,11 @@ class Telemetry:
             if math.isfinite(run.deadline):
                 span.add_event("trio_delegate.run.deadline_passed", None, self._ns(run.deadline))
             error = run.outcome_error()
-            kind = type(error).__name__
+            kind = _type_name(error)
+            message = _message(error)
             span.set_attribute("error.type", kind)
-            _record_exception(span, error, kind, _message(error), end)
-            span.set_status(Status(StatusCode.ERROR, _message(error)))
+            _record_exception(span, error, kind, message, end)
+            span.set_status(Status(StatusCode.ERROR, message))
         elif status is RunStatus.CANCELLED:
             reason = run.cancel_reason or (outcome.reason if outcome is not None else None)
             if reason is not None:
@@ -586,7 +684,7 @@ class _ToolCall:
             return
         if error is not None:
             self.note_run(getattr(error, "run_id", None))
-            kind = type(error).__name__
+            kind = _type_name(error)
             span.set_attribute("error.type", kind)
             span.set_status(Status(StatusCode.ERROR, f"{kind}: {_message(error)}"))
         span.end(self._telemetry._ns(trio.current_time()))

@@ -15,6 +15,11 @@ Schemas come from models, so checking a result against one is bounded
   seconds, holding the GIL); a pattern RE2 cannot run (look-around,
   back-references) is refused at admission;
 * ``uniqueItems`` compares canonical keys in a set (linear), not every pair;
+  the keys are text, which the garbage collector does not track;
+* a check on a worker thread holds the cyclic garbage collector off
+  (:class:`_CollectorPause`): the containers of the copy it checks would
+  otherwise set off passes over the whole heap, each holding the GIL, and so
+  the event loop, for as long as the heap is large;
 * ``anyOf`` and ``oneOf`` stop at a branch's first error and keep none of
   them (jsonschema collects every error of every branch, each formatting the
   value, and links them in reference cycles the garbage collector must then
@@ -45,11 +50,15 @@ processes check none (``trio-delegate serve`` until a call brings a
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import functools
+import gc
 import hashlib
 import json
+import json.scanner
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
@@ -265,10 +274,11 @@ def _unique_items(
     if not unique or not validator.is_type(instance, "array"):
         return
     budget = _BUDGET.get()
-    seen: set[Any] = set()
+    seen: set[str] = set()
     for index, item in enumerate(instance):
-        budget.spend()
         key = _equality_key(item)
+        # Making the key went through the whole item: one step per 4 KiB of it.
+        budget.spend(1 + (len(key) >> 12))
         if key in seen:
             yield _error(f"the array has non-unique elements (item {index} repeats an earlier one)")
             return
@@ -307,22 +317,56 @@ def _one_of(
         )
 
 
-def _equality_key(value: Any) -> Any:
-    """A hashable key equal for values JSON Schema calls equal (``1 == 1.0``, not ``true``).
+#: Where an array's or an object's items end, in the walk of :func:`_equality_key`.
+_END_ARRAY: Final = object()
+_END_OBJECT: Final = object()
 
-    Recursion is bounded: results are checked for nesting before validation.
+
+def _equality_key(value: Any) -> str:
+    """A key equal for values JSON Schema calls equal (``1 == 1.0``, not ``true``).
+
+    Text, not nested tuples and frozensets: a string holds no references, so
+    the garbage collector never tracks it. Keys made of containers, one or
+    more per item, survived into the collector's oldest generation and made
+    it walk the whole heap, again and again, each pass one uninterrupted C
+    call holding the GIL (a tenth of a second and more over 60,000 nested
+    lists): every other thread, the event loop's included, waited.
+
+    Strings are prefixed with their length, numbers end with ``;`` and an
+    integral float is written as the integer it equals: two keys are equal
+    exactly when the values are. Iterative: no recursion, whatever the nesting.
     """
-    if isinstance(value, bool):
-        return ("b", value)
-    if isinstance(value, int | float):
-        return ("n", value)
-    if isinstance(value, str):
-        return ("s", value)
-    if value is None:
-        return ("z",)
-    if isinstance(value, Mapping):
-        return ("o", frozenset((key, _equality_key(item)) for key, item in value.items()))
-    return ("a", tuple(_equality_key(item) for item in value))
+    parts: list[str] = []
+    put = parts.append
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if node is _END_ARRAY:
+            put("]")
+        elif node is _END_OBJECT:
+            put("}")
+        elif isinstance(node, str):
+            put(f"s{len(node)}:")
+            put(node)
+        elif node is None:
+            put("z")
+        elif isinstance(node, bool):
+            put("t" if node else "f")
+        elif isinstance(node, int):
+            put(f"n{node};")
+        elif isinstance(node, float):
+            put(f"n{int(node)};" if node.is_integer() else f"n{node!r};")
+        elif isinstance(node, Mapping):
+            put("{")
+            stack.append(_END_OBJECT)
+            for key in sorted(node, reverse=True):
+                stack.append(node[key])
+                stack.append(key)
+        else:
+            put("[")
+            stack.append(_END_ARRAY)
+            stack.extend(reversed(node))
+    return "".join(parts)
 
 
 _DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
@@ -446,9 +490,10 @@ class ResultSchema:
         await run_sync(self._check_copy, result)
 
     def _check_copy(self, result: CanonicalJson) -> None:
-        value = _checkable(result)
-        self._check(value, _Budget(MAX_STEPS, inline=False))
-        self.structure(value)
+        with _COLLECTOR.paused():
+            value = _checkable(result)
+            self._check(value, _Budget(MAX_STEPS, inline=False))
+            self.structure(value)
 
     def structure(self, value: Any) -> Any:
         """*value* (JSON-ready, checked) as the target type, or as it is.
@@ -482,15 +527,68 @@ class ResultSchema:
         raise SchemaMismatch(problems)
 
 
+@final
+class _CollectorPause:
+    """Holds off the cyclic garbage collector while large results are checked.
+
+    The copy a check decodes holds a container per array and object of the
+    result, alive until the check ends: with the collector on, they would be
+    moved into its oldest generation, and each quarter more of long-lived
+    containers sets off a pass over the whole heap, one C call holding the
+    GIL for as long as the heap is large (60,000 nested lists: 100-200 ms a
+    pass, several passes), while the event loop's thread waits for it. Held
+    off, the containers are freed (by their reference counts) when the check
+    ends, before the collector ever counted them as long-lived: it has no
+    more to do than before. Checks on several threads share one pause; a
+    collector the application turned off stays off.
+    """
+
+    __slots__ = ("_lock", "_resume", "_users")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._resume = False
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The collector off from entry until the last check using it exits."""
+        with self._lock:
+            if self._users == 0:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0 and self._resume:
+                    gc.enable()
+
+
+_COLLECTOR: Final = _CollectorPause()
+
+
 def _checkable(result: CanonicalJson) -> Any:
     """A fresh copy of *result* to check, its containers brief in messages.
 
     JSON objects decode straight into :class:`BriefDict`; the decoder has no
     such hook for arrays, so they are replaced afterwards, without recursion.
+    A large result is decoded by json's Python scanner (on a worker thread).
     """
     if result.immutable:
         return result.copy()
-    value = json.loads(result.text, object_pairs_hook=BriefDict)
+    decoder = json.JSONDecoder(object_pairs_hook=BriefDict)
+    if result.size > INLINE_BYTES:
+        # json's C scanner decodes the whole text in one call, holding the
+        # GIL throughout (some 80 ms of CPU for a megabyte): every other
+        # thread, the event loop's included, would wait. Its Python scanner
+        # takes three to four times as long on this worker thread, but lets
+        # the GIL go between values; its one C call per string is short.
+        # (Neither is in the typeshed stubs: both are documented in json's source.)
+        decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    value = decoder.decode(result.text)
     if type(value) is list:
         value = BriefList(value)
     stack = [value]
