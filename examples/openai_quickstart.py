@@ -76,7 +76,9 @@ async def run_lead(client: openai.AsyncOpenAI, prompt: str) -> str:
             )
             async with stream:
                 items = [
-                    event.item async for event in stream if event.type == "response.output_item.done"
+                    event.item
+                    async for event in stream
+                    if event.type == "response.output_item.done"
                 ]
             conversation.extend(item.model_dump(exclude_none=True) for item in items)
             calls = [item for item in items if item.type == "function_call"]

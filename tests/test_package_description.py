@@ -1,4 +1,4 @@
-"""What a person who installed the package reads: its description, and the install lines of the docs.
+"""What a person who installs the package reads: its description, and the docs' install lines.
 
 The wheel's description (what an index and ``pip show`` display) is
 assembled from parts of README.md by the build backend. It must read right
@@ -18,7 +18,11 @@ from hatchling.plugin.manager import PluginManager
 from trio_delegate._urls import REPOSITORY_URL
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *(ROOT / "examples").glob("*.py")]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *(ROOT / "examples").glob("*.py"),
+]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 CODE_BLOCK = re.compile(r"^```[a-z]*\n(.*?)^```", re.M | re.S)
 #: What a ``pip install`` command names, up to the end of its line or its code span.

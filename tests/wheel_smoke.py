@@ -174,14 +174,8 @@ def smoke(uv: str, version: str, python: str, wheel: Path, work: Path) -> float:
     )
     # The description a user reads (`pip show -v`, an index's page) is for the
     # installed package: no checkout commands, and how to install it.
-    description = run(
-        [
-            str(bin_dir / "python"),
-            "-c",
-            "from importlib.metadata import metadata; print(metadata('trio-delegate').get_payload())",
-        ],
-        cwd=work,
-    )
+    read = "from importlib.metadata import metadata; print(metadata('trio-delegate').get_payload())"
+    description = run([str(bin_dir / "python"), "-c", read], cwd=work)
     if "make demo" in description or "pip install 'trio-delegate[mcp] @ git+" not in description:
         raise SmokeError(f"the installed package's description is not the user's: {description!r}")
     folder = work / f"user-{version}"
