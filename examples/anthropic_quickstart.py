@@ -1,6 +1,6 @@
 """A Claude model delegating to subagents: the Anthropic SDK and the delegation tools.
 
-    pip install 'trio-delegate' anthropic
+    pip install -e . anthropic      # from a checkout of trio-delegate
     ANTHROPIC_API_KEY=... python examples/anthropic_quickstart.py "Why might a login fail?"
 
 The key comes from ``ANTHROPIC_API_KEY``; ``ANTHROPIC_BASE_URL`` points the
@@ -38,12 +38,12 @@ async def researcher(ctx: td.ChildContext) -> dict[str, str]:
     return {"finding": f"looked into {ctx.task!r}: the session cookie had expired"}
 
 
-def client_from_environment() -> anthropic.Anthropic:
+def client_from_environment() -> anthropic.AsyncAnthropic:
     """The client, with the key and (optionally) the base URL from the environment."""
     key = os.environ.get("ANTHROPIC_API_KEY")
     if not key:
         sys.exit("set ANTHROPIC_API_KEY to your Anthropic API key")
-    return anthropic.Anthropic(api_key=key, base_url=os.environ.get("ANTHROPIC_BASE_URL"))
+    return anthropic.AsyncAnthropic(api_key=key, base_url=os.environ.get("ANTHROPIC_BASE_URL"))
 
 
 async def answer_tool_call(tools: td.DelegationTools, name: str, arguments: Any) -> dict[str, Any]:
@@ -56,7 +56,7 @@ async def answer_tool_call(tools: td.DelegationTools, name: str, arguments: Any)
     return {"content": json.dumps(result), "is_error": False}
 
 
-async def run_lead(client: anthropic.Anthropic, prompt: str) -> str:
+async def run_lead(client: anthropic.AsyncAnthropic, prompt: str) -> str:
     """The lead model's loop over one parent; its final text."""
     model = os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5")
     subagents = [td.Subagent("researcher", researcher, description="Researches a question.")]
@@ -64,20 +64,17 @@ async def run_lead(client: anthropic.Anthropic, prompt: str) -> str:
         tools = parent.tools()
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         for _ in range(MAX_TURNS):
-
-            def ask() -> Any:
-                # The SDK is synchronous here: it runs in a worker thread, so the
-                # subagents keep running while the model thinks.
-                with client.messages.stream(
-                    model=model,
-                    max_tokens=1024,
-                    system=SYSTEM,
-                    tools=tools.anthropic_tools(),
-                    messages=messages,
-                ) as stream:
-                    return stream.get_final_message()
-
-            message = await trio.to_thread.run_sync(ask)
+            # The async client runs natively under Trio (no worker thread): the
+            # subagents keep running while the model thinks, and cancelling the
+            # lead cancels the request in flight.
+            async with client.messages.stream(
+                model=model,
+                max_tokens=1024,
+                system=SYSTEM,
+                tools=tools.anthropic_tools(),
+                messages=messages,
+            ) as stream:
+                message = await stream.get_final_message()
             messages.append(
                 {"role": "assistant", "content": [block.model_dump() for block in message.content]}
             )

@@ -5,7 +5,7 @@ returned (recorded by a DSPy callback). It delegates a summary — the
 summarizer is itself a DSPy module run as a subagent — and continues that
 conversation to get a shorter one. DSPy's delegation is blocking: the module
 runs in a worker thread and its tools call back into Trio. Needs
-``pip install 'trio-delegate[dspy]'``.
+``pip install -e '.[dspy]'`` (from a checkout).
 
     python examples/dspy_parent.py
 """

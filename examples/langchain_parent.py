@@ -4,7 +4,7 @@ The lead agent (``create_agent``) runs on LangChain's fake chat model, scripted
 to start a review in the background, cancel it, see the cancellation come back
 as an error, and delegate a shorter review in its place (``replaces=``). The
 reviewer is itself a ``create_agent`` agent run as a subagent. Needs
-``pip install 'trio-delegate[langchain]'``.
+``pip install -e '.[langchain]'`` (from a checkout).
 
     python examples/langchain_parent.py
 """

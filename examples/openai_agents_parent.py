@@ -5,7 +5,7 @@ asks a writer for release notes in the background, waits with a timeout that
 runs out, waits for the draft, and continues the writer's conversation to get
 a shorter one. The writer is itself an Agents SDK agent run as a subagent, so
 the continuation hands it its own earlier conversation. Needs
-``pip install 'trio-delegate[openai-agents]'``.
+``pip install -e '.[openai-agents]'`` (from a checkout).
 
     python examples/openai_agents_parent.py
 """

@@ -1,6 +1,6 @@
 """An OpenAI model delegating to subagents: the OpenAI SDK's Responses API and the tools.
 
-    pip install 'trio-delegate' openai
+    pip install -e . openai      # from a checkout of trio-delegate
     OPENAI_API_KEY=... python examples/openai_quickstart.py "Why might a login fail?"
 
 The key comes from ``OPENAI_API_KEY``; ``OPENAI_BASE_URL`` points the client
@@ -38,12 +38,12 @@ async def researcher(ctx: td.ChildContext) -> dict[str, str]:
     return {"finding": f"looked into {ctx.task!r}: the session cookie had expired"}
 
 
-def client_from_environment() -> openai.OpenAI:
+def client_from_environment() -> openai.AsyncOpenAI:
     """The client, with the key and (optionally) the base URL from the environment."""
     key = os.environ.get("OPENAI_API_KEY")
     if not key:
         sys.exit("set OPENAI_API_KEY to your OpenAI API key")
-    return openai.OpenAI(api_key=key, base_url=os.environ.get("OPENAI_BASE_URL"))
+    return openai.AsyncOpenAI(api_key=key, base_url=os.environ.get("OPENAI_BASE_URL"))
 
 
 async def answer_tool_call(tools: td.DelegationTools, name: str, arguments: str) -> str:
@@ -55,7 +55,7 @@ async def answer_tool_call(tools: td.DelegationTools, name: str, arguments: str)
         return json.dumps(exc.to_payload())
 
 
-async def run_lead(client: openai.OpenAI, prompt: str) -> str:
+async def run_lead(client: openai.AsyncOpenAI, prompt: str) -> str:
     """The lead model's loop over one parent; its final text."""
     model = os.environ.get("OPENAI_MODEL", "gpt-5")
     subagents = [td.Subagent("researcher", researcher, description="Researches a question.")]
@@ -63,24 +63,23 @@ async def run_lead(client: openai.OpenAI, prompt: str) -> str:
         tools = parent.tools()
         conversation: list[Any] = [{"role": "user", "content": prompt}]
         for _ in range(MAX_TURNS):
-
-            def ask() -> list[Any]:
-                # The SDK is synchronous here: it runs in a worker thread, so the
-                # subagents keep running while the model thinks. Streamed: each
-                # finished output item (a message, a function call) as it ends.
-                stream = client.responses.create(
-                    model=model,
-                    instructions=INSTRUCTIONS,
-                    tools=tools.openai_responses_tools(),
-                    input=conversation,
-                    stream=True,
-                )
-                with stream:
-                    return [
-                        event.item for event in stream if event.type == "response.output_item.done"
-                    ]
-
-            items = await trio.to_thread.run_sync(ask)
+            # The async client runs natively under Trio (no worker thread): the
+            # subagents keep running while the model thinks, and cancelling the
+            # lead cancels the request in flight. Streamed: each finished output
+            # item (a message, a function call) as it ends.
+            stream = await client.responses.create(
+                model=model,
+                instructions=INSTRUCTIONS,
+                tools=tools.openai_responses_tools(),
+                input=conversation,
+                stream=True,
+            )
+            async with stream:
+                items = [
+                    event.item
+                    async for event in stream
+                    if event.type == "response.output_item.done"
+                ]
             conversation.extend(item.model_dump(exclude_none=True) for item in items)
             calls = [item for item in items if item.type == "function_call"]
             if not calls:

@@ -4,7 +4,7 @@ The lead agent's model is scripted (Pydantic AI's ``FunctionModel``): it starts
 a research run in the background, checks on it, waits with a timeout that runs
 out, waits for the result, and asks a counter for a structured result in the
 foreground. The researcher is itself a Pydantic AI agent (``TestModel``) run as
-a subagent. Needs ``pip install 'trio-delegate[pydantic-ai]'``.
+a subagent. Needs ``pip install -e '.[pydantic-ai]'`` (from a checkout).
 
     python examples/pydantic_ai_parent.py
 """

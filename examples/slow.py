@@ -1,6 +1,7 @@
 """An example command subagent that takes its time.
 
-The task is a number of seconds to work (default 5). It reports progress on
+The task is text naming a number of seconds to work, such as ``3`` (default 5):
+the tools' ``task`` is always a string. It reports progress on
 stderr and its result on stdout. Cancelling the run ends it with SIGTERM.
 """
 

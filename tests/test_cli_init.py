@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,8 @@ from trio_delegate._cli._main import main
 from trio_delegate._server_config import load_server_config
 from trio_delegate._urls import DOCS_URL
 
+from .helpers import mcp_initialize
+
 
 def test_init_writes_a_configuration_serve_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -28,7 +31,8 @@ def test_init_writes_a_configuration_serve_loads(
     monkeypatch.delitem(sys.modules, "starter_agents", raising=False)
     assert main(["init"]) == 0
     out = capsys.readouterr().out
-    assert f"trio-delegate serve --config {CONFIG_NAME}" in out
+    assert "trio-delegate serve " in out
+    assert "--config" not in out.split("mcp-config")[0]  # serve reads ./subagents.toml
     assert DOCS_URL in out
     config = load_server_config(tmp_path / CONFIG_NAME)
     assert [subagent.name for subagent in config.subagents] == ["outliner", "counter"]
@@ -59,6 +63,39 @@ def test_init_never_overwrites(
     assert "fix: " in err
     assert (tmp_path / existing).read_text() == "mine\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == [existing]
+
+
+def test_plain_serve_after_init_serves_the_configuration_init_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["init"]) == 0
+    request = json.dumps(mcp_initialize(1)) + "\n"
+    # A real serve, as a client starts it: no --config, in the folder init wrote to.
+    done = subprocess.run(
+        [sys.executable, "-m", "trio_delegate", "serve"],
+        input=request.encode(),
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    answer = json.loads(done.stdout.splitlines()[0])
+    assert answer["id"] == 1
+    assert answer["result"]["serverInfo"]["name"]
+    assert str(tmp_path / CONFIG_NAME) in done.stderr.decode()  # the file it serves
+
+
+def test_plain_serve_without_a_configuration_says_to_run_init(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert f"no --config given, and there is no {CONFIG_NAME} in this folder" in err
+    assert "fix: run `trio-delegate init` here" in err
+    assert "--config FILE" in err
 
 
 def test_a_missing_configuration_names_init_and_the_site(

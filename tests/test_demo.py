@@ -33,6 +33,7 @@ from trio_delegate._cli._demo_view import (
 from trio_delegate._cli._main import main
 from trio_delegate._self import installed_script, shell_command
 from trio_delegate._threads import run_sync
+from trio_delegate._urls import REPOSITORY_URL, docs_page
 
 
 @attrs.define
@@ -349,6 +350,14 @@ def test_demo_command_plain(capsys: pytest.CaptureFixture[str]) -> None:
         "verdict  fail-closed check passed",
     ):
         assert expected in out
+    # It says what it is before it plays, and where to go after.
+    first, *_ = out.splitlines()
+    assert first.startswith("A scripted delegation session, offline: no model is involved.")
+    assert "trio_delegate/_cli/_demo.py" in out.split("== 1.")[0]
+    after = out.split("verdict  fail-closed check passed")[1]
+    assert docs_page("quickstart", "with-a-real-model") in after
+    assert f"{REPOSITORY_URL}/tree/main/examples" in after
+    assert "trio-delegate init, then trio-delegate serve" in after
 
 
 def test_demo_falls_back_to_plain_lines_off_a_terminal(
@@ -459,7 +468,7 @@ def test_demo_command_writes_the_database(
     said = capsys.readouterr().out
     assert f"The runs are recorded in {db}" in said
     # The command it suggests names the same store, and runs as written.
-    suggested = shlex.split(said.rsplit("see them with ", 1)[1])
+    suggested = shlex.split(said.rsplit("see them with ", 1)[1].splitlines()[0])
     assert suggested[-4:] == ["runs", "list", "--db", str(db)]
     listed_by_hand = subprocess.run(
         [*suggested, "--json"], capture_output=True, text=True, check=True, timeout=60

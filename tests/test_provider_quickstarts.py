@@ -9,8 +9,10 @@ from __future__ import annotations
 import runpy
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
 from .fakes import FakeAnthropic, FakeModelServer, FakeResponses, Reply, Turn, call, text
 
@@ -41,8 +43,20 @@ def run_example(
     for key, value in environment.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(sys, "argv", [name, "Why did the login fail?"])
+    threads: list[object] = []
+    run_sync = trio.to_thread.run_sync
+
+    async def counted(function: Any, *args: Any, **kwargs: Any) -> Any:
+        threads.append(function)
+        return await run_sync(function, *args, **kwargs)
+
+    # The provider SDKs' async clients run natively under Trio: a request to
+    # the model takes no worker thread (the fake listens on a numeric address,
+    # so not even a name lookup does).
+    monkeypatch.setattr(trio.to_thread, "run_sync", counted)
     runpy.run_path(str(EXAMPLES / name), run_name="__main__")
     assert fake.problems == []
+    assert threads == []
     return capsys.readouterr().out
 
 

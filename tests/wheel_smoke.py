@@ -3,7 +3,8 @@
 ``make wheel-smoke`` (part of ``make test``): build the wheel once with
 ``uv build``, then for each Python 3.11, 3.12 and 3.13 found on this machine
 make a new venv, install the wheel with its ``mcp`` extra (uv's cache keeps
-this to seconds), and in an empty folder run what a new user runs: the demo,
+this to seconds), check the description it installed (no checkout commands;
+the install line), and in an empty folder run what a new user runs: the demo,
 the README's script, ``trio-delegate init``, and ``trio-delegate serve
 --config subagents.toml``, which must answer ``initialize`` and
 ``tools/list`` with the five delegation tools. Nothing comes from the
@@ -171,6 +172,12 @@ def smoke(uv: str, version: str, python: str, wheel: Path, work: Path) -> float:
         [uv, "pip", "install", "--quiet", "--python", str(bin_dir / "python"), f"{wheel}[mcp]"],
         cwd=work,
     )
+    # The description a user reads (`pip show -v`, an index's page) is for the
+    # installed package: no checkout commands, and how to install it.
+    read = "from importlib.metadata import metadata; print(metadata('trio-delegate').get_payload())"
+    description = run([str(bin_dir / "python"), "-c", read], cwd=work)
+    if "make demo" in description or "pip install 'trio-delegate[mcp] @ git+" not in description:
+        raise SmokeError(f"the installed package's description is not the user's: {description!r}")
     folder = work / f"user-{version}"
     folder.mkdir()
     script = bin_dir / "trio-delegate"

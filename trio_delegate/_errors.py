@@ -29,6 +29,7 @@ __all__ = [
     "RunCancelledError",
     "RunFailedError",
     "RunTimedOutError",
+    "NotInTrioError",
     "RuntimeClosedError",
     "StoreError",
     "UnknownRunError",
@@ -174,6 +175,15 @@ class LimitExceededError(DelegationError):
 
 class RuntimeClosedError(DelegationError, RuntimeError):
     """The parent or runtime this call was made on is closed."""
+
+
+class NotInTrioError(DelegationError, RuntimeError):
+    """A runtime was used outside the Trio run it lives in.
+
+    trio_delegate runs under Trio: ``open_runtime`` is entered inside
+    ``trio.run`` (not ``asyncio.run``), and a runtime's block is entered and
+    left in that same run.
+    """
 
 
 class StoreError(DelegationError, OSError):

@@ -56,6 +56,7 @@ from .._stores._protocol import ResultStore
 from .._stores._sqlite import SQLiteStore
 from .._subagent import Runner, Subagent
 from .._threads import VirtualClock
+from .._urls import REPOSITORY_URL, docs_page
 from ._demo_view import Event, LiveReporter, PlainReporter, Reporter, RunRow, Summary, short_id
 from ._runs import DEFAULT_DB
 
@@ -676,6 +677,7 @@ def run_demo(
     """
     out = sys.stdout if stdout is None else stdout
     err = sys.stderr if stderr is None else stderr
+    print(INTRODUCTION, file=out)
     clock = PacedClock(speed)
     store = SQLiteStore(db) if db is not None else None
     try:
@@ -687,7 +689,23 @@ def run_demo(
         where = () if Path(db) == DEFAULT_DB else ("--db", str(db))
         command = shell_command("runs", "list", *where)
         print(f"The runs are recorded in {db}: see them with {command}", file=out)
+    print(NEXT_STEPS, file=out)
     if summary.resolved:
         return 0
     print(f"trio-delegate demo: the fail-closed check failed: {summary.verdict}", file=err)
     return 1
+
+
+#: What the demo is, said before it plays: no model is involved.
+INTRODUCTION: Final = f"""\
+A scripted delegation session, offline: no model is involved. A parent delegates
+to three stand-in subagents that sleep and return canned results, so that every
+rule shows in about 10 s. The script: {REPOSITORY_URL}/blob/main/trio_delegate/_cli/_demo.py
+"""
+
+#: Where to go from the demo, said after it.
+NEXT_STEPS: Final = f"""Next:
+  your own subagents in code:  {docs_page("library")}
+  subagents backed by a model: {docs_page("quickstart", "with-a-real-model")}
+    (examples: {REPOSITORY_URL}/tree/main/examples)
+  for Claude Code, Codex or any MCP client: trio-delegate init, then trio-delegate serve"""

@@ -1,9 +1,10 @@
 """``trio-delegate init``: a commented starter ``subagents.toml`` and its runner module.
 
 A user who installed the wheel has no checkout and no ``examples/``: ``init``
-writes a configuration that ``trio-delegate serve --config subagents.toml``
-serves as it is (two Python subagents from a small module beside it, and
-commented command and agent-CLI entries to copy), then says what to run next.
+writes the configuration that ``trio-delegate serve`` reads by default
+(``./subagents.toml``) and serves it as it is (two Python subagents from a
+small module beside it, and commented command and agent-CLI entries to
+copy), then says what to run next.
 It never overwrites a file.
 """
 
@@ -26,7 +27,7 @@ RUNNERS_NAME: Final = "starter_agents.py"
 EXIT_REFUSED: Final = 2
 
 _CONFIG: Final = f"""\
-# trio-delegate serve --config {CONFIG_NAME}
+# trio-delegate serve      (reads ./{CONFIG_NAME}; else --config FILE)
 #
 # The subagents an MCP client (Claude Code, Codex, Claude Desktop, Cursor,
 # VS Code ...) can delegate to. Every key is described at
@@ -124,7 +125,7 @@ def _next_steps(folder: Path) -> str:
     here = "" if folder == Path.cwd() else f"cd {folder}\n  "
     return (
         f"next:\n"
-        f"  {here}trio-delegate serve --config {CONFIG_NAME}     "
+        f"  {here}trio-delegate serve     "
         f"# an MCP server on stdio (Ctrl-C stops it)\n"
         f"  trio-delegate mcp-config claude --config {CONFIG_NAME}   "
         f"# the client's configuration (also: claude-desktop, cursor, vscode, codex)\n"

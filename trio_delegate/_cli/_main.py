@@ -104,9 +104,9 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     serve.add_argument(
         "--config",
-        required=True,
         metavar="FILE",
-        help="the TOML file with [runtime] and [[subagents]]",
+        help="the TOML file with [runtime] and [[subagents]] (default: ./subagents.toml, "
+        "which `trio-delegate init` writes)",
     )
     serve.add_argument(
         "--owner",
@@ -215,8 +215,8 @@ def _add_init(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help=f"write a starter {CONFIG_NAME} (and {RUNNERS_NAME}) here for `serve`",
         description=(
             f"Write a commented starter {CONFIG_NAME} and the runner module it names "
-            f"({RUNNERS_NAME}) into the current directory, so that `trio-delegate serve "
-            f"--config {CONFIG_NAME}` works right after it. Refuses (exit 2) when either "
+            f"({RUNNERS_NAME}) into the current directory, so that `trio-delegate serve` "
+            "works right after it. Refuses (exit 2) when either "
             "file is already there."
         ),
     )

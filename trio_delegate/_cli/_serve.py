@@ -14,6 +14,7 @@ from .. import __version__
 from .._checks import terminal_safe
 from .._errors import StoreError
 from .._first_answer import FirstAnswer
+from .._mcp_config import DEFAULT_CONFIG
 from .._server_config import ConfigError, ServerConfig, load_server_config
 from .._stores._postgres import PostgresStore
 from .._stores._protocol import ResultStore
@@ -29,11 +30,12 @@ EXIT_MISSING_SDK: int = 1
 EXIT_STORE: int = 1
 
 
-def run_serve(config_path: str, *, owner: str | None = None) -> int:
+def run_serve(config_path: str | None, *, owner: str | None = None) -> int:
     """Load *config_path* and serve its subagents over stdio until the client leaves.
 
     Args:
-        config_path: the TOML configuration file.
+        config_path: the TOML configuration file; ``None`` (no ``--config``)
+            for ``./subagents.toml``, the file ``trio-delegate init`` writes.
         owner: the owner of the server's runs (``--owner``, checked by the
             caller); it overrides ``[server] owner``. ``None``: the file's.
 
@@ -42,6 +44,17 @@ def run_serve(config_path: str, *, owner: str | None = None) -> int:
         (reported on stderr before anything starts); 1 when the ``mcp``
         package is missing or the store cannot be opened.
     """
+    if config_path is None:
+        if not Path(DEFAULT_CONFIG).is_file():
+            print(
+                f"trio-delegate serve: no --config given, and there is no {DEFAULT_CONFIG} "
+                f"in this folder ({terminal_safe(str(Path.cwd()))})\n"
+                f"  fix: run `trio-delegate init` here to write a starter {DEFAULT_CONFIG}, "
+                "or pass the path of your configuration with --config FILE",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG
+        config_path = DEFAULT_CONFIG
     try:
         server_config = load_server_config(config_path)
     except ConfigError as exc:

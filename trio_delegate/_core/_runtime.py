@@ -29,6 +29,7 @@ from ._parent import Parent, open_parent_host
 from ._persistence import Persister, WriteStats
 from ._registry import Registry
 from ._run import CancelReason
+from ._trio_run import RunGuard, require_trio
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -397,9 +398,11 @@ async def open_runtime(
     itself, never wrapped in an ``ExceptionGroup``.
 
     Raises:
+        NotInTrioError: called outside a Trio run (from ``asyncio.run``, say).
         InvalidArgumentsError: malformed subagents, config or store.
         StoreError: the store could not be opened.
     """
+    require_trio("open_runtime")
     registry = _check_subagents(subagents)
     if config is None:
         config = Config()
@@ -415,6 +418,20 @@ async def open_runtime(
         )
     persister = Persister(store, new_runtime_id()) if store is not None else None
     runtime = Runtime._create(registry, config, persister)
+    guard = RunGuard()
+    guard.start()
+    try:
+        async with _open_runtime_block(runtime, persister) as opened:
+            yield opened
+    finally:
+        guard.close()
+
+
+@asynccontextmanager
+async def _open_runtime_block(
+    runtime: Runtime, persister: Persister | None
+) -> AsyncIterator[Runtime]:
+    """The runtime's nursery, and its store's writer and watcher when it has one."""
     if persister is None:
         async with _owning_nursery(runtime):
             yield runtime
