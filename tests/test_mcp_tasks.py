@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -568,6 +569,54 @@ async def test_tasks_get_of_a_cancelled_run_observes_it_and_of_a_live_one_does_n
         # Observed or not, a cancelled run is resolved only by a replacement.
         with pytest.raises(td.UnresolvedDelegationError):
             await session(rt)
+
+
+# -- one owner, two processes, one store -----------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The ``[runtime] store`` line of server processes that share one store."""
+    if request.param == "sqlite":
+        return 'store = "runs.db"'
+    import psycopg
+
+    server = request.getfixturevalue("pg_server")
+    # A database of its own (the server's config names no schema); the
+    # throwaway server goes with the session.
+    database = "t_" + secrets.token_hex(8)
+    with psycopg.connect(server.admin_dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    # A configuration file holds no password: the servers read it from the environment.
+    monkeypatch.setenv("PGPASSWORD", server.password)
+    return f"store = {json.dumps(server.dsn(password=False, database=database))}"
+
+
+async def test_a_listen_hears_the_end_of_a_task_another_process_of_its_owner_runs(
+    tmp_path: Path, shared_store: str
+) -> None:
+    config = tmp_path / "server.toml"
+    config.write_text(config_text(tmp_path, server='owner = "desk"', runtime=shared_store))
+    async with serving(config) as a, serving(config) as b:
+        created = await a.call(
+            "delegate_task", {"subagent": "gated", "task": "far", "background": True}
+        )
+        task_id = created["taskId"]
+        # At once: B looks an id its view of the store does not know yet up in the store.
+        stream = await b.listen([task_id])
+        ack = await b.on_stream("notifications/subscriptions/acknowledged", stream)
+        assert ack["notifications"]["taskIds"] == [task_id]
+        a.release("far")
+        # B hears the end A committed to the store (hang guard: ANSWER_SECONDS).
+        ended = await b.on_stream("notifications/tasks", stream)
+        await b.unlisten(stream)
+        assert ended["taskId"] == task_id
+        assert ended["status"] == "completed"
+        assert ended["result"]["structuredContent"]["final_result"] == "FAR"
+        read = (await b.request("tasks/get", {"taskId": task_id}))["result"]
+        assert without_meta(ended) == {
+            k: v for k, v in read.items() if k not in ("_meta", "resultType")
+        }
 
 
 # -- legacy connections --------------------------------------------------------------
