@@ -36,11 +36,13 @@ import trio
 
 pytest.importorskip("mcp")
 
+from mcp.shared.exceptions import MCPError
+
 import trio_delegate as td
 from trio_delegate._cli._main import main
 from trio_delegate.mcp._tasks import TASKS_EXTENSION, TaskBook
 
-from .helpers import forever, sub
+from .helpers import forever, returning, sub
 
 PY = sys.executable
 
@@ -543,7 +545,7 @@ async def test_a_listen_acknowledges_only_this_connections_tasks(wire: Wire) -> 
 async def test_tasks_get_of_a_cancelled_run_observes_it_and_of_a_live_one_does_not() -> None:
     async def session(rt: td.Runtime) -> None:
         async with rt.open_parent() as parent:
-            book = TaskBook(parent, parent.tools(), None, 60.0, 1000)
+            book = TaskBook(parent, parent.tools(), None, rt.config, 1000)
             handle = await parent.start("idle", "t")
             async with parent.settled() as settlements:
                 working = await book.get(handle.run_id)
@@ -569,6 +571,57 @@ async def test_tasks_get_of_a_cancelled_run_observes_it_and_of_a_live_one_does_n
         # Observed or not, a cancelled run is resolved only by a replacement.
         with pytest.raises(td.UnresolvedDelegationError):
             await session(rt)
+
+
+# -- what a connection keeps per task -------------------------------------------------
+
+
+@pytest.mark.parametrize("with_store", [False, True], ids=["memory", "store"])
+async def test_what_a_connection_keeps_per_task_is_bounded_by_retention(with_store: bool) -> None:
+    retained = 4
+    config = td.Config(retention_max_runs=retained)
+    store = td.MemoryStore() if with_store else None
+    subagents = [sub("quick", returning("done"))]
+    async with (
+        td.open_runtime(subagents, config=config, store=store) as rt,
+        rt.open_parent() as parent,
+        trio.open_nursery() as nursery,
+    ):
+        book = TaskBook(parent, parent.tools(), rt.store, rt.config, 1000)
+
+        async def settlements() -> None:
+            # As the server tells its book of every end.
+            async for handle in parent.settled():
+                book.settled(handle)
+
+        nursery.start_soon(settlements)
+        task_ids: list[str] = []
+        for i in range(10 * retained):
+            started = await parent.tools().call(
+                "delegate_task", {"subagent": "quick", "task": f"t{i}", "background": True}
+            )
+            created = await book.create(started["run_id"])
+            task_ids.append(created["taskId"])
+            await parent.wait(created["taskId"])
+            done = await book.get(created["taskId"])
+            assert done["status"] == "completed"
+            # Counted, not timed: the book holds no more than retention does.
+            assert len(book) <= retained, (i, len(book))
+        first = task_ids[0]
+        if store is None:
+            # Retention evicted its run: the task has expired (contract §8).
+            with pytest.raises(MCPError) as expired:
+                await book.get(first)
+            assert expired.value.code == -32602
+            assert "has expired" in expired.value.message
+        else:
+            # The store answers for an evicted run: the task reads as it ended.
+            kept = await book.get(first)
+            assert kept["status"] == "completed"
+            assert kept["result"]["structuredContent"]["final_result"] == "done"
+            assert ISO.match(kept["createdAt"])
+        assert len(book) <= retained
+        nursery.cancel_scope.cancel()
 
 
 # -- one owner, two processes, one store -----------------------------------------------

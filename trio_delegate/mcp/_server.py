@@ -221,7 +221,7 @@ def build_server(
                     parent,
                     tools,
                     runtime.store,
-                    runtime.config.retention_seconds,
+                    runtime.config,
                     max(1, round(poll.progress_seconds * 1000)),
                 )
                 try:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import datetime
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
@@ -52,6 +53,7 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import (
+    Config,
     DelegationError,
     DelegationTools,
     InvalidArgumentsError,
@@ -179,37 +181,53 @@ class _Times:
 class TaskBook:
     """The task side of one connection: timestamps, retention and listen streams.
 
+    What the book keeps per task is bounded as the runtime's own memory is
+    (contract §8): times for at most ``max_live_runs`` live tasks (a runtime
+    never holds more live runs) and for the ``retention_max_runs`` tasks that
+    ended last (retention holds no more terminal runs). A task whose times
+    the book has let go reads as the runtime answers for its run: expired
+    without a store, from the store's record with one.
+
     Attributes:
         parent: the connection's parent; its runs are the tasks.
         tools: the parent's tools (results are ``wait_subagent``'s).
         store: the runtime's store, or ``None``.
-        retention_seconds: how long the runtime keeps a terminal run.
+        config: the runtime's configuration (its retention and live-run limits).
         poll_interval_ms: the suggested ``pollIntervalMs``.
     """
 
     parent: Parent
     tools: DelegationTools
     store: ResultStore | None
-    retention_seconds: float
+    config: Config
     poll_interval_ms: int
-    _times: dict[str, _Times] = attrs.Factory(dict)
+    # Times of tasks seen live, oldest seen first, and of tasks seen ended,
+    # in the order their ends were seen (the order retention evicts in).
+    _live: OrderedDict[str, _Times] = attrs.Factory(OrderedDict)
+    _ended: OrderedDict[str, _Times] = attrs.Factory(OrderedDict)
+
+    def __len__(self) -> int:
+        """How many tasks the book keeps times for."""
+        return len(self._live) + len(self._ended)
 
     # -- what the connection tells the book ------------------------------------
 
     def settled(self, handle: RunHandle) -> None:
         """Note that a run of the parent ended (its task's last update is now)."""
-        times = self._times.get(handle.run_id)
+        times = self._live.get(handle.run_id)
         if times is not None:
             times.updated = times.ended = time.time()
             times.status = handle.status
+            self._keep(handle.run_id, times)
 
     # -- the extension's answers --------------------------------------------------
 
     async def create(self, run_id: str) -> dict[str, Any]:
         """The ``CreateTaskResult`` for a run just admitted (its admission is durable)."""
         handle = self._status(run_id)
-        now = time.time()
-        self._times.setdefault(run_id, _Times(now, now, handle.status))
+        if self._times(run_id) is None:
+            now = time.time()
+            self._keep(run_id, _Times(now, now, handle.status))
         task = await self._task(handle)
         return {"resultType": "task", **task}
 
@@ -412,19 +430,43 @@ class TaskBook:
         return task
 
     async def _times_of(self, handle: RunHandle) -> _Times:
-        times = self._times.get(handle.run_id)
+        run_id = handle.run_id
+        times = self._times(run_id)
         now = time.time()
         if times is None:
-            times = await self._stored_times(handle.run_id, handle.status) or _Times(
+            times = await self._stored_times(run_id, handle.status) or _Times(
                 now, now, handle.status
             )
-            self._times[handle.run_id] = times
+            self._keep(run_id, times)
         if times.status is not handle.status:
             times.status = handle.status
             times.updated = now
         if handle.status.is_terminal and times.ended is None:
             times.ended = times.updated
+            self._keep(run_id, times)
         return times
+
+    def _times(self, run_id: str) -> _Times | None:
+        times = self._live.get(run_id)
+        return times if times is not None else self._ended.get(run_id)
+
+    def _keep(self, run_id: str, times: _Times) -> None:
+        """File *times* with the live or the ended tasks, and let go what retention would.
+
+        The runtime holds at most ``max_live_runs`` live runs and
+        ``retention_max_runs`` terminal ones, evicting the oldest ended first:
+        a task the book lets go here is one whose run the runtime no longer
+        holds (or, with a store, one the store's record answers for).
+        """
+        config = self.config
+        if times.ended is None:
+            kept, limit = self._live, config.max_live_runs
+        else:
+            self._live.pop(run_id, None)
+            kept, limit = self._ended, config.retention_max_runs
+        kept[run_id] = times
+        if len(kept) > limit:
+            kept.popitem(last=False)
 
     async def _stored_times(self, run_id: str, status: RunStatus) -> _Times | None:
         """The times a store recorded for a run of an earlier process (or another host)."""
@@ -444,7 +486,7 @@ class TaskBook:
         return _Times(created, updated, status, ended)
 
     def _ttl_ms(self, times: _Times) -> int | None:
-        retention: float | None = self.retention_seconds
+        retention: float | None = self.config.retention_seconds
         if self.store is not None:
             # The store answers for the run after the runtime has let it go.
             kept = getattr(self.store, "retention_seconds", None)
