@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -35,11 +36,13 @@ import trio
 
 pytest.importorskip("mcp")
 
+from mcp.shared.exceptions import MCPError
+
 import trio_delegate as td
 from trio_delegate._cli._main import main
 from trio_delegate.mcp._tasks import TASKS_EXTENSION, TaskBook
 
-from .helpers import forever, sub
+from .helpers import forever, returning, sub
 
 PY = sys.executable
 
@@ -542,7 +545,7 @@ async def test_a_listen_acknowledges_only_this_connections_tasks(wire: Wire) -> 
 async def test_tasks_get_of_a_cancelled_run_observes_it_and_of_a_live_one_does_not() -> None:
     async def session(rt: td.Runtime) -> None:
         async with rt.open_parent() as parent:
-            book = TaskBook(parent, parent.tools(), None, 60.0, 1000)
+            book = TaskBook(parent, parent.tools(), None, rt.config, 1000)
             handle = await parent.start("idle", "t")
             async with parent.settled() as settlements:
                 working = await book.get(handle.run_id)
@@ -568,6 +571,105 @@ async def test_tasks_get_of_a_cancelled_run_observes_it_and_of_a_live_one_does_n
         # Observed or not, a cancelled run is resolved only by a replacement.
         with pytest.raises(td.UnresolvedDelegationError):
             await session(rt)
+
+
+# -- what a connection keeps per task -------------------------------------------------
+
+
+@pytest.mark.parametrize("with_store", [False, True], ids=["memory", "store"])
+async def test_what_a_connection_keeps_per_task_is_bounded_by_retention(with_store: bool) -> None:
+    retained = 4
+    config = td.Config(retention_max_runs=retained)
+    store = td.MemoryStore() if with_store else None
+    subagents = [sub("quick", returning("done"))]
+    async with (
+        td.open_runtime(subagents, config=config, store=store) as rt,
+        rt.open_parent() as parent,
+        trio.open_nursery() as nursery,
+    ):
+        book = TaskBook(parent, parent.tools(), rt.store, rt.config, 1000)
+
+        async def settlements() -> None:
+            # As the server tells its book of every end.
+            async for handle in parent.settled():
+                book.settled(handle)
+
+        nursery.start_soon(settlements)
+        task_ids: list[str] = []
+        for i in range(10 * retained):
+            started = await parent.tools().call(
+                "delegate_task", {"subagent": "quick", "task": f"t{i}", "background": True}
+            )
+            created = await book.create(started["run_id"])
+            task_ids.append(created["taskId"])
+            await parent.wait(created["taskId"])
+            done = await book.get(created["taskId"])
+            assert done["status"] == "completed"
+            # Counted, not timed: the book holds no more than retention does.
+            assert len(book) <= retained, (i, len(book))
+        first = task_ids[0]
+        if store is None:
+            # Retention evicted its run: the task has expired (contract §8).
+            with pytest.raises(MCPError) as expired:
+                await book.get(first)
+            assert expired.value.code == -32602
+            assert "has expired" in expired.value.message
+        else:
+            # The store answers for an evicted run: the task reads as it ended.
+            kept = await book.get(first)
+            assert kept["status"] == "completed"
+            assert kept["result"]["structuredContent"]["final_result"] == "done"
+            assert ISO.match(kept["createdAt"])
+        assert len(book) <= retained
+        nursery.cancel_scope.cancel()
+
+
+# -- one owner, two processes, one store -----------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The ``[runtime] store`` line of server processes that share one store."""
+    if request.param == "sqlite":
+        return 'store = "runs.db"'
+    import psycopg
+
+    server = request.getfixturevalue("pg_server")
+    # A database of its own (the server's config names no schema); the
+    # throwaway server goes with the session.
+    database = "t_" + secrets.token_hex(8)
+    with psycopg.connect(server.admin_dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    # A configuration file holds no password: the servers read it from the environment.
+    monkeypatch.setenv("PGPASSWORD", server.password)
+    return f"store = {json.dumps(server.dsn(password=False, database=database))}"
+
+
+async def test_a_listen_hears_the_end_of_a_task_another_process_of_its_owner_runs(
+    tmp_path: Path, shared_store: str
+) -> None:
+    config = tmp_path / "server.toml"
+    config.write_text(config_text(tmp_path, server='owner = "desk"', runtime=shared_store))
+    async with serving(config) as a, serving(config) as b:
+        created = await a.call(
+            "delegate_task", {"subagent": "gated", "task": "far", "background": True}
+        )
+        task_id = created["taskId"]
+        # At once: B looks an id its view of the store does not know yet up in the store.
+        stream = await b.listen([task_id])
+        ack = await b.on_stream("notifications/subscriptions/acknowledged", stream)
+        assert ack["notifications"]["taskIds"] == [task_id]
+        a.release("far")
+        # B hears the end A committed to the store (hang guard: ANSWER_SECONDS).
+        ended = await b.on_stream("notifications/tasks", stream)
+        await b.unlisten(stream)
+        assert ended["taskId"] == task_id
+        assert ended["status"] == "completed"
+        assert ended["result"]["structuredContent"]["final_result"] == "FAR"
+        read = (await b.request("tasks/get", {"taskId": task_id}))["result"]
+        assert without_meta(ended) == {
+            k: v for k, v in read.items() if k not in ("_meta", "resultType")
+        }
 
 
 # -- legacy connections --------------------------------------------------------------

@@ -221,7 +221,7 @@ def build_server(
                     parent,
                     tools,
                     runtime.store,
-                    runtime.config.retention_seconds,
+                    runtime.config,
                     max(1, round(poll.progress_seconds * 1000)),
                 )
                 try:
@@ -553,7 +553,7 @@ async def _announce_settlements(connection: _Connection) -> None:
     info = _LOG_LEVELS.index("info")
     async for handle in connection.parent.settled():
         if connection.tasks is not None:
-            connection.tasks.settled(handle)  # the listen streams' wake-up
+            connection.tasks.settled(handle)  # the task's last update
         session = connection.session
         if session is None or handle.run_id in connection.foreground:
             continue  # no request yet, or a foreground call answers for it

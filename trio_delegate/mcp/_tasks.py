@@ -40,8 +40,8 @@ from __future__ import annotations
 import datetime
 import math
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections import OrderedDict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
@@ -53,12 +53,16 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import (
+    Config,
     DelegationError,
     DelegationTools,
     InvalidArgumentsError,
     Parent,
+    RunCancelledError,
+    RunFailedError,
     RunHandle,
     RunStatus,
+    RunTimedOutError,
     UnknownRunError,
 )
 from .._checks import describe
@@ -87,6 +91,9 @@ _TERMINAL_STATUS: Final[Mapping[RunStatus, str]] = {
     RunStatus.TIMED_OUT: "completed",
     RunStatus.CANCELLED: "cancelled",
 }
+
+#: The errors with which a wait tells that a run ended without completing.
+_ENDED_ERRORS: Final = (RunFailedError, RunCancelledError, RunTimedOutError)
 
 
 class TaskIdParams(mcp_types.RequestParams):
@@ -174,44 +181,53 @@ class _Times:
 class TaskBook:
     """The task side of one connection: timestamps, retention and listen streams.
 
+    What the book keeps per task is bounded as the runtime's own memory is
+    (contract §8): times for at most ``max_live_runs`` live tasks (a runtime
+    never holds more live runs) and for the ``retention_max_runs`` tasks that
+    ended last (retention holds no more terminal runs). A task whose times
+    the book has let go reads as the runtime answers for its run: expired
+    without a store, from the store's record with one.
+
     Attributes:
         parent: the connection's parent; its runs are the tasks.
         tools: the parent's tools (results are ``wait_subagent``'s).
         store: the runtime's store, or ``None``.
-        retention_seconds: how long the runtime keeps a terminal run.
+        config: the runtime's configuration (its retention and live-run limits).
         poll_interval_ms: the suggested ``pollIntervalMs``.
     """
 
     parent: Parent
     tools: DelegationTools
     store: ResultStore | None
-    retention_seconds: float
+    config: Config
     poll_interval_ms: int
-    _times: dict[str, _Times] = attrs.Factory(dict)
-    _listeners: dict[int, tuple[trio.MemorySendChannel[str], frozenset[str]]] = attrs.Factory(dict)
+    # Times of tasks seen live, oldest seen first, and of tasks seen ended,
+    # in the order their ends were seen (the order retention evicts in).
+    _live: OrderedDict[str, _Times] = attrs.Factory(OrderedDict)
+    _ended: OrderedDict[str, _Times] = attrs.Factory(OrderedDict)
+
+    def __len__(self) -> int:
+        """How many tasks the book keeps times for."""
+        return len(self._live) + len(self._ended)
 
     # -- what the connection tells the book ------------------------------------
 
     def settled(self, handle: RunHandle) -> None:
-        """Note that a run of the parent ended, and wake the streams listening for it."""
-        times = self._times.get(handle.run_id)
-        now = time.time()
+        """Note that a run of the parent ended (its task's last update is now)."""
+        times = self._live.get(handle.run_id)
         if times is not None:
-            times.updated = times.ended = now
+            times.updated = times.ended = time.time()
             times.status = handle.status
-        for channel, ids in self._listeners.values():
-            if handle.run_id in ids:
-                # One ending per run: the buffer holds every id once.
-                with suppress(trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                    channel.send_nowait(handle.run_id)
+            self._keep(handle.run_id, times)
 
     # -- the extension's answers --------------------------------------------------
 
     async def create(self, run_id: str) -> dict[str, Any]:
         """The ``CreateTaskResult`` for a run just admitted (its admission is durable)."""
         handle = self._status(run_id)
-        now = time.time()
-        self._times.setdefault(run_id, _Times(now, now, handle.status))
+        if self._times(run_id) is None:
+            now = time.time()
+            self._keep(run_id, _Times(now, now, handle.status))
         task = await self._task(handle)
         return {"resultType": "task", **task}
 
@@ -248,12 +264,17 @@ class TaskBook:
     ) -> mcp_types.SubscriptionsListenResult:
         """Serve a ``subscriptions/listen`` for ``notifications.taskIds``.
 
-        Acknowledges the ids it accepts (those of this connection's runs),
-        then sends one ``notifications/tasks`` as each of them ends (at once
-        for one that has ended already), until the client closes the stream.
+        Acknowledges the ids it accepts (those of this parent's owner, wherever
+        their runs live), then sends one ``notifications/tasks`` as each of
+        them ends (at once for one that has ended already), until the client
+        closes the stream. Each end is heard through :meth:`Parent.wait`, so a
+        run of the same owner in another runtime sharing the store is heard
+        when the store's watcher sees its end (contract §16).
 
         Raises:
-            MCPError: ``-32602`` when ``taskIds`` is not a list of strings.
+            MCPError: ``-32602`` when ``taskIds`` is not a list of strings;
+                ``-32603`` when a run's end could not be read (the store
+                failed, or the parent closed), naming the task.
         """
         requested = (params.notifications.model_extra or {}).get("taskIds")
         if type(requested) is not list or not all(type(i) is str for i in requested):
@@ -264,50 +285,60 @@ class TaskBook:
                     f"{describe(requested)}; send the taskId values tools/call returned"
                 ),
             )
-        accepted = list(dict.fromkeys(i for i in requested if self._known(i)))
+        accepted = [i for i in dict.fromkeys(requested) if await self._found(i)]
         subscription_id = ctx.request_id
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
-        with self._listening(frozenset(accepted)) as endings:
-            await ctx.session.send_notification(
-                mcp_types.SubscriptionsAcknowledgedNotification(
-                    params=mcp_types.SubscriptionsAcknowledgedNotificationParams(
-                        notifications=mcp_types.SubscriptionFilter.model_validate(
-                            {"taskIds": accepted}
-                        ),
-                        _meta=meta,
-                    )
-                ),
-                related_request_id=subscription_id,
-            )
-            sent: set[str] = set()
-            # Registered before the look, so an ending between the two is not
-            # lost; ``sent`` keeps it from going out twice.
-            for run_id in accepted:
-                if self._known_terminal(run_id):
-                    await self._notify(ctx, run_id, meta, sent)
-            async for run_id in endings:
-                await self._notify(ctx, run_id, meta, sent)
-        return mcp_types.SubscriptionsListenResult(_meta=meta)
+        await ctx.session.send_notification(
+            mcp_types.SubscriptionsAcknowledgedNotification(
+                params=mcp_types.SubscriptionsAcknowledgedNotificationParams(
+                    notifications=mcp_types.SubscriptionFilter.model_validate(
+                        {"taskIds": accepted}
+                    ),
+                    _meta=meta,
+                )
+            ),
+            related_request_id=subscription_id,
+        )
+        failure: MCPError | None = None
+        # One wait per task; the buffer holds every task's one ending.
+        send, receive = trio.open_memory_channel[str | MCPError](max(len(accepted), 1))
+        async with trio.open_nursery() as nursery, receive:
+            async with send:
+                for run_id in accepted:
+                    nursery.start_soon(self._await_end, run_id, send.clone())
+            async for ended in receive:
+                if isinstance(ended, MCPError):
+                    # Raised outside the nursery, which would wrap it in a group.
+                    failure = ended
+                    nursery.cancel_scope.cancel()
+                    break
+                await self._notify(ctx, ended, meta)
+        if failure is not None:
+            raise failure
+        # Every task has been told of; the stream stays open until the client closes it.
+        await trio.sleep_forever()
 
     # -- inside -------------------------------------------------------------------
 
-    @contextmanager
-    def _listening(self, ids: frozenset[str]) -> Iterator[trio.MemoryReceiveChannel[str]]:
-        send, receive = trio.open_memory_channel[str](max(len(ids), 1))
-        key = id(send)
-        self._listeners[key] = (send, ids)
-        try:
-            with send, receive:
-                yield receive
-        finally:
-            del self._listeners[key]
+    async def _await_end(self, run_id: str, send: trio.MemorySendChannel[str | MCPError]) -> None:
+        """Send *run_id* once its run has ended, or the error that kept this from knowing."""
+        async with send:
+            try:
+                # A wait answers for this runtime's runs and, through the
+                # store, for the owner's runs in other runtimes alike.
+                await self.parent.wait(run_id)
+            except _ENDED_ERRORS:
+                pass  # ended without completing: a wait says so by raising
+            except UnknownRunError:
+                pass  # expired meanwhile: _notify finds nothing to tell
+            except DelegationError as exc:
+                await send.send(_task_error(exc, f"Failed to hear the end of task {run_id}"))
+                return
+            await send.send(run_id)
 
     async def _notify(
-        self, ctx: ServerRequestContext[Any], run_id: str, meta: dict[str, Any], sent: set[str]
+        self, ctx: ServerRequestContext[Any], run_id: str, meta: dict[str, Any]
     ) -> None:
-        if run_id in sent:
-            return
-        sent.add(run_id)
         try:
             task = await self.get(run_id)
         except MCPError:
@@ -317,18 +348,29 @@ class TaskBook:
             cast("mcp_types.ServerNotification", notification), related_request_id=ctx.request_id
         )
 
-    def _known(self, run_id: str) -> bool:
+    async def _found(self, run_id: str) -> bool:
+        """Whether *run_id* is a run of this parent's owner.
+
+        This runtime's view of a shared store trails a commit elsewhere
+        (contract §16): an id it does not know is looked up in the store
+        itself, as a wait does, before it is refused.
+        """
         try:
             self.parent.status(run_id)
+        except UnknownRunError as exc:
+            if type(exc) is not UnknownRunError:
+                return False  # expired
+        except DelegationError:
+            return False
+        else:
+            return True
+        try:
+            await self.parent.wait(run_id, timeout=0)
+        except _ENDED_ERRORS:
+            return True
         except DelegationError:
             return False
         return True
-
-    def _known_terminal(self, run_id: str) -> bool:
-        try:
-            return self.parent.status(run_id).status.is_terminal
-        except DelegationError:
-            return False
 
     def _status(self, task_id: Any) -> RunHandle:
         if type(task_id) is not str:
@@ -388,19 +430,43 @@ class TaskBook:
         return task
 
     async def _times_of(self, handle: RunHandle) -> _Times:
-        times = self._times.get(handle.run_id)
+        run_id = handle.run_id
+        times = self._times(run_id)
         now = time.time()
         if times is None:
-            times = await self._stored_times(handle.run_id, handle.status) or _Times(
+            times = await self._stored_times(run_id, handle.status) or _Times(
                 now, now, handle.status
             )
-            self._times[handle.run_id] = times
+            self._keep(run_id, times)
         if times.status is not handle.status:
             times.status = handle.status
             times.updated = now
         if handle.status.is_terminal and times.ended is None:
             times.ended = times.updated
+            self._keep(run_id, times)
         return times
+
+    def _times(self, run_id: str) -> _Times | None:
+        times = self._live.get(run_id)
+        return times if times is not None else self._ended.get(run_id)
+
+    def _keep(self, run_id: str, times: _Times) -> None:
+        """File *times* with the live or the ended tasks, and let go what retention would.
+
+        The runtime holds at most ``max_live_runs`` live runs and
+        ``retention_max_runs`` terminal ones, evicting the oldest ended first:
+        a task the book lets go here is one whose run the runtime no longer
+        holds (or, with a store, one the store's record answers for).
+        """
+        config = self.config
+        if times.ended is None:
+            kept, limit = self._live, config.max_live_runs
+        else:
+            self._live.pop(run_id, None)
+            kept, limit = self._ended, config.retention_max_runs
+        kept[run_id] = times
+        if len(kept) > limit:
+            kept.popitem(last=False)
 
     async def _stored_times(self, run_id: str, status: RunStatus) -> _Times | None:
         """The times a store recorded for a run of an earlier process (or another host)."""
@@ -420,7 +486,7 @@ class TaskBook:
         return _Times(created, updated, status, ended)
 
     def _ttl_ms(self, times: _Times) -> int | None:
-        retention: float | None = self.retention_seconds
+        retention: float | None = self.config.retention_seconds
         if self.store is not None:
             # The store answers for the run after the runtime has let it go.
             kept = getattr(self.store, "retention_seconds", None)
@@ -431,10 +497,15 @@ class TaskBook:
         return max(0, round((ended - times.created + retention) * 1000))
 
 
-def _task_error(exc: DelegationError) -> MCPError:
-    """A lookup's error as the extension's: ``-32602`` for an id that names no task."""
+def _task_error(exc: DelegationError, failed: str = "Failed to read task") -> MCPError:
+    """A lookup's error as the extension's: ``-32602`` for an id that names no task.
+
+    Args:
+        exc: the error.
+        failed: what failed, for any other error (``-32603``).
+    """
     if isinstance(exc, UnknownRunError | InvalidArgumentsError):
         return MCPError(
             code=mcp_types.INVALID_PARAMS, message=f"Failed to retrieve task: {exc.message}"
         )
-    return MCPError(code=mcp_types.INTERNAL_ERROR, message=f"Failed to read task: {exc.message}")
+    return MCPError(code=mcp_types.INTERNAL_ERROR, message=f"{failed}: {exc.message}")
