@@ -196,7 +196,8 @@ class Wire:
         return answer
 
 
-async def test_the_server_answers_every_hostile_line(tmp_path: Path) -> None:
+async def start_server(tmp_path: Path) -> Wire:
+    """A ``serve`` process of the echo subagent, with raw lines to it."""
     config = tmp_path / "server.toml"
     config.write_text(CONFIG)
     process = await trio.lowlevel.open_process(
@@ -205,7 +206,12 @@ async def test_the_server_answers_every_hostile_line(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
-    wire = Wire(process)
+    return Wire(process)
+
+
+async def test_the_server_answers_every_hostile_line(tmp_path: Path) -> None:
+    wire = await start_server(tmp_path)
+    process = wire.process
     try:
         await wire.send(json.dumps(mcp_initialize()).encode())
         assert (await wire.answer())["id"] == 1
@@ -434,18 +440,6 @@ async def test_a_huge_batch_never_holds_the_event_loop() -> None:
 
 
 # -- the same through a real server process ---------------------------------------
-
-
-async def start_server(tmp_path: Path) -> Wire:
-    config = tmp_path / "server.toml"
-    config.write_text(CONFIG)
-    process = await trio.lowlevel.open_process(
-        [PY, "-m", "trio_delegate", "serve", "--config", str(config)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    return Wire(process)
 
 
 async def answers_to_the_end(wire: Wire) -> list[dict[str, Any]]:
