@@ -710,7 +710,8 @@ async def test_the_legacy_handshake_declares_logging_and_honours_set_level(
 
 
 JSON_NOT_JSON_RPC: list[tuple[bytes, Any]] = [
-    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', None),
+    # A batch (MCP has none): its request is answered for its own id.
+    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', 1),
     (b'{"jsonrpc":"1.0","id":2,"method":"ping"}', 2),
     (b'{"id":"three","method":"ping"}', "three"),
     (b'{"jsonrpc":"2.0","id":4,"method":"tools/list","params":[1,2]}', 4),

@@ -11,7 +11,6 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
 import mcp_types
 import trio
 from mcp.server import Server
@@ -27,7 +26,7 @@ from ._server import (
     build_server,
     logger,
 )
-from ._wire import mended
+from ._wire import Screened, mended
 
 if TYPE_CHECKING:
     from .._first_answer import FirstAnswer
@@ -177,7 +176,7 @@ async def _serve(
     stdin = None
     if first is not None:
         # As the SDK's transport reads stdin: UTF-8, undecodable bytes replaced.
-        stdin = anyio.wrap_file(io.TextIOWrapper(first.stdin(), encoding="utf-8", errors="replace"))
+        stdin = Screened(io.TextIOWrapper(first.stdin(), encoding="utf-8", errors="replace"))
     async with (
         open_runtime(subagents, config=config, store=store) as runtime,
         stdio_server(stdin=stdin) as streams,
@@ -205,7 +204,7 @@ async def _serve(
             if first is not None:
                 write_stream = _Answered(write_stream, first)
             watched = _Watched(read_stream, lambda: exit_guard.arm("stdin ended", None))
-            async with mended(watched, write_stream) as readable:
+            async with mended(watched, write_stream, stdin) as readable:
                 await server.run(readable, write_stream, server.create_initialization_options())
             exit_guard.arm("the connection ended", None)
             nursery.cancel_scope.cancel()
