@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import math
-import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 import attrs
 
-from .._checks import describe, terminal_safe
+from .._checks import describe, terminal_safe, terminal_safe_strings
 from .._errors import DelegationError, StoreError
 from .._server_config import ConfigError, store_in_config
 from .._status import RunStatus
@@ -76,16 +75,6 @@ STATUS_STYLE = {
     RunStatus.CANCELLED: "magenta",
     RunStatus.TIMED_OUT: "red",
 }
-
-# The same, for JSON output: json.dumps already escapes C0 controls.
-_UNSAFE_JSON: Final = re.compile(
-    "[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
-
-
-def _escape_json(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
-
 
 #: Ids ``runs show`` names when the start of an id given is the start of several.
 SHOWN_CANDIDATES: Final = 5
@@ -183,7 +172,7 @@ def bounded(fields: dict[str, Any], limit: int, hint: str = "") -> dict[str, Any
 
 def json_text(value: Any, *, indent: int | None = 2) -> str:
     """JSON for people and programs: non-ASCII kept, what a terminal would act on escaped."""
-    return _UNSAFE_JSON.sub(_escape_json, json.dumps(value, indent=indent, ensure_ascii=False))
+    return terminal_safe_strings(json.dumps(value, indent=indent, ensure_ascii=False))
 
 
 def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
