@@ -352,12 +352,12 @@ def store_location(args: argparse.Namespace, err: TextIO) -> str | None:
         try:
             store = store_in_config(args.config)
         except ConfigError as exc:
-            print(f"trio-delegate: {exc}", file=err)
+            print(f"trio-delegate: {_shown(str(exc))}", file=err)
             return None
         if store is None:
             print(
-                f"trio-delegate: {args.config} has no [runtime] store: its runs are kept in "
-                "memory only, and nothing can be read after the server ends",
+                f"trio-delegate: {_shown(args.config)} has no [runtime] store: its runs are "
+                "kept in memory only, and nothing can be read after the server ends",
                 file=err,
             )
             return None
