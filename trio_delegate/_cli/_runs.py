@@ -230,7 +230,10 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         description=(
             "Show the newest runs and follow the store's changes until interrupted (Ctrl-C). "
             "On a terminal the table is redrawn in place; otherwise it is printed once, "
-            "followed by one line per change (with --json, one JSON object per line)."
+            "followed by one line per change (with --json, one JSON object per line). "
+            f"Each field is cut to {CELL_CHARS:,} characters (with --json too: the cut fields "
+            'are named under "truncated"), and a row that holds no valid record is said '
+            "once, as damaged; 'runs show RUN_ID --field NAME' prints one field whole."
         ),
     )
     _common(watch)
