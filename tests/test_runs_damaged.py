@@ -20,6 +20,7 @@ import trio
 import trio_delegate as td
 from trio_delegate._cli._main import main
 
+from .pg_server import PostgresServer
 from .stores import record, runtime_id
 
 HUGE = 20_000_000
@@ -132,7 +133,7 @@ def test_runs_list_json_lists_the_healthy_runs_and_marks_the_damaged(
     assert huge["truncated"] == ["task", "task_summary"]
     assert huge["task"].startswith("y" * 100)
     assert f"{HUGE - 1_000:,} more characters" in huge["task"]
-    assert f"runs show {ids['huge task']} --field NAME" in huge["task"]
+    assert f"runs show {ids['huge task']} --field task prints all of it" in huge["task"]
     assert huge["final_result"] == {"for": "huge task"}
     assert "truncated" not in healthy[ids["healthy"]]
     assert healthy[ids["first layout"]]["final_result"] == {"for": "first layout"}
@@ -161,7 +162,7 @@ def test_a_limited_listing_counts_a_damaged_row_as_a_run(
     store: tuple[Path, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     db, ids = store
-    # Newest first: the newest run, then "first layout", then "huge task", then ...
+    # The newest four rows: the healthy runs newest first, then the damaged one.
     code, out, _ = _cli(["runs", "list", "--db", str(db), "--json", "--limit", "4"], capsys)
     assert code == 0
     listed = json.loads(out)
@@ -196,7 +197,7 @@ def test_runs_show_marks_a_damaged_run_and_cuts_a_huge_field(
     assert len(out) < 20_000, len(out)
     shown = json.loads(out)
     assert shown["truncated"] == ["task", "task_summary"]
-    assert "--field NAME prints all of it" in shown["task"]
+    assert shown["task"].endswith(" more characters; --field task prints all of it)")
     code, out, _ = _cli(["runs", "show", huge, "--db", str(db)], capsys)
     assert code == 0
     assert len(out) < 40_000, len(out)
@@ -242,3 +243,39 @@ def test_runs_watch_lists_the_healthy_runs_and_marks_the_damaged(
         assert f"damaged row {ids[name]}" in out
     for name in HEALTHY:
         assert ids[name] in out
+
+
+def test_runs_list_on_postgres_names_a_damaged_row_by_its_run_id(
+    pg_server: PostgresServer, pg_schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import psycopg
+
+    owner = runtime_id()
+    runs = [record(owner, td.RunStatus.COMPLETED, task=task) for task in ("one", "two")]
+
+    async def write() -> None:
+        store = td.PostgresStore(pg_server.dsn(), schema=pg_schema)
+        try:
+            await store.write(runs)
+        finally:
+            await store.aclose()
+
+    trio.run(write)
+    cut_short = runs[1].run_id
+    with psycopg.connect(pg_server.admin_dsn(), autocommit=True) as conn:
+        conn.execute(
+            f"UPDATE {pg_schema}.runs SET record = %s WHERE run_id = %s",
+            (f'{{"run_id": "{cut_short}", "broken', cut_short),
+        )
+    argv = ["--db", pg_server.dsn(), "--schema", pg_schema]
+    code, out, err = _cli(["runs", "list", *argv, "--json"], capsys)
+    assert code == 0, err
+    listed = json.loads(out)
+    # The healthy runs, then the damaged rows.
+    assert [(run["run_id"], run.get("damaged", False)) for run in listed] == [
+        (runs[0].run_id, False),
+        (cut_short, True),
+    ]
+    code, out, err = _cli(["runs", "show", cut_short[:10], *argv], capsys)
+    assert code == 1
+    assert f"the run {cut_short} is damaged" in err

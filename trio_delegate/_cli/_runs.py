@@ -144,13 +144,14 @@ def runs_table(
     return table
 
 
-def bounded(fields: dict[str, Any], limit: int, hint: str = "") -> dict[str, Any]:
+def bounded(fields: dict[str, Any], limit: int, command: str = "") -> dict[str, Any]:
     """*fields* (of :func:`plain`) with each long value cut, as the tables cut it.
 
     A string longer than *limit* characters (or :data:`MAX_LINES` lines) is
-    cut (saying how many more characters there are, and *hint*); a list or
-    object whose compact JSON is longer becomes the start of that JSON, as
-    a string. The names of the cut fields are listed under ``"truncated"``.
+    cut, saying how many more characters there are and that *command*
+    ``--field NAME`` prints all of it; a list or object whose compact JSON
+    is longer becomes the start of that JSON, as a string. The names of the
+    cut fields are listed under ``"truncated"``.
     """
     cut_fields = []
     for key, value in fields.items():
@@ -161,7 +162,7 @@ def bounded(fields: dict[str, Any], limit: int, hint: str = "") -> dict[str, Any
             text = json.dumps(value, ensure_ascii=False)
         else:
             continue
-        shown = cut(text, limit, hint)
+        shown = cut(text, limit, f"; {command}--field {key} prints all of it")
         if shown is not text:
             fields[key] = shown
             cut_fields.append(key)
@@ -453,7 +454,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def record_json(record: RunRecord, limit: int) -> dict[str, Any]:
     """*record* as ``runs`` prints it in JSON: its long fields cut to *limit* characters."""
-    return bounded(plain(record), limit, f"; runs show {record.run_id} --field NAME prints it")
+    return bounded(plain(record), limit, f"runs show {record.run_id} ")
 
 
 def report_damaged(row: DamagedRow, err: TextIO) -> None:
@@ -518,14 +519,10 @@ def _show(args: argparse.Namespace) -> int:
     if args.field is not None:
         _print_field(fields[args.field], as_json=args.json, out=out)
     elif args.json:
-        out.write(json_text(bounded(fields, FIELD_CHARS, _FIELD_HINT)) + "\n")
+        out.write(json_text(bounded(fields, FIELD_CHARS)) + "\n")
     else:
         _show_table(record.run_id, fields, out)
     return 0
-
-
-#: How a cut field of ``runs show`` says where the rest is.
-_FIELD_HINT: Final = "; --field NAME prints all of it"
 
 
 def _print_field(value: Any, *, as_json: bool, out: TextIO) -> None:
