@@ -149,7 +149,7 @@ def check_show_by_start(
     # A start of many: their ids (a few), and nothing read.
     assert main(["runs", "show", "run_", *argv]) == 1
     said = capsys.readouterr().err
-    assert "is the start of several run ids" in said
+    assert "is the start of more than 5 run ids" in said
     assert said.count("run_") == 1 + 5
     assert ", and more" in said
     assert len(decoded) == 1

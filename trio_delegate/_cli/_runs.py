@@ -498,10 +498,11 @@ def _show(args: argparse.Namespace) -> int:
             report_damaged(row, err)
         elif candidates:
             shown = ", ".join(candidates[:SHOWN_CANDIDATES])
-            more = ", and more" if len(candidates) > SHOWN_CANDIDATES else ""
+            many = len(candidates) > SHOWN_CANDIDATES
+            count = f"more than {SHOWN_CANDIDATES}" if many else str(len(candidates))
             print(
-                f"trio-delegate: {asked} is the start of several run ids in "
-                f"{_shown(name)} ({shown}{more}); give more of the id",
+                f"trio-delegate: {asked} is the start of {count} run ids in "
+                f"{_shown(name)} ({shown}{', and more' if many else ''}); give more of the id",
                 file=err,
             )
         else:
