@@ -98,6 +98,55 @@ def test_plain_serve_without_a_configuration_says_to_run_init(
     assert "--config FILE" in err
 
 
+HOSTILE_FOLDER = "proj\x1b]0;pwned\x07\x1b[2J\u202e\x9b31m"
+
+
+def test_init_shows_a_hostile_folder_name_literally(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trio_delegate._checks import terminal_safe
+    from trio_delegate._cli._init import run_init
+
+    folder = tmp_path / HOSTILE_FOLDER
+    folder.mkdir()
+    # Written elsewhere: what was written and the way there (cd FOLDER) name it.
+    assert run_init(folder) == 0
+    out = capsys.readouterr().out
+    assert terminal_safe(out) == out
+    assert "proj\\x1b]0;pwned\\x07" in out
+    # Refused where the files are: the refusal names it.
+    monkeypatch.chdir(folder)
+    assert main(["init"]) == 2
+    err = capsys.readouterr().err
+    assert "already exist in" in err
+    assert terminal_safe(err) == err
+    assert "proj\\x1b]0;pwned\\x07\\x1b[2J\\u202e\\x9b31m" in err
+
+
+def test_runs_and_demo_show_a_hostile_path_literally(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trio_delegate._checks import terminal_safe
+
+    folder = tmp_path / HOSTILE_FOLDER
+    folder.mkdir()
+    memory_only = folder / "memory.toml"
+    memory_only.write_text("[runtime]\nsubagent_timeout_seconds = 60\n")
+    broken = folder / "broken.toml"
+    broken.write_text("[runtime\n")
+    for argv in (
+        ["runs", "list", "--config", str(memory_only)],
+        ["runs", "list", "--config", str(broken)],
+        ["runs", "list", "--config", str(folder / "missing.toml")],
+        ["runs", "show", "run_1", "--db", str(folder / "missing.db")],
+        ["demo", "--speed", "1000", "--no-live", "--db", str(memory_only / "runs.db")],
+    ):
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert "proj\\x1b]0;pwned\\x07" in err, (argv, err)
+        assert terminal_safe(err) == err, argv
+
+
 def test_a_missing_configuration_names_init_and_the_site(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -92,7 +93,90 @@ def test_runs_show_unknown_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     db = tmp_path / "runs.db"
     trio.run(fill, db)
     assert main(["runs", "show", "run_nope", "--db", str(db)]) == 1
-    assert "no run 'run_nope'" in capsys.readouterr().err
+    assert "starts with 'run_nope'" in capsys.readouterr().err
+
+
+# -- runs show by the start of an id: ids only ---------------------------------------------
+
+BIG_RESULT = "r" * 100_000
+
+
+async def big_runs(store: td.ResultStore, count: int) -> list[str]:
+    """*count* completed runs written to *store*, each with a result of 100,000 characters."""
+    owner = runtime_id()
+    written = [record(owner, td.RunStatus.COMPLETED, final_result=BIG_RESULT) for _ in range(count)]
+    await store.write(written)
+    aclose = getattr(store, "aclose", None)
+    if aclose is not None:
+        await aclose()
+    return [run.run_id for run in written]
+
+
+def unique_start(run_id: str, others: list[str]) -> str:
+    """The shortest start of *run_id* (past ``run_``) that no other id of *others* has."""
+    for end in range(5, len(run_id) + 1):
+        start = run_id[:end]
+        if not any(other.startswith(start) for other in others if other != run_id):
+            return start
+    raise AssertionError("ids are unique")
+
+
+def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every record decoded from here on (one entry per record)."""
+    from trio_delegate._stores import _codec
+
+    decoded: list[int] = []
+    real = _codec.decode_record
+
+    def counting(head: object, state: object, *rest: Any) -> td.RunRecord:
+        decoded.append(len(str(head)) + len(str(state)))
+        return real(head, state, *rest)
+
+    monkeypatch.setattr(_codec, "decode_record", counting)
+    return decoded
+
+
+def check_show_by_start(
+    argv: list[str], ids: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    decoded = count_decodes(monkeypatch)
+    oldest = ids[0]
+    assert main(["runs", "show", unique_start(oldest, ids), *argv, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["run_id"] == oldest
+    # The one run shown was read; no other record was.
+    assert len(decoded) == 1
+    # A start of many: their ids (a few), and nothing read.
+    assert main(["runs", "show", "run_", *argv]) == 1
+    said = capsys.readouterr().err
+    assert "is the start of more than 5 run ids" in said
+    assert said.count("run_") == 1 + 5
+    assert ", and more" in said
+    assert len(decoded) == 1
+    # No run starts so: nothing read either.
+    for start in ("run_xyz", "run_%", "run__", "%"):
+        assert main(["runs", "show", start, *argv]) == 1
+        assert "is or starts with" in capsys.readouterr().err
+    assert len(decoded) == 1
+
+
+def test_runs_show_finds_an_id_by_its_start_reading_that_record_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "runs.db"
+    ids = trio.run(big_runs, td.SQLiteStore(db), 40)
+    check_show_by_start(["--db", str(db)], ids, monkeypatch, capsys)
+
+
+def test_runs_show_finds_an_id_by_its_start_in_postgres(
+    pg_server: PostgresServer,
+    pg_schema: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ids = trio.run(big_runs, td.PostgresStore(pg_server.dsn(), schema=pg_schema), 12)
+    argv = ["--db", pg_server.dsn(), "--schema", pg_schema]
+    check_show_by_start(argv, ids, monkeypatch, capsys)
 
 
 def test_runs_echo_a_huge_argument_briefly(
@@ -102,7 +186,7 @@ def test_runs_echo_a_huge_argument_briefly(
     trio.run(fill, db)
     assert main(["runs", "show", "run_" + "a" * 100_000, "--db", str(db)]) == 1
     said = capsys.readouterr().err
-    assert "no run 'run_aaa" in said
+    assert "starts with 'run_aaa" in said
     assert len(said) < 300
     for limit in ("9" * 5_000, "9" * 30):
         with pytest.raises(SystemExit) as info:

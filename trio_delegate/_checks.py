@@ -24,6 +24,7 @@ __all__ = [
     "check_text",
     "describe",
     "terminal_safe",
+    "terminal_safe_strings",
 ]
 
 
@@ -225,3 +226,25 @@ def terminal_safe(text: str) -> str:
     (a configuration's names and keys, an import error's message).
     """
     return TERMINAL_UNSAFE.sub(_escape, text)
+
+
+# What JSON and TOML writers may leave as it is inside a string (they escape
+# the other C0 controls themselves; TOML keeps tab) and a terminal would act on.
+_UNSAFE_IN_STRINGS: Final = re.compile(
+    "[\x09\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def _escape_in_string(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def terminal_safe_strings(document: str) -> str:
+    """*document* (JSON, or TOML from a writer that escapes C0 controls) with
+    what a terminal would act on written as ``\\uNNNN`` escapes.
+
+    Both formats read such an escape in a string as the character itself,
+    and a writer leaves these characters nowhere but in strings: the data is
+    unchanged, only its text is safe to print.
+    """
+    return _UNSAFE_IN_STRINGS.sub(_escape_in_string, document)

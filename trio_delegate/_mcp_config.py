@@ -16,11 +16,16 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+import tomli_w
+
+from ._checks import describe, terminal_safe, terminal_safe_strings
+from ._json import text_problem
 from ._self import installed_script
 from ._server_config import DEFAULT_FOREGROUND_LIMIT_SECONDS, ConfigError, load_server_config
 from ._urls import docs_page
@@ -33,6 +38,7 @@ __all__ = [
     "claude_mcp_json",
     "codex_config_toml",
     "cursor_mcp_json",
+    "is_server_name",
     "run_mcp_config",
     "serve_command",
     "vscode_mcp_json",
@@ -58,6 +64,15 @@ _STARTUP_SECONDS: Final = 30
 _TOOL_TIMEOUT_MARGIN_SECONDS: Final = 60
 #: Codex's per-call timeout when the server sets no foreground limit.
 _NO_LIMIT_TOOL_TIMEOUT_SECONDS: Final = 3600
+
+
+#: A server name every client takes: tool names are built from it.
+_SERVER_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def is_server_name(name: str) -> bool:
+    """Whether *name* is one every client takes (1 to 32 letters, digits, '_' or '-')."""
+    return _SERVER_NAME.fullmatch(name) is not None
 
 
 class McpConfigError(Exception):
@@ -104,9 +119,29 @@ def serve_command(config: str | os.PathLike[str]) -> list[str]:
     return [str(python), "-m", "trio_delegate", "serve", "--config", config_path]
 
 
+def _checked(command: Sequence[str], name: str) -> None:
+    """Check that the client's file can hold *command* and *name* as they are.
+
+    Raises:
+        McpConfigError: one is not valid Unicode (a path of bytes that are not
+            UTF-8): JSON would carry it as an escape no client reads back as
+            that path, and TOML cannot carry it at all.
+    """
+    for what, text in (("the server's name", name), *(("the path", part) for part in command)):
+        problem = text_problem(text)
+        if problem is not None:
+            raise McpConfigError(
+                f"{what} {terminal_safe(describe(text))} cannot be written into a client's "
+                f"configuration: {problem}",
+                "use a folder and a file name of UTF-8 text (and, for --name, letters, "
+                "digits, '_' and '-')",
+            )
+
+
 def _mcp_servers_json(command: Sequence[str], name: str) -> str:
     # The "mcpServers" object of a stdio server, as Claude Code, Claude Desktop
     # and Cursor read it: {"mcpServers": {NAME: {"command": ..., "args": [...]}}}.
+    _checked(command, name)
     entry = {"command": command[0], "args": list(command[1:])}
     return json.dumps({"mcpServers": {name: entry}}, indent=2) + "\n"
 
@@ -146,6 +181,7 @@ def vscode_mcp_json(command: Sequence[str], *, name: str = DEFAULT_SERVER_NAME) 
     ``command`` and ``args``, in ``.vscode/mcp.json`` of a workspace or the
     user profile's ``mcp.json``.
     """
+    _checked(command, name)
     entry = {"type": "stdio", "command": command[0], "args": list(command[1:])}
     return json.dumps({"servers": {name: entry}}, indent=2) + "\n"
 
@@ -168,33 +204,38 @@ def codex_config_toml(
     Codex refuses to start, naming it, when it fails). The tool timeout
     leaves room for the foreground limit.
     """
+    _checked(command, name)
     if foreground_limit_seconds is None:
         # No limit: a foreground call takes as long as its run.
         timeout = _NO_LIMIT_TOOL_TIMEOUT_SECONDS
     else:
         timeout = math.ceil(foreground_limit_seconds) + _TOOL_TIMEOUT_MARGIN_SECONDS
+    entry = {
+        "command": command[0],
+        "args": list(command[1:]),
+        "startup_timeout_sec": _STARTUP_SECONDS,
+        "required": True,
+        "tool_timeout_sec": timeout,
+        "default_tools_approval_mode": "approve",
+    }
+    # A TOML writer: every string escaped as TOML wants it (a path may hold
+    # quotes, backslashes, controls, DEL), and what a terminal would act on
+    # as \uNNNN escapes, which TOML reads back as the character.
+    table = terminal_safe_strings(tomli_w.dumps({"mcp_servers": {name: entry}}))
+    namespace = f"mcp__{name}" if is_server_name(name) else "mcp__ and the server's name"
     return (
-        f"# Codex config.toml (~/.codex/config.toml, or .codex/config.toml of a trusted\n"
-        f"# project). The model sees the tools as one namespace, mcp__{name}.\n"
-        f"[mcp_servers.{name}]\n"
-        f"command = {_toml_string(command[0])}\n"
-        f"args = [{', '.join(_toml_string(arg) for arg in command[1:])}]\n"
-        f"startup_timeout_sec = {_STARTUP_SECONDS}\n"
-        f"# Codex waits only 1 s (mcp_optional_startup_grace_ms) for a server that is not\n"
-        f"# required, then starts without its tools: wait up to startup_timeout_sec instead.\n"
-        f"required = true\n"
-        f"# Above [server] foreground_limit_seconds, so a call answers before Codex gives up.\n"
-        f"tool_timeout_sec = {timeout}\n"
-        f"# codex exec never asks: without this it refuses every tool call.\n"
-        f'default_tools_approval_mode = "approve"\n'
-        f"# Codex passes the server a few variables only: forward what subagents need.\n"
-        f'# env_vars = ["OPENAI_API_KEY"]\n'
+        "# Codex config.toml (~/.codex/config.toml, or .codex/config.toml of a trusted\n"
+        f"# project). The model sees the tools as one namespace, {namespace}.\n"
+        "# required: Codex waits only 1 s (mcp_optional_startup_grace_ms) for a server\n"
+        "# that is not, then starts without its tools; this one is waited for up to\n"
+        "# startup_timeout_sec. tool_timeout_sec is above [server]\n"
+        "# foreground_limit_seconds, so a call answers before Codex gives up.\n"
+        "# default_tools_approval_mode: codex exec never asks, and without it refuses\n"
+        "# every tool call.\n"
+        f"{table}"
+        "# Codex passes the server a few variables only: forward what subagents need.\n"
+        '# env_vars = ["OPENAI_API_KEY"]\n'
     )
-
-
-def _toml_string(text: str) -> str:
-    # A JSON string is a valid TOML basic string for every character.
-    return json.dumps(text, ensure_ascii=False)
 
 
 def _claude_help(name: str) -> str:
@@ -270,6 +311,7 @@ def run_mcp_config(client: str, config: str | None, name: str = DEFAULT_SERVER_N
             limit = load_server_config(command[-1]).foreground_limit_seconds
             sys.stdout.write(codex_config_toml(command, name=name, foreground_limit_seconds=limit))
     except McpConfigError as exc:
-        print(f"trio-delegate mcp-config: {exc}", file=sys.stderr)
+        # It names paths and values from outside: shown, never acted on.
+        print(f"trio-delegate mcp-config: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_REFUSED
     return 0

@@ -37,6 +37,7 @@ import attrs
 import trio
 from rich.console import Console
 
+from .._checks import terminal_safe
 from .._config import Config
 from .._core._context import ChildContext
 from .._core._parent import Parent
@@ -683,12 +684,14 @@ def run_demo(
     try:
         summary = trio.run(play, pick_reporter(live, out, speed), store, clock=clock)
     except StoreError as exc:
-        print(f"trio-delegate demo: {exc}; pass --db PATH or --no-store", file=err)
+        print(
+            f"trio-delegate demo: {terminal_safe(str(exc))}; pass --db PATH or --no-store", file=err
+        )
         return 1
     if db is not None:
         where = () if Path(db) == DEFAULT_DB else ("--db", str(db))
         command = shell_command("runs", "list", *where)
-        print(f"The runs are recorded in {db}: see them with {command}", file=out)
+        print(terminal_safe(f"The runs are recorded in {db}: see them with {command}"), file=out)
     print(NEXT_STEPS, file=out)
     if summary.resolved:
         return 0

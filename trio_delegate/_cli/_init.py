@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
+from .._checks import terminal_safe
 from .._urls import docs_page
 
 __all__ = ["CONFIG_NAME", "EXIT_REFUSED", "RUNNERS_NAME", "run_init", "starter_files"]
@@ -116,13 +117,18 @@ async def count(ctx: td.ChildContext) -> dict[str, int]:
 '''
 
 
+def _shown(path: object) -> str:
+    """*path* as the messages show it: a folder's name may hold escape sequences."""
+    return terminal_safe(str(path))
+
+
 def starter_files() -> dict[str, str]:
     """The files ``init`` writes: name → content."""
     return {CONFIG_NAME: _CONFIG, RUNNERS_NAME: _RUNNERS}
 
 
 def _next_steps(folder: Path) -> str:
-    here = "" if folder == Path.cwd() else f"cd {folder}\n  "
+    here = "" if folder == Path.cwd() else f"cd {_shown(folder)}\n  "
     return (
         f"next:\n"
         f"  {here}trio-delegate serve     "
@@ -150,7 +156,8 @@ def run_init(directory: str | os.PathLike[str] = ".") -> int:
     if existing:
         print(
             f"trio-delegate init: {', '.join(existing)} already exist"
-            f"{'s' if len(existing) == 1 else ''} in {folder.absolute()}; nothing was written\n"
+            f"{'s' if len(existing) == 1 else ''} in {_shown(folder.absolute())}; "
+            "nothing was written\n"
             f"  fix: run it in an empty folder, or move {' and '.join(existing)} away first",
             file=sys.stderr,
         )
@@ -167,12 +174,13 @@ def run_init(directory: str | os.PathLike[str] = ".") -> int:
         for path in written:
             path.unlink(missing_ok=True)
         print(
-            f"trio-delegate init: cannot write {exc.filename or folder}: {exc.strerror}; "
+            f"trio-delegate init: cannot write {_shown(exc.filename or folder)}: "
+            f"{exc.strerror}; "
             f"nothing was written\n  fix: run it in a folder you can write to",
             file=sys.stderr,
         )
         return EXIT_REFUSED
     for path in written:
-        print(f"wrote {path}")
+        print(f"wrote {_shown(path)}")
     print(_next_steps(folder.absolute()), end="")
     return 0

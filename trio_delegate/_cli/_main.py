@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from .. import __version__
+from .._checks import describe, terminal_safe
 from .._urls import docs_page
 from ._runs import DEFAULT_DB, add_runs_parser
 
@@ -23,6 +24,9 @@ __all__ = ["build_parser", "main"]
 
 #: A sub-command's body: parsed arguments in, exit code out.
 Handler = Callable[[argparse.Namespace], int]
+
+#: The longest usage error shown (argparse quotes the arguments it refuses).
+_MAX_ERROR_CHARS = 1_000
 
 # At 1000 the whole scenario is over in about 10 ms of real time: there is
 # nothing more to see faster, and a typo such as 1e9 is better refused.
@@ -158,9 +162,11 @@ def _add_temporal_worker(commands: argparse._SubParsersAction[argparse.ArgumentP
 
 def _server_name(text: str) -> str:
     """Parse ``--name``: letters, digits, '_' and '-' (clients build tool names from it)."""
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", text):
+    from .._mcp_config import is_server_name
+
+    if not is_server_name(text):
         raise argparse.ArgumentTypeError(
-            f"must be 1 to 32 letters, digits, '_' or '-', got {text!r}"
+            f"must be 1 to 32 letters, digits, '_' or '-', got {describe(text)}"
         )
     return text
 
@@ -223,9 +229,23 @@ def _add_init(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     init.set_defaults(handler=_run_init)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors show the arguments they quote literally.
+
+    argparse quotes what it was given (``unrecognized arguments: …``, an
+    invalid choice): an escape sequence there would reach the terminal.
+    Its sub-command parsers are of this class too.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        if len(message) > _MAX_ERROR_CHARS:  # an argument of a megabyte, quoted whole
+            message = message[: _MAX_ERROR_CHARS - 1] + "…"
+        super().error(terminal_safe(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``trio-delegate`` argument parser with every sub-command."""
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="trio-delegate",
         description="Delegate work from an LLM agent to subagents on Trio.",
     )

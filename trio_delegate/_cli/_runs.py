@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import math
-import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 import attrs
 
-from .._checks import describe, terminal_safe
+from .._checks import describe, terminal_safe, terminal_safe_strings
 from .._errors import DelegationError, StoreError
 from .._server_config import ConfigError, store_in_config
 from .._status import RunStatus
@@ -77,24 +76,16 @@ STATUS_STYLE = {
     RunStatus.TIMED_OUT: "red",
 }
 
-# The same, for JSON output: json.dumps already escapes C0 controls.
-_UNSAFE_JSON: Final = re.compile(
-    "[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
+#: Ids ``runs show`` names when the start of an id given is the start of several.
+SHOWN_CANDIDATES: Final = 5
 
 
-def _escape_json(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
-
-
-#: How many of the newest runs `runs show` searches for an id given by its start.
-PREFIX_SCAN_RUNS: Final = 10_000
-
-
-#: Characters of one stored string a table cell shows: whatever a store
-#: holds (a tampered row's 20 MB task), a view's output and work stay small.
+#: Characters of one stored string a table cell (and a field of ``runs list
+#: --json`` or ``runs watch --json``) shows: whatever a store holds (a
+#: tampered row's 20 MB task), a view's output and work stay small.
 CELL_CHARS: Final = 1_000
-#: Characters of one field ``runs show`` shows; ``--json`` prints all of it.
+#: Characters of one field ``runs show`` shows (``--json`` too); ``--field``
+#: prints one field whole.
 FIELD_CHARS: Final = 4_000
 
 
@@ -153,9 +144,36 @@ def runs_table(
     return table
 
 
+def bounded(fields: dict[str, Any], limit: int, command: str = "") -> dict[str, Any]:
+    """*fields* (of :func:`plain`) with each long value cut, as the tables cut it.
+
+    A string longer than *limit* characters (or :data:`MAX_LINES` lines) is
+    cut, saying how many more characters there are and that *command*
+    ``--field NAME`` prints all of it; a list or object whose compact JSON
+    is longer becomes the start of that JSON, as a string. The names of the
+    cut fields are listed under ``"truncated"``.
+    """
+    cut_fields = []
+    for key, value in fields.items():
+        if isinstance(value, str):
+            text = value
+        elif isinstance(value, list | dict) and value:
+            # The C encoder: linear and fast, whatever the value holds.
+            text = json.dumps(value, ensure_ascii=False)
+        else:
+            continue
+        shown = cut(text, limit, f"; {command}--field {key} prints all of it")
+        if shown is not text:
+            fields[key] = shown
+            cut_fields.append(key)
+    if cut_fields:
+        fields["truncated"] = cut_fields
+    return fields
+
+
 def json_text(value: Any, *, indent: int | None = 2) -> str:
     """JSON for people and programs: non-ASCII kept, what a terminal would act on escaped."""
-    return _UNSAFE_JSON.sub(_escape_json, json.dumps(value, indent=indent, ensure_ascii=False))
+    return terminal_safe_strings(json.dumps(value, indent=indent, ensure_ascii=False))
 
 
 def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -172,14 +190,39 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     actions = runs.add_subparsers(title="actions", dest="action", metavar="ACTION")
     actions.required = True
 
-    listing = actions.add_parser("list", help="a table of runs, newest first")
+    listing = actions.add_parser(
+        "list",
+        help="a table of runs, newest first",
+        description=(
+            "List the newest runs. A row that holds no valid record is listed as damaged "
+            "(and said on stderr), the other runs as usual. "
+            f"Each field is cut to {CELL_CHARS:,} characters (with --json too: the cut fields "
+            "are named under \"truncated\"); 'runs show RUN_ID --field NAME' prints one "
+            "field whole."
+        ),
+    )
     _common(listing)
     _filters(listing, default_limit=50)
     listing.set_defaults(handler=_list)
 
-    show = actions.add_parser("show", help="everything recorded about one run")
-    show.add_argument("run_id", metavar="RUN_ID")
+    show = actions.add_parser(
+        "show",
+        help="everything recorded about one run",
+        description=(
+            "Show one run, given by its id or the start of it. "
+            f"Each field is cut to {FIELD_CHARS:,} characters (with --json too: the cut "
+            'fields are named under "truncated"); --field NAME prints that field whole.'
+        ),
+    )
+    show.add_argument("run_id", metavar="RUN_ID", help="a run id, or the start of one")
     _common(show)
+    show.add_argument(
+        "--field",
+        choices=[field.name for field in attrs.fields(RunRecord)],
+        metavar="NAME",
+        help="print only this field of the run, whole (as JSON with --json): "
+        "task, final_result, history, transcript, error_message, ...",
+    )
     show.set_defaults(handler=_show)
 
     watch = actions.add_parser(
@@ -188,7 +231,10 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         description=(
             "Show the newest runs and follow the store's changes until interrupted (Ctrl-C). "
             "On a terminal the table is redrawn in place; otherwise it is printed once, "
-            "followed by one line per change (with --json, one JSON object per line)."
+            "followed by one line per change (with --json, one JSON object per line). "
+            f"Each field is cut to {CELL_CHARS:,} characters (with --json too: the cut fields "
+            'are named under "truncated"), and a row that holds no valid record is said '
+            "once, as damaged; 'runs show RUN_ID --field NAME' prints one field whole."
         ),
     )
     _common(watch)
@@ -228,7 +274,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default="trio_delegate",
         help="with a postgresql:// URI: the store's schema (default: trio_delegate)",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON instead of a table (long fields cut)"
+    )
 
 
 def _filters(parser: argparse.ArgumentParser, *, default_limit: int) -> None:
@@ -295,6 +343,8 @@ class Reader(Protocol):
         self, *, status: RunStatus | None = None, owner: str | None = None, limit: int = 100
     ) -> list[RunRecord]: ...
 
+    def run_ids_starting(self, start: str, limit: int) -> list[str]: ...
+
     def changes(self, cursor: int | None) -> ChangeBatch: ...
 
     def close(self) -> None: ...
@@ -306,12 +356,12 @@ def store_location(args: argparse.Namespace, err: TextIO) -> str | None:
         try:
             store = store_in_config(args.config)
         except ConfigError as exc:
-            print(f"trio-delegate: {exc}", file=err)
+            print(f"trio-delegate: {_shown(str(exc))}", file=err)
             return None
         if store is None:
             print(
-                f"trio-delegate: {args.config} has no [runtime] store: its runs are kept in "
-                "memory only, and nothing can be read after the server ends",
+                f"trio-delegate: {_shown(args.config)} has no [runtime] store: its runs are "
+                "kept in memory only, and nothing can be read after the server ends",
                 file=err,
             )
             return None
@@ -375,7 +425,8 @@ def _list(args: argparse.Namespace) -> int:
         reader.close()
     damaged = reader.damaged
     if args.json:
-        listed = [plain(record) for record in records] + [damaged_json(row) for row in damaged]
+        listed = [record_json(record, CELL_CHARS) for record in records]
+        listed += [damaged_json(row) for row in damaged]
         out.write(json_text(listed) + "\n")
     elif records or damaged:
         table = runs_table(
@@ -396,8 +447,23 @@ def _list(args: argparse.Namespace) -> int:
     else:
         Console(file=out, width=160).print("no runs match")
     for row in damaged:
-        fail(row.error, err)
-    return 1 if damaged else 0
+        report_damaged(row, err)
+    # The listing is whole but for the damaged rows, which it shows as such.
+    return 0
+
+
+def record_json(record: RunRecord, limit: int) -> dict[str, Any]:
+    """*record* as ``runs`` prints it in JSON: its long fields cut to *limit* characters."""
+    return bounded(plain(record), limit, f"runs show {record.run_id} ")
+
+
+def report_damaged(row: DamagedRow, err: TextIO) -> None:
+    """Say on *err* which row is damaged and why (briefly: the error may quote the row)."""
+    which = f"the run {row.run_id}" if row.run_id else "a row"
+    print(
+        f"trio-delegate: {which} is damaged: {_shown(cut(str(row.error), CELL_CHARS))}",
+        file=err,
+    )
 
 
 def damaged_json(row: DamagedRow) -> dict[str, Any]:
@@ -406,23 +472,18 @@ def damaged_json(row: DamagedRow) -> dict[str, Any]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     out, err = sys.stdout, sys.stderr
     opened = reader_for(args, err)
     if opened is None:
         return 1
     reader, name = opened
-    matches: list[RunRecord] = []
+    # A damaged record is shown as damaged, not as a failure of the store.
+    reader.tolerant = True
     try:
-        record = reader.get(args.run_id)
-        if record is None and isinstance(args.run_id, str) and args.run_id:
-            # A prefix (the demo shows ids cut to 8 characters), among the newest runs.
-            recent = reader.list_runs(limit=PREFIX_SCAN_RUNS)
-            matches = [run for run in recent if run.run_id.startswith(args.run_id)]
-            if len(matches) == 1:
-                record = matches[0]
+        # Ids only: a start of an id (the demo shows ids cut short) is looked
+        # up without reading any record, then the one run is read.
+        candidates = reader.run_ids_starting(args.run_id, SHOWN_CANDIDATES + 1)
+        record = reader.get(candidates[0]) if len(candidates) == 1 else None
     except StoreError as exc:
         fail(exc, err)
         return 1
@@ -430,18 +491,24 @@ def _show(args: argparse.Namespace) -> int:
         reader.close()
     if record is None:
         asked = _shown(describe(args.run_id))
-        if matches:
-            shown = ", ".join(_shown(run.run_id) for run in matches[:5])
-            more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
+        if reader.damaged:
+            row = reader.damaged[0]
+            if args.json:
+                out.write(json_text(damaged_json(row)) + "\n")
+            report_damaged(row, err)
+        elif candidates:
+            shown = ", ".join(candidates[:SHOWN_CANDIDATES])
+            many = len(candidates) > SHOWN_CANDIDATES
+            count = f"more than {SHOWN_CANDIDATES}" if many else str(len(candidates))
             print(
-                f"trio-delegate: {asked} is the start of {len(matches)} run ids in "
-                f"{_shown(name)} ({shown}{more}); give more of the id",
+                f"trio-delegate: {asked} is the start of {count} run ids in "
+                f"{_shown(name)} ({shown}{', and more' if many else ''}); give more of the id",
                 file=err,
             )
         else:
             print(
-                f"trio-delegate: no run {asked} in {_shown(name)}, nor one of the newest "
-                f"{PREFIX_SCAN_RUNS:,} whose id starts so; trio-delegate runs list shows them",
+                f"trio-delegate: no run id in {_shown(name)} is or starts with {asked}; "
+                "trio-delegate runs list shows the runs",
                 file=err,
             )
         return 1
@@ -450,19 +517,37 @@ def _show(args: argparse.Namespace) -> int:
     # 8601 UTC, as the admission, start and end times are.
     if isinstance(fields.get("deadline_at"), float):
         fields["deadline_at"] = iso_time(fields["deadline_at"])
-    if args.json:
-        out.write(json_text(fields) + "\n")
-        return 0
-    table = Table(title=literal(f"run {record.run_id}"), show_header=False)
+    if args.field is not None:
+        _print_field(fields[args.field], as_json=args.json, out=out)
+    elif args.json:
+        out.write(json_text(bounded(fields, FIELD_CHARS)) + "\n")
+    else:
+        _show_table(record.run_id, fields, out)
+    return 0
+
+
+def _print_field(value: Any, *, as_json: bool, out: TextIO) -> None:
+    """One field whole: as JSON with *as_json*, else text as it is (other values as JSON)."""
+    if as_json or not isinstance(value, str):
+        out.write(json_text(value) + "\n")
+    else:
+        out.write(_shown(value) + "\n")
+
+
+def _show_table(run_id: str, fields: dict[str, Any], out: TextIO) -> None:
+    """The fields of a run as a table of two columns, each value cut."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=literal(f"run {run_id}"), show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
-    hint = "; --json prints all of it"
     for key, value in fields.items():
         if value is None or value == [] or key == "run_id":
             continue
+        hint = f"; --field {key} prints all of it"
         table.add_row(key, literal(_field_text(value), FIELD_CHARS, hint))
     Console(file=out, width=160).print(table)
-    return 0
 
 
 def _field_text(value: Any) -> str:

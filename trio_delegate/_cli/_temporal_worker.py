@@ -68,7 +68,7 @@ def run_temporal_worker(config_path: str) -> int:
         return EXIT_CONFIG
     if server_config.temporal is None:
         print(
-            f"{prog}: {server_config.path}: has no [temporal] table\n"
+            f"{prog}: {terminal_safe(str(server_config.path))}: has no [temporal] table\n"
             '  fix: add [temporal] with address = "host:port" (and task_queue, namespace '
             "if not the defaults)",
             file=sys.stderr,

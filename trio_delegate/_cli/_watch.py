@@ -27,14 +27,15 @@ from rich.text import Text
 from .._errors import StoreError
 from .._status import RunStatus
 from ._runs import (
+    CELL_CHARS,
     RUN_COLUMNS,
     STATUS_STYLE,
     damaged_json,
     fail,
     json_text,
     literal,
-    plain,
     reader_for,
+    record_json,
     runs_table,
 )
 
@@ -283,7 +284,7 @@ def watch(
     def emit(records: Iterable[RunRecord]) -> None:
         for record in records:
             if as_json:
-                out.write(json_text(plain(record), indent=None) + "\n")
+                out.write(json_text(record_json(record, CELL_CHARS), indent=None) + "\n")
             else:
                 console.print(_line(record), soft_wrap=True)
         for row in damaged():

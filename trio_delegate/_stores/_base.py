@@ -14,7 +14,7 @@ from .._errors import StoreError
 from .._status import RunStatus
 from .._threads import run_sync
 from ._codec import decode_row
-from ._protocol import ChangeBatch, RunRecord, StoreSnapshot, is_run_id
+from ._protocol import ChangeBatch, RunRecord, StoreSnapshot, is_run_id, is_run_id_start
 
 __all__ = ["DamagedRow", "RecordReader", "ThreadedStore", "guarded", "listing"]
 
@@ -73,12 +73,16 @@ class DamagedRow:
 
 
 def _run_id_of(row: Sequence[Any]) -> str | None:
-    """The run id a damaged row's head names, if its JSON reads that far."""
-    try:
-        head = json.loads(row[0]) if isinstance(row[0], str) else None
-    except ValueError:
-        return None
-    run_id = head.get("run_id") if isinstance(head, dict) else None
+    """The run id of a damaged row: its run id column (read after the record's
+    columns), else what its head names, if its JSON reads that far."""
+    if len(row) > 4 and is_run_id(row[4]):
+        run_id: object = row[4]
+    else:
+        try:
+            head = json.loads(row[0]) if isinstance(row[0], str) else None
+        except ValueError:
+            return None
+        run_id = head.get("run_id") if isinstance(head, dict) else None
     return run_id if isinstance(run_id, str) and is_run_id(run_id) else None
 
 
@@ -137,8 +141,11 @@ class RecordReader(abc.ABC):
     def get(self, run_id: str) -> RunRecord | None:
         """The record of *run_id*, or ``None``.
 
+        When tolerant, a damaged row is ``None`` too, and kept in ``damaged``.
+
         Raises:
-            StoreError: the store cannot be read, or the row was tampered with.
+            StoreError: the store cannot be read, or the row was tampered with
+                (when not tolerant).
         """
         if not is_run_id(run_id):
             return None  # no record has it (and a lone surrogate fails as a parameter)
@@ -153,6 +160,21 @@ class RecordReader(abc.ABC):
             StoreError: the store cannot be read, or a row was tampered with.
         """
         return guarded(self._error, listing, self._list, status, owner, limit)
+
+    def run_ids_starting(self, start: str, limit: int) -> list[str]:
+        """The ids of at most *limit* runs whose id starts with *start*, in id order.
+
+        Only ids are read, never a record: however large the records, a
+        lookup by the start of an id costs what the ids cost.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        if not is_run_id_start(start):
+            return []  # no run id starts so (and nothing else reaches a query)
+        ids = guarded(self._error, self._ids_starting, start, limit)
+        # A row whose id no runtime made holds no run (a listing shows it damaged).
+        return [run_id for run_id in ids if is_run_id(run_id)]
 
     def changes(self, cursor: int | None) -> ChangeBatch:
         """Every record written or flagged after *cursor*, oldest change first.
@@ -181,6 +203,9 @@ class RecordReader(abc.ABC):
 
     @abc.abstractmethod
     def _list(self, status: RunStatus | None, owner: str | None, limit: int) -> list[RunRecord]: ...
+
+    @abc.abstractmethod
+    def _ids_starting(self, start: str, limit: int) -> list[str]: ...
 
     @abc.abstractmethod
     def _changes(self, cursor: int | None) -> ChangeBatch: ...

@@ -218,6 +218,17 @@ class _Sql:
             """
         )
         self.get = q(f"SELECT {self.columns} FROM {{s}}.runs WHERE run_id = %s")
+        # What ``trio-delegate runs`` reads: the run id column too, which names
+        # a damaged row whose record does not.
+        self.read_columns = f"{self.columns}, run_id"
+        self.read_changes = q(
+            f"SELECT seq, {self.read_columns} FROM {{s}}.runs WHERE seq > %s ORDER BY seq"
+        )
+        # Ids only. Not a range of the index: under the database's collation
+        # (da_DK sorts "aa" after "z") ids that start alike need not be neighbours.
+        self.ids_starting = q(
+            "SELECT run_id FROM {s}.runs WHERE starts_with(run_id, %s) ORDER BY run_id LIMIT %s"
+        )
         self.changes = q(f"SELECT seq, {self.columns} FROM {{s}}.runs WHERE seq > %s ORDER BY seq")
         self.foreign_changes = q(
             f"SELECT seq, {self.columns} FROM {{s}}.runs "
@@ -354,7 +365,7 @@ class _Sql:
         self.set_version = q("UPDATE {s}.meta SET value = %s WHERE key = 'schema_version'")
 
     def listing(
-        self, status: RunStatus | None, owner: str | None, limit: int
+        self, status: RunStatus | None, owner: str | None, limit: int, columns: str | None = None
     ) -> tuple[sql.Composed, list[Any]]:
         pg, _ = _psycopg()
         clauses: list[str] = []
@@ -368,7 +379,7 @@ class _Sql:
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         params.append(limit)
         query = pg.sql.SQL(
-            f"SELECT {self.columns} FROM {{s}}.runs{where} ORDER BY pos DESC LIMIT %s"
+            f"SELECT {columns or self.columns} FROM {{s}}.runs{where} ORDER BY pos DESC LIMIT %s"
         ).format(s=self.name)
         return query, params
 
@@ -1280,17 +1291,21 @@ class PostgresReader(RecordReader):
 
     def _get(self, run_id: str) -> RunRecord | None:
         rows = self._connection().execute(self._sql.get, [run_id]).fetchall()
-        return decode_row(rows[0], self._where) if rows else None
+        return self._decode((*rows[0], run_id), self._where) if rows else None
 
     def _list(self, status: RunStatus | None, owner: str | None, limit: int) -> list[RunRecord]:
-        query, params = self._sql.listing(status, owner, limit)
+        query, params = self._sql.listing(status, owner, limit, self._sql.read_columns)
         rows = self._connection().execute(query, params).fetchall()
         return self._records(rows, self._where)
+
+    def _ids_starting(self, start: str, limit: int) -> list[str]:
+        rows = self._connection().execute(self._sql.ids_starting, [start, limit]).fetchall()
+        return [str(run_id) for (run_id,) in rows]
 
     def _changes(self, cursor: int | None) -> ChangeBatch:
         conn = self._connection()
         if cursor is None:
             return ChangeBatch(_position(conn, self._sql))
         check_cursor(cursor, self._where)
-        rows = conn.execute(self._sql.changes, [cursor]).fetchall()
+        rows = conn.execute(self._sql.read_changes, [cursor]).fetchall()
         return self._batch(cursor, rows, self._where)

@@ -46,6 +46,7 @@ __all__ = [
     "fold",
     "interrupted",
     "is_run_id",
+    "is_run_id_start",
     "is_runtime_id",
     "terminal_index",
     "wall_clock_now",
@@ -71,11 +72,18 @@ _MAX_CURSOR: Final = 2**63 - 1
 # runtime, and must never reach a file name or a query unchecked.
 _RUN_ID: Final = re.compile(r"run_[0-9a-f]{32}")
 _RUNTIME_ID: Final = re.compile(r"rt_[0-9a-f]{32}")
+#: The start of a run id: "r", "ru", "run", "run_", then up to 32 hex digits.
+_RUN_ID_START: Final = re.compile(r"r(?:u(?:n(?:_[0-9a-f]{0,32})?)?)?")
 
 
 def is_run_id(value: object) -> bool:
     """Whether *value* has the shape of a run id (``run_`` and 32 lowercase hex digits)."""
     return type(value) is str and _RUN_ID.fullmatch(value) is not None
+
+
+def is_run_id_start(value: object) -> bool:
+    """Whether *value* is the start of a run id (``run_1f``), or a whole one."""
+    return type(value) is str and _RUN_ID_START.fullmatch(value) is not None
 
 
 def is_runtime_id(value: object) -> bool:

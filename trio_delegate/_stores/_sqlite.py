@@ -161,6 +161,9 @@ _MIGRATIONS: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {
 }
 
 _COLUMNS: Final = "record, state, cancel_requested, observed"
+#: What ``trio-delegate runs`` reads: the run id column too, which names a
+#: damaged row whose record does not.
+_READ_COLUMNS: Final = f"{_COLUMNS}, run_id"
 
 #: The changes after a number that a given runtime did not write itself.
 _FOREIGN_CHANGES: Final = (
@@ -874,7 +877,7 @@ class SQLiteReader(RecordReader):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
         self.path = Path(path).expanduser().absolute()
-        self._columns = _COLUMNS
+        self._columns = _READ_COLUMNS
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is not None:
@@ -904,7 +907,7 @@ class SQLiteReader(RecordReader):
             _check_not_empty(version, self.path)
             if version < 2:
                 # Written before the state column and the flags existed.
-                self._columns = "record, NULL, 0, 0"
+                self._columns = "record, NULL, 0, 0, run_id"
         except BaseException:
             conn.close()
             raise
@@ -918,16 +921,26 @@ class SQLiteReader(RecordReader):
         rows = conn.execute(
             f"SELECT {self._columns} FROM runs WHERE run_id = ?", (run_id,)
         ).fetchall()
-        return decode_row(rows[0], str(self.path)) if rows else None
+        return self._decode(rows[0], str(self.path)) if rows else None
 
     def _list(self, status: RunStatus | None, owner: str | None, limit: int) -> list[RunRecord]:
         query, params = _list_query(self._columns, status, owner, limit)
         rows = self._connection().execute(query, params).fetchall()
         return self._records(rows, str(self.path))
 
+    def _ids_starting(self, start: str, limit: int) -> list[str]:
+        # A range of the primary key's index (its collation is BINARY: code
+        # point order), up to the start with its last character one higher.
+        end = start[:-1] + chr(ord(start[-1]) + 1)
+        rows = self._connection().execute(
+            "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT ?",
+            (start, end, limit),
+        )
+        return [str(run_id) for (run_id,) in rows]
+
     def _changes(self, cursor: int | None) -> ChangeBatch:
         conn = self._connection()
-        if self._columns != _COLUMNS:
+        if self._columns != _READ_COLUMNS:
             raise StoreError(
                 f"the store {self.path} was written by an older trio_delegate and keeps no "
                 "log of changes to follow; open it once with a runtime of this version to "
@@ -938,5 +951,5 @@ class SQLiteReader(RecordReader):
         if cursor is None:
             return ChangeBatch(_position(conn))
         check_cursor(cursor, where)
-        query = f"SELECT seq, {_COLUMNS} FROM runs WHERE seq > ? ORDER BY seq"
+        query = f"SELECT seq, {_READ_COLUMNS} FROM runs WHERE seq > ? ORDER BY seq"
         return self._batch(cursor, conn.execute(query, (cursor,)).fetchall(), where)
