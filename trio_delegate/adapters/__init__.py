@@ -22,8 +22,9 @@ subagent's runner. Asyncio frameworks run on the asyncio bridge:
 :func:`asyncio_loop` (open it once around ``open_runtime``) and
 :func:`run_asyncio` (run an agent from Trio).
 
-:data:`CAPABILITIES` says what each adapter can do (see
-``docs/adapters.md``). Importing this package imports no framework.
+:data:`CAPABILITIES` says what each adapter can do (see the adapters guide,
+<https://trio-delegate.github.io/trio-delegate/adapters/>). Importing this
+package imports no framework.
 """
 
 from __future__ import annotations

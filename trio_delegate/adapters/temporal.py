@@ -27,7 +27,7 @@ neither fails at once.
 
 The Temporal SDK runs on asyncio: this module runs it on one private event
 loop in a thread of its own, never on the Trio loop. Needs the ``temporal``
-extra (``pip install 'trio-delegate[temporal]'``); see ``docs/scaling.md``.
+extra; see the scaling guide, <https://trio-delegate.github.io/trio-delegate/scaling/>.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ Needs the ``mcp`` extra (``pip install 'trio-delegate[mcp]'``).
 * :func:`load_server_config` — read and check a ``trio-delegate serve``
   configuration file (:class:`ServerConfig`, :class:`ConfigError`).
 
-See ``docs/mcp.md`` for client configuration.
+See the MCP server's guide for client configuration:
+<https://trio-delegate.github.io/trio-delegate/mcp/>.
 """
 
 import importlib.util

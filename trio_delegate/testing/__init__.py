@@ -23,7 +23,8 @@
   trio_delegate itself may need to see: whether an observer follows the
   runs, which runs are held in memory, how the store's writer batched.
 
-See ``docs/testing.md`` for a guided example.
+See the testing kit's guide for a worked example:
+<https://trio-delegate.github.io/trio-delegate/testing/>.
 """
 
 from .._core._runtime import Internals, internals
