@@ -1,5 +1,6 @@
 """Contract §18: ``trio-delegate serve`` exits on its signals and at the end of its
-input whatever its runners do.
+input whatever its runners do, and a client that stops reading ends the
+connection as the end of its input does.
 
 A real server process serves a Python runner that shields itself from every
 cancellation, or one that holds the event loop. The only bound on time is the
@@ -49,6 +50,17 @@ RUNNER = """
         # Holds the event loop itself: no task of the server runs again.
         time.sleep(3600)
         return "never"
+
+    async def patient(ctx):
+        started(ctx, "patient")
+        await trio.sleep_forever()
+
+    async def waiter(ctx):
+        started(ctx, "waiter")
+        go = pathlib.Path(__file__).with_name("go")
+        while not go.exists():
+            await trio.sleep(0.01)
+        return "done"
     """
 
 CONFIG = """
@@ -64,6 +76,16 @@ python = "stubborn:run"
 name = "holder"
 description = "Blocks the event loop."
 python = "stubborn:hold"
+
+[[subagents]]
+name = "patient"
+description = "Runs until cancelled."
+python = "stubborn:patient"
+
+[[subagents]]
+name = "waiter"
+description = "Returns once the file go exists."
+python = "stubborn:waiter"
 """
 
 
@@ -178,3 +200,42 @@ async def test_serve_exits_within_the_grace_whatever_its_runners_do(
     log = log_path.read_text()
     [abandoned] = [line for line in log.splitlines() if "abandoning the runs" in line]
     assert f"{run_id} (subagent '{named}" in abandoned
+
+
+@pytest.mark.parametrize(
+    ("background", "other", "status"),
+    [
+        # A foreground call's answer meets the closed pipe. The other run is
+        # cancelled and joined: the runtime closes cleanly.
+        pytest.param(False, "patient", 0, id="answer"),
+        # The notice of a background run's end does.
+        pytest.param(True, "patient", 0, id="notice"),
+        # The other run does not stop: the server exits after the grace, as
+        # at the end of stdin.
+        pytest.param(False, "stubborn", 1, id="stubborn-run"),
+    ],
+)
+async def test_a_client_that_stops_reading_ends_the_connection(
+    tmp_path: Path, background: bool, other: str, status: int
+) -> None:
+    log_path = tmp_path / "stderr.log"
+    grace = 1 if status else 30
+    with trio.fail_after(GUARD_SECONDS):
+        process, [other_id, _] = await _serve(
+            tmp_path, grace, [(other, True), ("waiter", background)], stdout=subprocess.PIPE
+        )
+        async with _reaped(process):
+            assert process.stdout is not None
+            await process.stdout.aclose()
+            (tmp_path / "go").write_text("")
+            # stdin stays open: the server does not wait for its end.
+            assert await process.wait() == status
+    log = log_path.read_text()
+    assert "Traceback" not in log
+    [ended] = [line for line in log.splitlines() if "stopped reading" in line]
+    assert ended == (
+        "trio-delegate: the client stopped reading (its end of stdout is closed); "
+        "the connection ended and its runs were cancelled"
+    )
+    abandoned = [line for line in log.splitlines() if "abandoning the runs" in line]
+    assert [other_id in line for line in abandoned] == ([True] if status else [])

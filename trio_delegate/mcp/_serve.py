@@ -67,6 +67,12 @@ async def serve_stdio(
     ``cancel_grace_seconds`` plus 3 s later even while a runner blocks the
     event loop (see ``trio_delegate.mcp._exit``).
 
+    A client that closes its end of stdout ends the connection as the end
+    of stdin does: its runs are cancelled and joined, and one line is
+    logged. (The SDK's own reader of stdin, used here, cannot be abandoned:
+    the call returns once stdin ends too. ``trio-delegate serve`` reads
+    stdin itself and exits at once.)
+
     Args:
         subagents: the subagent definitions.
         config: the runtime's limits and policy; ``Config()`` when omitted.
@@ -183,7 +189,6 @@ async def _serve(
     guard: ExitGuard,
     signals: AsyncIterator[int] | None,
 ) -> None:
-    received: int | None = None
     stdin = None
     if first is not None:
         # As the SDK's transport reads stdin: UTF-8, undecodable bytes replaced.
@@ -198,46 +203,83 @@ async def _serve(
         )
     async with open_runtime(subagents, config=config, store=store) as runtime:
         guard.runtime = runtime
-        async with stdio_server(stdin=stdin) as streams:
-            server = make_server(runtime)
-            logger.info("%s", ready)
-            async with trio.open_nursery() as nursery:
-                if signals is not None:
-
-                    async def watch(signals: AsyncIterator[int]) -> None:
-                        nonlocal received
-                        async for signum in signals:
-                            # The countdown is the signal relay's to start.
-                            if received is None:
-                                received = signum
-                            nursery.cancel_scope.cancel()
-
-                    # A system task: it keeps the signals' queue drained while
-                    # the runtime's close waits for runners that do not stop.
-                    trio.lowlevel.spawn_system_task(watch, signals)
-                read_stream, write_stream = streams
-                if first is not None:
-                    write_stream = _Answered(write_stream, first)
-                watched = _Watched(read_stream, lambda: guard.arm("stdin ended", None))
-                async with mended(watched, write_stream, stdin) as readable:
-                    await server.run(readable, write_stream, server.create_initialization_options())
-                guard.arm("the connection ended", None)
-                nursery.cancel_scope.cancel()
-            if received is not None:
-                # The connection's runs are settled and their processes gone;
-                # only the stdin reader is left, blocked for good.
-                logger.info(
-                    "stopped by %s; the connection's runs were cancelled",
-                    signal_name(received),
-                )
-                stuck = stuck_runs(runtime)
-                if stuck:
-                    logger.warning(
-                        "exiting and abandoning the runs whose runners did not stop: %s",
-                        ", ".join(stuck),
+        try:
+            async with stdio_server(stdin=stdin) as streams:
+                server = make_server(runtime)
+                logger.info("%s", ready)
+                received = await _connection(server, streams, first, stdin, guard, signals)
+                if received is not None:
+                    # The connection's runs are settled and their processes gone;
+                    # only the stdin reader is left, blocked for good.
+                    logger.info(
+                        "stopped by %s; the connection's runs were cancelled",
+                        signal_name(received),
                     )
-                signal.signal(received, signal.SIG_DFL)
-                os.kill(os.getpid(), received)
+                    stuck = stuck_runs(runtime)
+                    if stuck:
+                        logger.warning(
+                            "exiting and abandoning the runs whose runners did not stop: %s",
+                            ", ".join(stuck),
+                        )
+                    signal.signal(received, signal.SIG_DFL)
+                    os.kill(os.getpid(), received)
+        except* (BrokenPipeError, ConnectionResetError):
+            # The client closed its end of stdout (it exited, or stopped
+            # reading): the end of the connection, as the end of its input is.
+            # Its runs were cancelled and joined on the way here.
+            logger.warning(
+                "the client stopped reading (its end of stdout is closed); "
+                "the connection ended and its runs were cancelled"
+            )
+
+
+async def _connection(
+    server: Server[Any],
+    streams: tuple[Any, Any],
+    first: FirstAnswer | None,
+    screened: Screened | None,
+    guard: ExitGuard,
+    signals: AsyncIterator[int] | None,
+) -> int | None:
+    """Serve the connection on *streams* until it ends, or a stop signal cuts
+    it short; return that signal's number, or ``None``."""
+    received: int | None = None
+    async with trio.open_nursery() as nursery:
+        if signals is not None:
+
+            async def watch(signals: AsyncIterator[int]) -> None:
+                nonlocal received
+                async for signum in signals:
+                    if received is None:
+                        received = signum
+                        # The signal relay may not have been scheduled yet: the
+                        # countdown must be the signal's, not the cancelled
+                        # connection's. (A second signal is the relay's to count.)
+                        guard.arm(f"stopped by {signal_name(signum)}", signum)
+                    nursery.cancel_scope.cancel()
+
+            # A system task: it keeps the signals' queue drained while the
+            # runtime's close waits for runners that do not stop.
+            trio.lowlevel.spawn_system_task(watch, signals)
+        # The connection can also be cancelled from outside (the transport
+        # failed): the countdown starts then, not once its runs are joined.
+        nursery.start_soon(_arm_when_cancelled, guard)
+        read_stream, write_stream = streams
+        if first is not None:
+            write_stream = _Answered(write_stream, first)
+        watched = _Watched(read_stream, lambda: guard.arm("stdin ended", None))
+        async with mended(watched, write_stream, screened) as readable:
+            await server.run(readable, write_stream, server.create_initialization_options())
+        guard.arm("the connection ended", None)
+        nursery.cancel_scope.cancel()
+    return received
+
+
+async def _arm_when_cancelled(guard: ExitGuard) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        guard.arm("the connection ended", None)
 
 
 class _Answered:
