@@ -29,7 +29,7 @@ import json
 import os
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
 __all__ = [
@@ -250,9 +250,15 @@ class FirstAnswer:
         )
         self._thread.start()
 
-    def stdin(self) -> io.BufferedReader:
-        """The input as the SDK's transport is to read it (see the class)."""
-        return io.BufferedReader(_Prefixed(self._done, lambda: self._prefix, self._input))
+    def stdin(self, on_end: Callable[[], None] | None = None) -> io.BufferedReader:
+        """The input as the SDK's transport is to read it (see the class).
+
+        Args:
+            on_end: called on the reading thread as soon as a read finds the
+                end of the input (or fails): the server learns of it there
+                even while its event loop is held up.
+        """
+        return io.BufferedReader(_Prefixed(self._done, lambda: self._prefix, self._input, on_end))
 
     def restore(self) -> None:
         """Point the input's descriptor back at the input (the server is done with it)."""
@@ -317,13 +323,17 @@ def _duplicate(fd: int) -> int:
 
 @final
 class _Prefixed(io.RawIOBase):
-    """A descriptor's bytes after *prefix*, once the first line's thread is done."""
+    """A descriptor's bytes after *prefix*, once the first line's thread is done;
+    *on_end* is called when a read finds the end (or fails)."""
 
-    def __init__(self, done: threading.Event, prefix: Any, fd: int) -> None:
+    def __init__(
+        self, done: threading.Event, prefix: Any, fd: int, on_end: Callable[[], None] | None
+    ) -> None:
         self._done = done
         self._get_prefix = prefix
         self._prefix: bytes | None = None
         self._fd = fd
+        self._on_end = on_end
 
     def readable(self) -> bool:
         return True
@@ -338,9 +348,19 @@ class _Prefixed(io.RawIOBase):
             buffer[:count] = self._prefix[:count]
             self._prefix = self._prefix[count:]
             return count
-        data = os.read(self._fd, len(buffer))
+        try:
+            data = os.read(self._fd, len(buffer))
+        except OSError:
+            self._ended()
+            raise
+        if not data:
+            self._ended()
         buffer[: len(data)] = data
         return len(data)
+
+    def _ended(self) -> None:
+        if self._on_end is not None:
+            self._on_end()
 
     def close(self) -> None:
         # The descriptor is not closed: a worker thread can still block on it

@@ -18,7 +18,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from .. import Config, ResultStore, Runtime, Subagent, open_runtime
-from .._core._runtime import unstopped_runs
+from ._exit import ExitGuard, relayed_signals, signal_name, stuck_runs
 from ._server import (
     DEFAULT_FOREGROUND_LIMIT_SECONDS,
     DEFAULT_NAME,
@@ -62,7 +62,16 @@ async def serve_stdio(
     the connection's runs are cancelled and joined, then the process ends
     by that signal as its default action would have ended it. (Reading stdin
     blocks in a worker thread that cannot be interrupted, so returning
-    normally would wait for the client to close stdin.)
+    normally would wait for the client to close stdin.) The signals are
+    also heard on a thread of their own, so that the process exits
+    ``cancel_grace_seconds`` plus 3 s later even while a runner blocks the
+    event loop (see ``trio_delegate.mcp._exit``).
+
+    A client that closes its end of stdout ends the connection as the end
+    of stdin does: its runs are cancelled and joined, and one line is
+    logged. (The SDK's own reader of stdin, used here, cannot be abandoned:
+    the call returns once stdin ends too. ``trio-delegate serve`` reads
+    stdin itself and exits at once.)
 
     Args:
         subagents: the subagent definitions.
@@ -123,6 +132,7 @@ async def serve_answered(
     """
     subagents = tuple(subagents)
     config = config if config is not None else Config()
+    guard = ExitGuard(config.cancel_grace_seconds)
     serve = functools.partial(
         _serve,
         subagents,
@@ -137,11 +147,17 @@ async def serve_answered(
         ),
         _ready_line(subagents, config, store, foreground_limit_seconds),
         first,
+        guard,
     )
     if threading.current_thread() is not threading.main_thread():
         await serve(None)
         return
-    with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+    with (
+        trio.open_signal_receiver(*_STOP_SIGNALS) as signals,
+        # The countdown to a forced exit starts even while a runner holds
+        # the event loop (and Trio's signal watcher with it).
+        relayed_signals(_STOP_SIGNALS, guard.signalled),
+    ):
         await serve(signals)
 
 
@@ -170,117 +186,100 @@ async def _serve(
     make_server: Callable[[Runtime], Server[Any]],
     ready: str,
     first: FirstAnswer | None,
+    guard: ExitGuard,
     signals: AsyncIterator[int] | None,
 ) -> None:
-    received: int | None = None
     stdin = None
     if first is not None:
         # As the SDK's transport reads stdin: UTF-8, undecodable bytes replaced.
-        stdin = Screened(io.TextIOWrapper(first.stdin(), encoding="utf-8", errors="replace"))
-    async with (
-        open_runtime(subagents, config=config, store=store) as runtime,
-        stdio_server(stdin=stdin) as streams,
-    ):
-        server = make_server(runtime)
-        logger.info("%s", ready)
-        exit_guard = _ExitGuard(runtime)
-        async with trio.open_nursery() as nursery:
-            if signals is not None:
-
-                async def watch(signals: AsyncIterator[int]) -> None:
-                    nonlocal received
-                    async for signum in signals:
-                        if received is not None:
-                            # A second signal: do not wait out the grace.
-                            exit_guard.exit_now(f"stopped by a second {_name(signum)}", signum)
-                        received = signum
-                        exit_guard.arm(f"stopped by {_name(signum)}", signum)
-                        nursery.cancel_scope.cancel()
-
-                # A system task: it must still hear a second signal while the
-                # runtime's close waits for runners that do not stop.
-                trio.lowlevel.spawn_system_task(watch, signals)
-            read_stream, write_stream = streams
-            if first is not None:
-                write_stream = _Answered(write_stream, first)
-            watched = _Watched(read_stream, lambda: exit_guard.arm("stdin ended", None))
-            async with mended(watched, write_stream, stdin) as readable:
-                await server.run(readable, write_stream, server.create_initialization_options())
-            exit_guard.arm("the connection ended", None)
-            nursery.cancel_scope.cancel()
-        if received is not None:
-            # The connection's runs are settled and their processes gone;
-            # only the stdin reader is left, blocked for good.
-            logger.info("stopped by %s; the connection's runs were cancelled", _name(received))
-            stuck = _stuck(runtime)
-            if stuck:
-                logger.warning(
-                    "exiting and abandoning the runs whose runners did not stop: %s",
-                    ", ".join(stuck),
-                )
-            signal.signal(received, signal.SIG_DFL)
-            os.kill(os.getpid(), received)
-
-
-#: How long after the grace the server waits for its runtime to close before it
-#: exits anyway (contract §18): room for the stores to commit the last records.
-_EXIT_MARGIN_SECONDS: Final = 3.0
-
-
-class _ExitGuard:
-    """Ends the process if the runtime's close outlasts the grace (contract §18).
-
-    A runner that does not stop is decided ``cancel_grace_seconds`` after
-    its cancellation, but its task holds the runtime open until it returns,
-    and Trio cannot kill it. Once the server is stopping, a timer on a
-    daemon thread (which a runner blocking the event loop cannot hold up
-    either) names the runs it abandons on stderr and exits with a non-zero
-    status: 128 plus the signal's number, or 1 when the input ended.
-    """
-
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-        self._timer: threading.Timer | None = None
-
-    def arm(self, why: str, signum: int | None) -> None:
-        """Start the countdown (once: later calls keep the first one)."""
-        if self._timer is not None:
-            return
-        delay = self._runtime.config.cancel_grace_seconds + _EXIT_MARGIN_SECONDS
-        timer = threading.Timer(delay, self.exit_now, (why, signum))
-        timer.daemon = True
-        self._timer = timer
-        timer.start()
-
-    def exit_now(self, why: str, signum: int | None) -> None:
-        """Name the runs that are still running on stderr, and end the process."""
-        try:
-            stuck = ", ".join(_stuck(self._runtime)) or "none"
-        except Exception:  # pragma: no cover - read from the timer's thread, racing the loop
-            stuck = "(they could not be listed)"
-        line = (
-            f"trio-delegate: {why}, and the runtime did not close within "
-            f"Config.cancel_grace_seconds ({self._runtime.config.cancel_grace_seconds:g} s) "
-            f"plus {_EXIT_MARGIN_SECONDS:g} s; exiting and abandoning the runs whose runners "
-            f"did not stop: {stuck}\n"
+        # The reading thread reports the end of the input itself: the event
+        # loop may be held up by a runner.
+        stdin = Screened(
+            io.TextIOWrapper(
+                first.stdin(on_end=functools.partial(guard.arm, "stdin ended", None)),
+                encoding="utf-8",
+                errors="replace",
+            )
         )
+    async with open_runtime(subagents, config=config, store=store) as runtime:
+        guard.runtime = runtime
         try:
-            os.write(2, line.encode("utf-8", "backslashreplace"))
-        finally:
-            os._exit(1 if signum is None else 128 + signum)
+            async with stdio_server(stdin=stdin) as streams:
+                server = make_server(runtime)
+                logger.info("%s", ready)
+                received = await _connection(server, streams, first, stdin, guard, signals)
+                if received is not None:
+                    # The connection's runs are settled and their processes gone;
+                    # only the stdin reader is left, blocked for good.
+                    logger.info(
+                        "stopped by %s; the connection's runs were cancelled",
+                        signal_name(received),
+                    )
+                    stuck = stuck_runs(runtime)
+                    if stuck:
+                        logger.warning(
+                            "exiting and abandoning the runs whose runners did not stop: %s",
+                            ", ".join(stuck),
+                        )
+                    signal.signal(received, signal.SIG_DFL)
+                    os.kill(os.getpid(), received)
+        except* (BrokenPipeError, ConnectionResetError):
+            # The client closed its end of stdout (it exited, or stopped
+            # reading): the end of the connection, as the end of its input is.
+            # Its runs were cancelled and joined on the way here.
+            logger.warning(
+                "the client stopped reading (its end of stdout is closed); "
+                "the connection ended and its runs were cancelled"
+            )
 
 
-def _stuck(runtime: Runtime) -> list[str]:
-    """The runs still running in *runtime*: decided without their runners, or live."""
-    abandoned, live = unstopped_runs(runtime)
-    named = [
-        f"{run_id} (subagent {subagent!r}, still running {seconds:.1f} s after it was decided)"
-        for run_id, subagent, seconds in abandoned
-    ]
-    named += [
-        f"{run_id} (subagent {subagent!r}, {status.value})" for run_id, subagent, status in live
-    ]
-    return named
+async def _connection(
+    server: Server[Any],
+    streams: tuple[Any, Any],
+    first: FirstAnswer | None,
+    screened: Screened | None,
+    guard: ExitGuard,
+    signals: AsyncIterator[int] | None,
+) -> int | None:
+    """Serve the connection on *streams* until it ends, or a stop signal cuts
+    it short; return that signal's number, or ``None``."""
+    received: int | None = None
+    async with trio.open_nursery() as nursery:
+        if signals is not None:
+
+            async def watch(signals: AsyncIterator[int]) -> None:
+                nonlocal received
+                async for signum in signals:
+                    if received is None:
+                        received = signum
+                        # The signal relay may not have been scheduled yet: the
+                        # countdown must be the signal's, not the cancelled
+                        # connection's. (A second signal is the relay's to count.)
+                        guard.arm(f"stopped by {signal_name(signum)}", signum)
+                    nursery.cancel_scope.cancel()
+
+            # A system task: it keeps the signals' queue drained while the
+            # runtime's close waits for runners that do not stop.
+            trio.lowlevel.spawn_system_task(watch, signals)
+        # The connection can also be cancelled from outside (the transport
+        # failed): the countdown starts then, not once its runs are joined.
+        nursery.start_soon(_arm_when_cancelled, guard)
+        read_stream, write_stream = streams
+        if first is not None:
+            write_stream = _Answered(write_stream, first)
+        watched = _Watched(read_stream, lambda: guard.arm("stdin ended", None))
+        async with mended(watched, write_stream, screened) as readable:
+            await server.run(readable, write_stream, server.create_initialization_options())
+        guard.arm("the connection ended", None)
+        nursery.cancel_scope.cancel()
+    return received
+
+
+async def _arm_when_cancelled(guard: ExitGuard) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        guard.arm("the connection ended", None)
 
 
 class _Answered:
@@ -341,10 +340,3 @@ class _Watched:
         except StopAsyncIteration:
             self._on_end()
             raise
-
-
-def _name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:  # pragma: no cover - only the signals above are received
-        return str(signum)

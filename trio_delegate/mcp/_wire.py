@@ -128,8 +128,15 @@ class Screened(anyio.AsyncFile[str]):
         self._kept: dict[int, Answers] = {}
 
     async def readline(self) -> str:
-        """The next line, or the private notification standing for its answers."""
-        return await anyio.to_thread.run_sync(self._next_line, limiter=self.limiter)
+        """The next line, or the private notification standing for its answers.
+
+        A read is abandoned when the reader is cancelled: a connection that
+        ends first (the client closed its end of stdout) must not wait for
+        the client to close stdin too. Nothing reads the lines after that.
+        """
+        return await anyio.to_thread.run_sync(
+            self._next_line, abandon_on_cancel=True, limiter=self.limiter
+        )
 
     def answers(self, message: types.JSONRPCMessage) -> Answers | None:
         """The answers *message* stands for, when it is this stream's notification."""
