@@ -884,15 +884,32 @@ class Persister:
         Raises:
             InvalidArgumentsError: a run of the chain is no longer in the store
                 (pruned), has not ended there, or the chain loops (a tampered store).
-            StoreError: the store could not be read.
+            StoreError: the store could not be read, or a run of the chain
+                belongs to another owner or subagent (a tampered store: its
+                conversation is never carried into this one).
             JsonProblem, TypeError: a record of the chain holds data deeper
                 than *max_depth* (plus two levels), or no JSON.
         """
         chain = [record]
         seen = {record.run_id}
         while chain[-1].transcript is None and chain[-1].continues is not None:
-            earlier_id = chain[-1].continues
+            later = chain[-1]
+            earlier_id = later.continues
             earlier = await self.load(earlier_id)
+            if earlier is not None and (
+                earlier.owner != record.owner or earlier.subagent != record.subagent
+            ):
+                # A continuation is always of a run of its own owner and
+                # subagent (continue_run makes it so): a link elsewhere was
+                # written by something else, and would splice another
+                # conversation into this one.
+                raise StoreError(
+                    f"the conversation of run {record.run_id} cannot be carried on: run "
+                    f"{later.run_id} is recorded as continuing run {earlier_id}, which belongs "
+                    "to another owner or subagent; the store was changed by something else: "
+                    "check it, and start a new delegation instead",
+                    run_id=record.run_id,
+                )
             if earlier is None or not earlier.status.is_terminal or earlier_id in seen:
                 state = (
                     "is no longer in the store"
