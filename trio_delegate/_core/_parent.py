@@ -741,6 +741,7 @@ class Parent(metaclass=NoPublicConstructor):
         self._check_usable()
         if record is None or record.owner != self._owner:
             raise unknown
+        persister.found(record)  # status and cancel know it from now on
         return StoredRun(record.owner, record.subagent, record.status)
 
     def _expired(self, run_id: str) -> ExpiredRunError:
@@ -776,6 +777,7 @@ class Parent(metaclass=NoPublicConstructor):
         while True:
             record = await self._load(run_id)
             self._check_usable()
+            persister.found(record)  # the freshest answer status and cancel can give
             if record.status.is_terminal:
                 if record.status is RunStatus.COMPLETED:
                     if record.runtime_id != persister.runtime_id:

@@ -861,6 +861,18 @@ class Persister:
         if schema is not None and schema.target is not None and run.status is RunStatus.COMPLETED:
             self._schemas[run.run_id] = schema
 
+    def found(self, record: RunRecord) -> None:
+        """A call read *record* from the store: from now on lookups know its run.
+
+        A ``wait`` reads the store itself, ahead of the watcher: without this,
+        ``status`` and ``cancel`` would answer from a view that may not hold
+        the run yet, and call unknown a run the ``wait`` just found (contract
+        §16). This runtime's own runs are known already (in memory, or
+        remembered when retention evicted them).
+        """
+        if record.runtime_id != self.runtime_id:
+            self._remember(record.run_id, StoredRun(record.owner, record.subagent, record.status))
+
     def schema_of(self, run_id: str) -> ResultSchema | None:
         """The schema whose type the stored result of *run_id* is structured into, if any."""
         return self._schemas.get(run_id)
@@ -941,6 +953,11 @@ class Persister:
 
     def _remember(self, run_id: str, stored: StoredRun) -> None:
         index = self._index
+        known = index.get(run_id)
+        if known is not None and known.status.is_terminal and not stored.status.is_terminal:
+            # A terminal record never changes: a live one read before it
+            # (a watcher's batch that raced a wait's read) is stale.
+            return
         index[run_id] = stored
         index.move_to_end(run_id)
         if len(index) > _INDEX_LIMIT:
