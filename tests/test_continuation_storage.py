@@ -84,8 +84,8 @@ class _Kind:
                     (continues, run_id),
                 )
         else:
-            with psycopg.connect(self.server.admin_dsn(), autocommit=True) as conn:
-                conn.execute(
+            with psycopg.connect(self.server.admin_dsn(), autocommit=True) as server:
+                server.execute(
                     f"UPDATE {self.schema}.runs SET record = "
                     "jsonb_set(record::jsonb, '{continues}', to_jsonb(%s::text))::text "
                     "WHERE run_id = %s",
@@ -171,7 +171,8 @@ async def test_a_chain_link_to_another_owners_run_is_a_tampered_store(kind: _Kin
         with pytest.raises(td.StoreError) as caught:
             await alice.continue_run(second.run_id, "alice's third")
     message = str(caught.value)
-    assert second.run_id in message and secret.run_id in message, message
+    assert second.run_id in message, message
+    assert secret.run_id in message, message
     assert "another owner" in message, message
     assert "secret" not in message, message
     # Nothing of Mallory's conversation reached a runner: no run started at all.

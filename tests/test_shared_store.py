@@ -190,12 +190,14 @@ async def test_a_run_a_wait_found_is_known_to_status_and_cancel_at_once(hosts: H
 
         # wait, then status, then cancel.
         found = await on_b.wait(first.run_id, timeout=0)
-        assert isinstance(found, td.RunHandle) and not found.status.is_terminal
+        assert isinstance(found, td.RunHandle)
+        assert not found.status.is_terminal
         assert on_b.status(first.run_id) == found
         assert on_b.cancel(first.run_id) == td.CancelAck(first.run_id, True, found.status)
         # wait, then cancel, then status.
         found = await on_b.wait(second.run_id, timeout=0)
-        assert isinstance(found, td.RunHandle) and not found.status.is_terminal
+        assert isinstance(found, td.RunHandle)
+        assert not found.status.is_terminal
         assert on_b.cancel(second.run_id) == td.CancelAck(second.run_id, True, found.status)
         assert on_b.status(second.run_id) == found
         # Another owner's run stays unknown, read or not.

@@ -904,8 +904,7 @@ class Persister:
         """
         chain = [record]
         seen = {record.run_id}
-        while chain[-1].transcript is None and chain[-1].continues is not None:
-            later = chain[-1]
+        while (later := chain[-1]).transcript is None and later.continues is not None:
             earlier_id = later.continues
             earlier = await self.load(earlier_id)
             if earlier is not None and (
