@@ -670,3 +670,143 @@ def _dumps(arguments: Mapping[str, Any], *, ascii_only: bool) -> str:
         return json.dumps(made, ensure_ascii=ascii_only, allow_nan=True)
     except Exception:  # odd objects: send what a model could have sent
         return json.dumps({str(key): type(item).__name__ for key, item in made.items()})
+
+
+# -- objects whose dunder methods raise or return junk ---------------------------------
+
+
+class Runaway(BaseException):
+    """An endless iterable was read far past any bound the runtime keeps.
+
+    A ``BaseException``: no ``except Exception`` of the runtime takes it for
+    an ordinary failure of the object, so a read that never stops fails the
+    test at once instead of holding it forever.
+    """
+
+
+#: How many items an endless iterable hands out before it raises Runaway.
+RUNAWAY_ITEMS: Final = 100_000
+
+#: The dunder methods a host's object may define to do anything (and
+#: ``__class__``, which ``isinstance`` asks).
+DUNDERS: Final = (
+    "__str__",
+    "__repr__",
+    "__format__",
+    "__eq__",
+    "__ne__",
+    "__hash__",
+    "__len__",
+    "__bool__",
+    "__index__",
+    "__int__",
+    "__float__",
+    "__iter__",
+    "__next__",
+    "__getitem__",
+    "__contains__",
+    "__lt__",
+    "__class__",
+)
+#: What such a method does: raise, never end (``__iter__`` / ``__getitem__``
+#: / ``__next__``), or return something of the wrong type or range.
+BEHAVIOURS: Final = (
+    "raise",
+    "endless",
+    "self",
+    None,
+    "junk",
+    -1,
+    HUGE,
+    math.nan,
+    b"x",
+    ("a", "tuple"),
+)
+#: The types ``__class__`` may claim.
+CLAIMED_CLASSES: Final = (str, int, float, bool, dict, list, tuple, type, td.Config, td.Subagent)
+#: Builtin bases, each with a value that would be a good argument somewhere.
+BASES: Final[tuple[tuple[type, Any], ...]] = (
+    (object, None),
+    (str, "echo"),
+    (int, 3),
+    (float, 0.5),
+    (dict, {"type": "object"}),
+    (list, ["echo"]),
+    (tuple, ("echo",)),
+)
+
+
+def _endless(self: Any, *args: Any) -> Any:
+    """An iterator that never ends (for ``__iter__``), or its next item (the
+    others): items are counted, and the count is bounded by RUNAWAY_ITEMS."""
+    return _Endless()
+
+
+class _Endless:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __iter__(self) -> _Endless:
+        return self
+
+    def __next__(self) -> str:
+        self.count += 1
+        if self.count > RUNAWAY_ITEMS:
+            raise Runaway(f"an endless iterable was read for {RUNAWAY_ITEMS} items")
+        return "echo"
+
+
+def _method(dunder: str, behaviour: Any, claimed: type) -> Any:
+    if dunder == "__class__":
+        if behaviour == "raise":
+            return property(raise_hostile)
+        return property(lambda self: claimed)
+    if behaviour == "raise":
+        return raise_hostile
+    if behaviour == "endless":
+        if dunder == "__iter__":
+            return _endless
+        counter = _Endless()
+        return lambda self, *args: next(counter)  # __getitem__ answers every index
+    if behaviour == "self":
+        return lambda self, *args: self
+    return lambda self, *args: behaviour
+
+
+@attrs.frozen
+class DunderRecipe:
+    """A class derived from *base* whose *dunders* do *behaviour*."""
+
+    base: int
+    dunders: tuple[str, ...]
+    behaviour: Any
+    claimed: int
+
+    def __repr__(self) -> str:
+        base = BASES[self.base][0].__name__
+        claim = CLAIMED_CLASSES[self.claimed].__name__
+        return f"<{base} whose {', '.join(self.dunders)} do {self.behaviour!r} (claims {claim})>"
+
+    def make(self) -> Any:
+        base, value = BASES[self.base]
+        claimed = CLAIMED_CLASSES[self.claimed]
+        namespace = {dunder: _method(dunder, self.behaviour, claimed) for dunder in self.dunders}
+        cls = type(f"Hostile{base.__name__.title()}", (base,), namespace)
+        return cls() if value is None else cls(value)
+
+
+def dunder_object(base: int, dunders: tuple[str, ...], behaviour: Any, claimed: int) -> Built:
+    """The :class:`DunderRecipe` of these, as a value made when the test needs it."""
+    recipe = DunderRecipe(base, dunders, behaviour, claimed)
+    return Built(repr(recipe), recipe.make)
+
+
+def hostile_dunder_objects() -> st.SearchStrategy[Built]:
+    """Objects of a host whose dunder methods raise, never end, or return junk."""
+    return st.builds(
+        dunder_object,
+        st.integers(0, len(BASES) - 1),
+        st.lists(st.sampled_from(DUNDERS), min_size=1, max_size=4, unique=True).map(tuple),
+        st.sampled_from(BEHAVIOURS),
+        st.integers(0, len(CLAIMED_CLASSES) - 1),
+    )

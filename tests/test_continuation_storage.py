@@ -6,6 +6,7 @@ Counted in bytes of JSON stored (SQLite's and PostgreSQL's ``record`` and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -68,6 +69,29 @@ class _Kind:
             ).fetchone() or (0,)
         return int(total)
 
+    def tamper_link(self, run_id: str, continues: str) -> None:
+        """Make the stored head of *run_id* say it continues *continues*, as something
+        other than a runtime would (an editor, a migration gone wrong, an attacker)."""
+        if self.kind == "memory":
+            row = self.memory._rows[run_id]
+            head = json.loads(row.head)
+            head["continues"] = continues
+            row.head = json.dumps(head)
+        elif self.kind == "sqlite":
+            with contextlib.closing(sqlite3.connect(self.path)) as conn, conn:
+                conn.execute(
+                    "UPDATE runs SET record = json_set(record, '$.continues', ?) WHERE run_id = ?",
+                    (continues, run_id),
+                )
+        else:
+            with psycopg.connect(self.server.admin_dsn(), autocommit=True) as server:
+                server.execute(
+                    f"UPDATE {self.schema}.runs SET record = "
+                    "jsonb_set(record::jsonb, '{continues}', to_jsonb(%s::text))::text "
+                    "WHERE run_id = %s",
+                    (continues, run_id),
+                )
+
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def kind(request: pytest.FixtureRequest, tmp_path: Path) -> _Kind:
@@ -121,3 +145,35 @@ async def test_a_continuation_whose_chain_lost_a_link_is_refused_with_a_clear_er
     async with td.open_runtime(subagents, store=store) as rt, rt.open_parent() as parent:
         with pytest.raises(td.InvalidArgumentsError, match="no longer in the store"):
             await parent.continue_run(second.run_id, "c third")
+
+
+async def test_a_chain_link_to_another_owners_run_is_a_tampered_store(kind: _Kind) -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    async def reply(ctx: td.ChildContext) -> str:
+        seen.append(ctx.history)
+        return f"reply to {ctx.task}"
+
+    subagents = [td.Subagent("reply", reply)]
+    async with td.open_runtime(subagents, store=kind.store()) as rt:
+        async with rt.open_parent("alice") as alice:
+            first = await alice.delegate("reply", "alice's first")
+            second = await alice.continue_run(first.run_id, "alice's second")
+        async with rt.open_parent("mallory") as mallory:
+            secret = await mallory.delegate("reply", "mallory's secret")
+    # Alice's continuation now claims to continue Mallory's run.
+    kind.tamper_link(second.run_id, secret.run_id)
+    seen.clear()
+    async with (
+        td.open_runtime(subagents, store=kind.store()) as rt,
+        rt.open_parent("alice") as alice,
+    ):
+        with pytest.raises(td.StoreError) as caught:
+            await alice.continue_run(second.run_id, "alice's third")
+    message = str(caught.value)
+    assert second.run_id in message, message
+    assert secret.run_id in message, message
+    assert "another owner" in message, message
+    assert "secret" not in message, message
+    # Nothing of Mallory's conversation reached a runner: no run started at all.
+    assert seen == []

@@ -32,6 +32,7 @@ and schemas are checked on worker threads, which need real deadlines.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import inspect
 import json
@@ -1198,3 +1199,139 @@ async def open_parent_and_use(runtime: td.Runtime, owner: Any, children: Any) ->
                 assert result.final_result == "t"
     except td.DelegationError as exc:
         check_error(exc)
+
+
+# -- 8. a host's objects whose dunder methods misbehave --------------------------------
+
+
+@attrs.frozen
+class Target:
+    """What a call of the dunder test acts on: a runtime, a parent, a completed run."""
+
+    runtime: td.Runtime
+    parent: td.Parent
+    run_id: str
+
+
+async def _enter(context: Any) -> None:
+    async with context:
+        pass
+
+
+_CONFIG_FIELDS: Final = (*config_fields, "cancel_grace_seconds")
+_SUBAGENT_FIELDS: Final = (
+    "name",
+    "runner",
+    "description",
+    "timeout_seconds",
+    "final_schema",
+    "children",
+)
+#: Good arguments of the tools that take the most, by tool.
+_GOOD_TOOL_ARGUMENTS: Final[dict[str, Callable[[Target], dict[str, Any]]]] = {
+    "delegate_task": lambda t: {"subagent": "echo", "task": "a task"},
+    "wait_subagent": lambda t: {"run_id": t.run_id, "timeout": 0},
+    "continue_subagent": lambda t: {"run_id": t.run_id, "message": "more"},
+}
+
+
+def _admission(method: str, argument: str, t: Target, bad: Any) -> Any:
+    return getattr(t.parent, method)(**{"name": "echo", "task": "a task", argument: bad})
+
+
+def _config(field: str, t: Target, bad: Any) -> Any:
+    return td.Config(**{field: bad})
+
+
+def _subagent(field: str, t: Target, bad: Any) -> Any:
+    return td.Subagent(**{"name": "echo", "runner": echo, field: bad})
+
+
+def _tool_argument(tool: str, key: str, t: Target, bad: Any) -> Any:
+    return t.parent.tools().call(tool, {**_GOOD_TOOL_ARGUMENTS[tool](t), key: bad})
+
+
+#: Every argument of every public entry point, by name, with a call that passes
+#: the hostile object there and good values everywhere else.
+ARGUMENTS: Final[dict[str, Callable[[Target, Any], Any]]] = {
+    **{
+        f"{method}({argument})": functools.partial(_admission, method, argument)
+        for method in ("start", "delegate")
+        for argument in ("name", "task", "final_schema", "replaces")
+    },
+    "continue_run(run_id)": lambda t, bad: t.parent.continue_run(bad, "more"),
+    "continue_run(message)": lambda t, bad: t.parent.continue_run(t.run_id, bad),
+    "continue_run(final_schema)": lambda t, bad: t.parent.continue_run(
+        t.run_id, "more", final_schema=bad
+    ),
+    "continue_run(background)": lambda t, bad: t.parent.continue_run(
+        t.run_id, "more", background=bad
+    ),
+    "status(run_id)": lambda t, bad: t.parent.status(bad),
+    "cancel(run_id)": lambda t, bad: t.parent.cancel(bad),
+    "wait(run_id)": lambda t, bad: t.parent.wait(bad, timeout=0),
+    "wait(timeout)": lambda t, bad: t.parent.wait(t.run_id, timeout=bad),
+    "open_parent(owner)": lambda t, bad: _enter(t.runtime.open_parent(bad)),
+    "open_parent(subagents)": lambda t, bad: _enter(t.runtime.open_parent("o", subagents=bad)),
+    "open_runtime(subagents)": lambda t, bad: _enter(td.open_runtime(bad)),
+    "open_runtime(config)": lambda t, bad: _enter(td.open_runtime([], config=bad)),
+    "open_runtime(store)": lambda t, bad: _enter(td.open_runtime([], store=bad)),
+    **{f"Config({field})": functools.partial(_config, field) for field in _CONFIG_FIELDS},
+    **{f"Subagent({field})": functools.partial(_subagent, field) for field in _SUBAGENT_FIELDS},
+    "tools.call(name)": lambda t, bad: t.parent.tools().call(bad, {}),
+    "tools.call(arguments)": lambda t, bad: t.parent.tools().call("delegate_task", bad),
+    **{
+        f"tools.call({tool}, {key})": functools.partial(_tool_argument, tool, key)
+        for tool in _GOOD_TOOL_ARGUMENTS
+        for key in ("subagent", "task", "run_id", "message", "timeout", "background")
+    },
+}
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_objects_with_hostile_dunder_methods(kind: str) -> None:
+    """Objects whose ``__str__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__len__``,
+    ``__bool__``, ``__format__``, ``__index__``, ``__float__``, ``__iter__``,
+    ``__class__`` ... raise, never end or return junk, in every argument of every
+    public entry point: only a DelegationError escapes, within bounded work (an
+    endless iterable read too far raises Runaway, which fails the test)."""
+
+    @settings(max_examples=examples(100, kind), deadline=None, phases=AS_FOUND)
+    @given(
+        calls=st.lists(
+            st.tuples(st.sampled_from(sorted(ARGUMENTS)), hs.hostile_dunder_objects()),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    def check(calls: list[tuple[str, hs.Built]]) -> None:
+        async def main(folder: Path) -> None:
+            config = td.Config(fail_closed=False)
+            subagents = [td.Subagent("echo", echo, timeout_seconds=100.0)]
+            store = make_store(kind, folder)
+            with real_time_limit(SESSION_SECONDS, "the session"):
+                async with (
+                    td.open_runtime(subagents, config=config, store=store) as runtime,
+                    runtime.open_parent("host") as parent,
+                ):
+                    done = await parent.delegate("echo", "done")
+                    target = Target(runtime, parent, done.run_id)
+                    for argument, recipe in calls:
+                        await _call_with(target, argument, hs.build(recipe))
+                    # Still usable.
+                    again = await parent.delegate("echo", "still works")
+                    assert again.final_result == "still works"
+
+        run_session(kind, main)
+
+    check()
+
+
+async def _call_with(target: Target, argument: str, bad: Any) -> None:
+    with real_time_limit(CALL_SECONDS, argument):
+        try:
+            answer = ARGUMENTS[argument](target, bad)
+            if inspect.isawaitable(answer):
+                await answer
+        except td.DelegationError as exc:
+            check_error(exc)

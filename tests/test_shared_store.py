@@ -21,7 +21,7 @@ import trio
 import trio_delegate as td
 
 from .helpers import forever, slow_cleanup, sub
-from .stores import read_line, spawn_child
+from .stores import WrappedStore, read_line, spawn_child
 
 LENIENT = td.Config(fail_closed=False)
 #: How long a change may take to reach the other runtime, in real time: the
@@ -142,6 +142,88 @@ async def test_a_cancel_from_another_runtime_stops_the_run(
             await on_b.wait(handle.run_id)
         # Once the end has reached host B's view, a cancel finds it ended.
         await eventually(lambda: on_b.cancel(handle.run_id).cancel_requested is False)
+
+
+class FrozenView(WrappedStore):
+    """A store handle whose runtime's watcher learns nothing of other runtimes while
+    ``frozen``: its view trails the store for as long as a test needs (the
+    contract allows it to trail by up to a second; a test cannot wait on that)."""
+
+    def __init__(self, inner: td.ResultStore) -> None:
+        super().__init__(inner)
+        self.frozen = True
+
+    async def list_runs(
+        self, *, status: td.RunStatus | None = None, owner: str | None = None, limit: int = 100
+    ) -> list[td.RunRecord]:
+        if self.frozen:
+            return []
+        return await super().list_runs(status=status, owner=owner, limit=limit)
+
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> td.ChangeBatch:
+        batch = await super().changes(cursor, ignore_writes_of=ignore_writes_of)
+        if self.frozen and cursor is not None:
+            return td.ChangeBatch(cursor)  # nothing new, and asked again next time
+        return batch
+
+
+async def test_a_run_a_wait_found_is_known_to_status_and_cancel_at_once(hosts: Hosts) -> None:
+    # Host B's view of the store does not move at all: whatever B knows of
+    # host A's runs, it knows from reading the store in its own calls.
+    view = FrozenView(hosts.store())
+    async with (
+        runtime(hosts.store(), sub("idle", forever), config=LENIENT) as host_a,
+        runtime(view, sub("idle", forever), config=LENIENT) as host_b,
+        host_a.open_parent("alice") as on_a,
+        host_b.open_parent("alice") as on_b,
+        host_b.open_parent("bob") as bob,
+    ):
+        first = await on_a.start("idle", "first")
+        second = await on_a.start("idle", "second")
+        # Not read yet: status and cancel answer alike from the view.
+        with pytest.raises(td.UnknownRunError):
+            on_b.status(first.run_id)
+        with pytest.raises(td.UnknownRunError):
+            on_b.cancel(first.run_id)
+
+        # wait, then status, then cancel.
+        found = await on_b.wait(first.run_id, timeout=0)
+        assert isinstance(found, td.RunHandle)
+        assert not found.status.is_terminal
+        assert on_b.status(first.run_id) == found
+        assert on_b.cancel(first.run_id) == td.CancelAck(first.run_id, True, found.status)
+        # wait, then cancel, then status.
+        found = await on_b.wait(second.run_id, timeout=0)
+        assert isinstance(found, td.RunHandle)
+        assert not found.status.is_terminal
+        assert on_b.cancel(second.run_id) == td.CancelAck(second.run_id, True, found.status)
+        assert on_b.status(second.run_id) == found
+        # Another owner's run stays unknown, read or not.
+        with pytest.raises(td.UnknownRunError):
+            await bob.wait(first.run_id, timeout=0)
+        with pytest.raises(td.UnknownRunError):
+            bob.cancel(first.run_id)
+
+        # The cancels reach the runtime that owns the runs, which applies them.
+        for run_id in (first.run_id, second.run_id):
+            with trio.fail_after(NEWS), pytest.raises(td.RunCancelledError):
+                await on_a.wait(run_id)
+            with trio.fail_after(NEWS), pytest.raises(td.RunCancelledError):
+                await on_b.wait(run_id)
+            # The wait read the end: status and cancel say so, with no news from the view.
+            assert on_b.status(run_id).status is td.RunStatus.CANCELLED
+            assert on_b.cancel(run_id) == td.CancelAck(run_id, False, td.RunStatus.CANCELLED)
+        # Once news flows again, the view agrees: a terminal run stays terminal.
+        view.frozen = False
+        third = await on_a.start("idle", "third")
+        await eventually(lambda: on_b.status(third.run_id))
+        assert on_b.status(first.run_id).status is td.RunStatus.CANCELLED
+        # status first (from the view), then cancel: both know the run.
+        assert on_b.cancel(third.run_id).cancel_requested is True
+        with trio.fail_after(NEWS), pytest.raises(td.RunCancelledError):
+            await on_a.wait(third.run_id)
 
 
 async def test_a_wait_elsewhere_never_answers_running_past_the_deadline(

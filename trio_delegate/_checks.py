@@ -6,16 +6,19 @@ field, shows the value and says what is allowed.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import reprlib
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, TypeGuard, TypeVar, overload
 
 from ._errors import InvalidArgumentsError
 from ._json import text_problem
 
 __all__ = [
     "BriefDict",
+    "MAX_ITEMS",
     "BriefList",
     "builtin",
     "check_bool",
@@ -23,9 +26,18 @@ __all__ = [
     "check_seconds",
     "check_text",
     "describe",
+    "is_a",
+    "is_mapping",
+    "read_items",
     "terminal_safe",
     "terminal_safe_strings",
 ]
+
+_T = TypeVar("_T")
+
+#: The most items a sequence of subagents or names is read for: an iterable
+#: that never ends must not hold the caller forever.
+MAX_ITEMS: Final = 10_000
 
 
 class BriefDict(dict[Any, Any]):
@@ -98,10 +110,57 @@ def describe(value: object, limit: int = 60) -> str:
     Bounded in depth and size: a megabyte of text, a 400-digit integer or a
     list a million levels deep cost no more than a small value.
     """
-    text = _SHORT.repr(value)
+    try:
+        text = _SHORT.repr(value)
+    except Exception:
+        # reprlib picks its method by the type's name: a class named "int"
+        # or "dict" that is nothing of the sort fails in it.
+        text = f"<{type(value).__name__}>"
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return text
+
+
+@overload
+def is_a(value: object, kind: type[_T]) -> TypeGuard[_T]: ...
+@overload
+def is_a(value: object, kind: tuple[type, ...]) -> bool: ...
+def is_a(value: object, kind: type | tuple[type, ...]) -> bool:
+    """``isinstance(value, kind)`` judged by *value*'s own type.
+
+    ``isinstance`` asks the object for its ``__class__`` when its type is not
+    *kind*: a host's object may define that to raise, or to claim a type it
+    does not have (a ``str`` whose text cannot then be read). Its type
+    cannot lie.
+    """
+    return issubclass(type(value), kind)
+
+
+def is_mapping(value: object) -> TypeGuard[Mapping[Any, Any]]:
+    """``isinstance(value, Mapping)``, judged by *value*'s own type (see :func:`is_a`)."""
+    return issubclass(type(value), Mapping)
+
+
+def read_items(field: str, value: Any, what: str, limit: int) -> list[Any]:
+    """The items of the iterable *value*, read once, at most *limit* of them.
+
+    An iterable may never end (an iterator that counts, an object whose
+    ``__getitem__`` answers every index): reading stops after *limit* items.
+
+    Raises:
+        InvalidArgumentsError: *value* is not iterable, reading it raised, or
+            it has more than *limit* items.
+    """
+    try:
+        items = list(itertools.islice(value, limit + 1))
+    except Exception:
+        raise InvalidArgumentsError(f"{field} must be {what}, got {describe(value)}") from None
+    if len(items) > limit:
+        raise InvalidArgumentsError(
+            f"{field} has more than {limit} items ({describe(value)}), or never ends; "
+            f"at most {limit} are allowed: pass a shorter sequence"
+        )
+    return items
 
 
 def builtin(value: Any) -> Any:
@@ -116,11 +175,12 @@ def builtin(value: Any) -> Any:
     cls = type(value)
     if cls is str or cls is int or cls is float or cls is bool:
         return value
-    if isinstance(value, str):
+    # By the type itself: see is_a.
+    if issubclass(cls, str):
         return str.__str__(value)
-    if isinstance(value, int) and not isinstance(value, bool):
+    if issubclass(cls, int):  # bool has no subclasses
         return int.__int__(value)
-    if isinstance(value, float):
+    if issubclass(cls, float):
         return float.__float__(value)
     return value
 
@@ -132,12 +192,7 @@ def check_int(field: str, value: Any, *, minimum: int, maximum: int | None = Non
         InvalidArgumentsError: naming the field, the value and the range.
     """
     value = builtin(value)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < minimum
-        or (maximum is not None and value > maximum)
-    ):
+    if type(value) is not int or value < minimum or (maximum is not None and value > maximum):
         bound = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
         raise InvalidArgumentsError(f"{field} must be an integer {bound}, got {describe(value)}")
     return value
@@ -146,7 +201,7 @@ def check_int(field: str, value: Any, *, minimum: int, maximum: int | None = Non
 def _as_finite_float(value: Any) -> float | None:
     """*value* as a finite float, or ``None`` when it is no number or does not fit one."""
     value = builtin(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if type(value) is not int and type(value) is not float:
         return None
     try:
         number = float(value)  # an integer of 400 digits does not fit
@@ -171,7 +226,7 @@ def check_seconds(field: str, value: Any, *, allow_zero: bool, allow_none: bool)
 
 
 def check_bool(field: str, value: Any) -> bool:
-    if not isinstance(value, bool):
+    if value is not True and value is not False:
         raise InvalidArgumentsError(f"{field} must be True or False, got {describe(value)}")
     return value
 
@@ -187,7 +242,7 @@ def check_text(field: str, value: Any, *, max_chars: int, allow_blank: bool = Fa
         and value.isascii()
     ):
         return value
-    if not isinstance(value, str):
+    if not is_a(value, str):
         raise InvalidArgumentsError(f"{field} must be a string, got {describe(value)}")
     text: str = builtin(value)
     problem = text_problem(text)

@@ -69,7 +69,7 @@ import attrs
 import cattrs
 import trio
 
-from ._checks import BriefDict, BriefList, describe
+from ._checks import BriefDict, BriefList, describe, is_a, is_mapping
 from ._converter import converter, to_json_ready
 from ._errors import InvalidArgumentsError
 from ._json import CanonicalJson, JsonProblem, TooDeep, check_nesting, plain, text_problem
@@ -624,12 +624,12 @@ def compile_result_schema(
     if is_structured_type(spec):
         assert isinstance(spec, type)
         return _compile(schema_for_type(spec), spec, field, max_nesting)
-    if not isinstance(spec, Mapping):
+    if not is_mapping(spec):
         raise InvalidArgumentsError(
             f"{field} must be a JSON Schema object, an attrs class or a dataclass, "
             f"got {describe(spec)}"
         )
-    if not isinstance(spec, dict):
+    if not is_a(spec, dict):
         # A host's own mapping (a MappingProxyType, say): read once, here.
         try:
             spec = dict(spec)

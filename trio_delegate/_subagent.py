@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from ._checks import builtin, check_seconds, describe
+from ._checks import MAX_ITEMS, builtin, check_seconds, describe, is_a, read_items
 from ._config import INHERIT, TimeoutSetting
 from ._errors import InvalidArgumentsError
 from ._json import text_problem
@@ -29,7 +29,7 @@ Runner = Callable[["ChildContext"], Awaitable[Any]]
 def check_name(field: str, value: Any) -> str:
     """Check that *value* is a valid subagent name; return it as a plain ``str``."""
     value = builtin(value)
-    if not isinstance(value, str) or NAME_PATTERN.fullmatch(value) is None:
+    if not is_a(value, str) or NAME_PATTERN.fullmatch(value) is None:
         raise InvalidArgumentsError(
             f"{field} must match ^[a-z][a-z0-9_-]{{0,63}}$ (lowercase letter first, then "
             f"lowercase letters, digits, '_' or '-'), got {describe(value)}"
@@ -63,7 +63,7 @@ def _check_runner(instance: Subagent, attribute: attrs.Attribute[Any], value: An
 
 
 def _check_description(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, str):
+    if not is_a(value, str):
         raise InvalidArgumentsError(
             f"Subagent.description of {instance.name!r} must be a string, got {describe(value)}"
         )
@@ -94,18 +94,13 @@ def _compile_final_schema(instance: Subagent) -> ResultSchema | None:
 
 
 def _to_children(value: Iterable[str] | str) -> tuple[str, ...]:
-    if isinstance(value, str):
+    if is_a(value, str):
         # A lone string is almost always a forgotten comma: ("a") instead of ("a",).
         raise InvalidArgumentsError(
             f"Subagent.children must be a sequence of subagent names, got the string "
             f"{describe(value)}; write ({describe(value)},)"
         )
-    try:
-        names = tuple(value)
-    except Exception:  # not iterable, or its iteration raises
-        raise InvalidArgumentsError(
-            f"Subagent.children must be a sequence of subagent names, got {describe(value)}"
-        ) from None
+    names = read_items("Subagent.children", value, "a sequence of subagent names", MAX_ITEMS)
     return tuple(
         check_name(f"Subagent.children[{index}]", name) for index, name in enumerate(names)
     )

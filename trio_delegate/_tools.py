@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, final
 import attrs
 import trio
 
-from ._checks import builtin, check_seconds, describe
+from ._checks import builtin, check_seconds, describe, is_a, is_mapping
 from ._construction import NoPublicConstructor
 from ._converter import to_json_ready
 from ._core._parent import Parent, check_usable, provide_tools, surroundings
@@ -344,7 +344,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         self, name: str, arguments: Mapping[str, Any] | str | None, traced: Any
     ) -> dict[str, Any]:
         """:meth:`call`'s work; *traced* (a tool call's span, or None) hears of the runs touched."""
-        tool = self._tools.get(name) if isinstance(name, str) else None
+        tool = self._tools.get(name) if is_a(name, str) else None
         if tool is None:
             raise InvalidArgumentsError(
                 f"there is no tool {describe(name)}; the tools are: {', '.join(self._tools)}"
@@ -464,7 +464,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
                 if param.required:
                     problems.append(f"{param.name} is required: {param.description}")
                 continue
-            if param.kind == "object" and isinstance(value, str):
+            if param.kind == "object" and type(value) is str:
                 value, problem = _decode_schema_text(value)  # decoded once, here
             else:
                 problem = _check_value(param, value)
@@ -508,9 +508,12 @@ provide_tools(DelegationTools._create)
 def _parse_arguments(tool: str, arguments: object, max_depth: int) -> dict[str, Any]:
     """The arguments of one call as a dict, bounded in size, values and nesting
     (contract §15), whatever it costs to find out: at most milliseconds."""
-    if arguments is None or (isinstance(arguments, str) and not arguments):
+    # A host's str subclass is read as the text it holds (its own __len__ and
+    # __class__ are not asked).
+    arguments = builtin(arguments)
+    if arguments is None or (type(arguments) is str and not arguments):
         return {}
-    if isinstance(arguments, str):
+    if type(arguments) is str:
         if len(arguments) > MAX_ARGUMENTS_CHARS:
             raise InvalidArgumentsError(
                 f"the arguments for {tool} are {len(arguments)} characters of JSON; at most "
@@ -532,7 +535,7 @@ def _parse_arguments(tool: str, arguments: object, max_depth: int) -> dict[str, 
             raise InvalidArgumentsError(
                 f"the arguments for {tool} are not valid JSON ({_short(exc)}); send one JSON object"
             ) from None
-    if not isinstance(arguments, Mapping):
+    if not is_mapping(arguments):
         raise InvalidArgumentsError(
             f"the arguments for {tool} must be a JSON object, got {describe(arguments)}"
         )
@@ -582,7 +585,7 @@ def _check_value(param: _Param, value: Any) -> str | None:
     """What is wrong with *value* for *param*, or None."""
     kind = param.kind
     if kind in ("string", "subagent"):
-        if not isinstance(value, str):
+        if type(value) is not str:  # read through builtin(): a str is a plain one
             return f"must be a string, got {describe(value)}"
         if param.max_chars is not None and len(value) > param.max_chars:
             return f"is {len(value)} characters long; at most {param.max_chars} are allowed"
@@ -591,7 +594,7 @@ def _check_value(param: _Param, value: Any) -> str | None:
             return f"must be valid Unicode text: {problem}"
         return None
     if kind == "boolean":
-        if not isinstance(value, bool):
+        if value is not True and value is not False:
             return f"must be true or false, got {describe(value)}"
         return None
     if kind == "number":
@@ -601,7 +604,7 @@ def _check_value(param: _Param, value: Any) -> str | None:
             return f"must be a finite number of seconds >= 0, got {describe(value)}"
         return None
     # kind == "object": a JSON Schema object (its JSON text: _decode_schema_text)
-    if not isinstance(value, Mapping):
+    if not is_mapping(value):
         return f"must be a JSON object, got {describe(value)}"
     return None
 
@@ -614,7 +617,7 @@ def _decode_schema_text(text: str) -> tuple[Any, str | None]:
         value = parse(text)
     except ValueError:
         return text, "must be a JSON object or its JSON text, got text that is not JSON"
-    if not isinstance(value, Mapping):
+    if not is_mapping(value):
         return text, f"must be a JSON object, got {describe(value)}"
     return value, None
 

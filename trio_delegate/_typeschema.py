@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from ._checks import is_a
 from ._converter import to_json_ready
 from ._errors import InvalidArgumentsError
 
@@ -40,7 +41,8 @@ _MAPPINGS = {dict, collections.abc.Mapping, collections.abc.MutableMapping}
 
 def is_structured_type(value: object) -> bool:
     """Whether *value* is an attrs class or a dataclass (the class, not an instance)."""
-    return isinstance(value, type) and (attrs.has(value) or dataclasses.is_dataclass(value))
+    # By its type: an instance's __class__ may raise, or claim to be a class.
+    return is_a(value, type) and (attrs.has(value) or dataclasses.is_dataclass(value))
 
 
 def schema_for_type(cls: type) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, NoReturn, final
 
 import trio
 
-from .._checks import builtin, check_bool, check_seconds, check_text, describe
+from .._checks import builtin, check_bool, check_seconds, check_text, describe, is_a
 from .._construction import NoPublicConstructor
 from .._errors import (
     DelegationError,
@@ -637,7 +637,7 @@ class Parent(metaclass=NoPublicConstructor):
     def _child(self, name: str) -> Subagent:
         allowed = tuple(self._children)
         name = builtin(name)
-        if not isinstance(name, str):
+        if not is_a(name, str):
             raise InvalidArgumentsError(
                 f"name must be a subagent's name (a string), got {describe(name)}; "
                 f"choose one of: {', '.join(allowed) or '(none)'}"
@@ -655,7 +655,7 @@ class Parent(metaclass=NoPublicConstructor):
     def _check_replaceable(self, replaces: str) -> str:
         """*replaces* as a plain ``str``, if it names a run this parent may replace."""
         replaces = builtin(replaces)
-        if not isinstance(replaces, str):
+        if not is_a(replaces, str):
             raise InvalidArgumentsError(
                 f"replaces must be the run_id of a failed, cancelled or timed-out run (or of "
                 "a completed one that expired before it was observed), "
@@ -700,7 +700,7 @@ class Parent(metaclass=NoPublicConstructor):
         """
         if type(run_id) is not str:
             run_id = builtin(run_id)  # a str subclass is read as the text it holds
-            if not isinstance(run_id, str):
+            if not is_a(run_id, str):
                 raise InvalidArgumentsError(f"run_id must be a string, got {describe(run_id)}")
         if not run_id.isascii() and text_problem(run_id) is not None:
             raise InvalidArgumentsError(
@@ -741,6 +741,7 @@ class Parent(metaclass=NoPublicConstructor):
         self._check_usable()
         if record is None or record.owner != self._owner:
             raise unknown
+        persister.found(record)  # status and cancel know it from now on
         return StoredRun(record.owner, record.subagent, record.status)
 
     def _expired(self, run_id: str) -> ExpiredRunError:
@@ -776,6 +777,7 @@ class Parent(metaclass=NoPublicConstructor):
         while True:
             record = await self._load(run_id)
             self._check_usable()
+            persister.found(record)  # the freshest answer status and cancel can give
             if record.status.is_terminal:
                 if record.status is RunStatus.COMPLETED:
                     if record.runtime_id != persister.runtime_id:

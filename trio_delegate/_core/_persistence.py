@@ -861,6 +861,18 @@ class Persister:
         if schema is not None and schema.target is not None and run.status is RunStatus.COMPLETED:
             self._schemas[run.run_id] = schema
 
+    def found(self, record: RunRecord) -> None:
+        """A call read *record* from the store: from now on lookups know its run.
+
+        A ``wait`` reads the store itself, ahead of the watcher: without this,
+        ``status`` and ``cancel`` would answer from a view that may not hold
+        the run yet, and call unknown a run the ``wait`` just found (contract
+        §16). This runtime's own runs are known already (in memory, or
+        remembered when retention evicted them).
+        """
+        if record.runtime_id != self.runtime_id:
+            self._remember(record.run_id, StoredRun(record.owner, record.subagent, record.status))
+
     def schema_of(self, run_id: str) -> ResultSchema | None:
         """The schema whose type the stored result of *run_id* is structured into, if any."""
         return self._schemas.get(run_id)
@@ -884,15 +896,31 @@ class Persister:
         Raises:
             InvalidArgumentsError: a run of the chain is no longer in the store
                 (pruned), has not ended there, or the chain loops (a tampered store).
-            StoreError: the store could not be read.
+            StoreError: the store could not be read, or a run of the chain
+                belongs to another owner or subagent (a tampered store: its
+                conversation is never carried into this one).
             JsonProblem, TypeError: a record of the chain holds data deeper
                 than *max_depth* (plus two levels), or no JSON.
         """
         chain = [record]
         seen = {record.run_id}
-        while chain[-1].transcript is None and chain[-1].continues is not None:
-            earlier_id = chain[-1].continues
+        while (later := chain[-1]).transcript is None and later.continues is not None:
+            earlier_id = later.continues
             earlier = await self.load(earlier_id)
+            if earlier is not None and (
+                earlier.owner != record.owner or earlier.subagent != record.subagent
+            ):
+                # A continuation is always of a run of its own owner and
+                # subagent (continue_run makes it so): a link elsewhere was
+                # written by something else, and would splice another
+                # conversation into this one.
+                raise StoreError(
+                    f"the conversation of run {record.run_id} cannot be carried on: run "
+                    f"{later.run_id} is recorded as continuing run {earlier_id}, which belongs "
+                    "to another owner or subagent; the store was changed by something else: "
+                    "check it, and start a new delegation instead",
+                    run_id=record.run_id,
+                )
             if earlier is None or not earlier.status.is_terminal or earlier_id in seen:
                 state = (
                     "is no longer in the store"
@@ -924,6 +952,11 @@ class Persister:
 
     def _remember(self, run_id: str, stored: StoredRun) -> None:
         index = self._index
+        known = index.get(run_id)
+        if known is not None and known.status.is_terminal and not stored.status.is_terminal:
+            # A terminal record never changes: a live one read before it
+            # (a watcher's batch that raced a wait's read) is stale.
+            return
         index[run_id] = stored
         index.move_to_end(run_id)
         if len(index) > _INDEX_LIMIT:

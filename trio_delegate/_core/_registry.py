@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, final
 
 import trio
 
+from .._checks import is_a
 from .._config import Config
 from .._errors import StoreError
 from .._schema import ResultSchema, SchemaSpec, compile_result_schema
@@ -169,7 +170,7 @@ class Registry:
 
     def compile_schema(self, spec: SchemaSpec) -> ResultSchema:
         nesting = self.config.max_nesting_depth
-        if isinstance(spec, type):
+        if is_a(spec, type):
             compiled = self.schemas.get(spec)
             if compiled is None:
                 compiled = self.schemas[spec] = compile_result_schema(spec, max_nesting=nesting)

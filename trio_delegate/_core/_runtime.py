@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, final
 import attrs
 import trio
 
-from .._checks import builtin, describe
+from .._checks import MAX_ITEMS, builtin, describe, is_a, read_items
 from .._config import Config
 from .._construction import NoPublicConstructor
 from .._errors import (
@@ -136,14 +136,16 @@ class Runtime(metaclass=NoPublicConstructor):
     def _children_for(self, names: Iterable[str] | None) -> dict[str, Subagent]:
         if names is None:
             return dict(self._subagents)
-        if isinstance(names, str):
+        if is_a(names, str):
             text = describe(builtin(names))
             raise InvalidArgumentsError(
                 f"subagents must be a sequence of names, got the string {text}; write [{text}]"
             )
         children: dict[str, Subagent] = {}
-        for index, name in enumerate(_items("subagents", names, "a sequence of names or None")):
-            if not isinstance(name, str):
+        for index, name in enumerate(
+            read_items("subagents", names, "a sequence of names or None", MAX_ITEMS)
+        ):
+            if not is_a(name, str):
                 raise InvalidArgumentsError(
                     f"subagents[{index}] must be a subagent's name (a string), got {describe(name)}"
                 )
@@ -313,23 +315,11 @@ def _is_store(value: Any) -> bool:
         return False
 
 
-def _items(field: str, value: Any, what: str) -> list[Any]:
-    """The items of the iterable *value*, read once.
-
-    Raises:
-        InvalidArgumentsError: *value* is not iterable, or reading it raised.
-    """
-    try:
-        return list(value)
-    except Exception:
-        raise InvalidArgumentsError(f"{field} must be {what}, got {describe(value)}") from None
-
-
 def _check_owner(owner: Any) -> str:
     """*owner* as a plain ``str``, if it is a valid top-level owner."""
     owner = builtin(owner)
     if (
-        not isinstance(owner, str)
+        not is_a(owner, str)
         or not owner.strip()
         or len(owner) > _MAX_OWNER_CHARS
         or not owner.isprintable()
@@ -348,15 +338,15 @@ def _check_owner(owner: Any) -> str:
 
 
 def _check_subagents(subagents: Any) -> dict[str, Subagent]:
-    if isinstance(subagents, Subagent | str | Mapping) or not isinstance(subagents, Iterable):
+    if is_a(subagents, (Subagent, str, Mapping)) or not is_a(subagents, (Iterable,)):
         raise InvalidArgumentsError(
             f"subagents must be a sequence of trio_delegate.Subagent, got {describe(subagents)}"
         )
     registry: dict[str, Subagent] = {}
     for index, subagent in enumerate(
-        _items("subagents", subagents, "a sequence of trio_delegate.Subagent")
+        read_items("subagents", subagents, "a sequence of trio_delegate.Subagent", MAX_ITEMS)
     ):
-        if not isinstance(subagent, Subagent):
+        if not is_a(subagent, Subagent):
             raise InvalidArgumentsError(
                 f"subagents[{index}] must be a trio_delegate.Subagent, got {describe(subagent)}"
             )
@@ -406,7 +396,7 @@ async def open_runtime(
     registry = _check_subagents(subagents)
     if config is None:
         config = Config()
-    elif not isinstance(config, Config):
+    elif not is_a(config, Config):
         raise InvalidArgumentsError(
             f"config must be a trio_delegate.Config, got {describe(config)}"
         )
