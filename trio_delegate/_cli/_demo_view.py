@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._status import RunStatus
+from ._run_view import short_id
 
 __all__ = [
     "Event",
@@ -56,13 +57,6 @@ _LOG_LINES = 8
 # Screen lines for the log when notes wrap (a narrow terminal): the 8-row table
 # takes 13, so 10 more still fit 24 lines.
 _LOG_SCREEN_LINES = 10
-
-
-def short_id(run_id: str) -> str:
-    """A run id cut to its prefix and four hex digits: ``run_3f9c…``."""
-    if not run_id:
-        return ""
-    return run_id[:8] + "…"
 
 
 @attrs.frozen

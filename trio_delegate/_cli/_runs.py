@@ -33,6 +33,7 @@ from .._stores._base import DamagedRow
 from .._stores._postgres import PostgresReader, is_postgres_dsn, mask_dsn
 from .._stores._protocol import ChangeBatch, RunRecord
 from .._stores._sqlite import SQLiteReader
+from ._run_view import duration, lifecycle_rows, seconds_text, short_id
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -194,7 +195,9 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         "list",
         help="a table of runs, newest first",
         description=(
-            "List the newest runs. A row that holds no valid record is listed as damaged "
+            "List the newest runs: id, owner, subagent, status, task, how long it ran (so far, "
+            "while it runs), the run it replaces (a replacement of a failed or cancelled run), "
+            "and when it was admitted. A row that holds no valid record is listed as damaged "
             "(and said on stderr), the other runs as usual. "
             f"Each field is cut to {CELL_CHARS:,} characters (with --json too: the cut fields "
             "are named under \"truncated\"); 'runs show RUN_ID --field NAME' prints one "
@@ -209,7 +212,10 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         "show",
         help="everything recorded about one run",
         description=(
-            "Show one run, given by its id or the start of it. "
+            "Show one run, given by its id or the start of it: how it ended and why, whether "
+            "its result was handed out, its times in the order they happened (admitted, "
+            "started, deadline, ended) with how long it queued and ran, what it replaces or "
+            "continues, and its result. --json prints the record as the store holds it. "
             f"Each field is cut to {FIELD_CHARS:,} characters (with --json too: the cut "
             'fields are named under "truncated"); --field NAME prints that field whole.'
         ),
@@ -436,12 +442,15 @@ def _list(args: argparse.Namespace) -> int:
                 *RUN_COLUMNS,
                 ("status", lambda r: Text(r.status.value, style=STATUS_STYLE[r.status])),
                 ("task", lambda record: literal(record.task_summary)),
+                ("ran for", lambda record: seconds_text(duration(record))),
+                ("replaces", lambda record: literal(short_id(record.replaces or ""))),
                 ("admitted (UTC)", lambda r: literal(r.admitted_at[:19].replace("T", " "))),
             ),
         )
         for row in damaged:
+            cells = [""] * (len(table.columns) - 4)
             table.add_row(
-                literal(row.run_id or "?"), "", "", Text("damaged", style="bold red"), "", ""
+                literal(row.run_id or "?"), "", "", Text("damaged", style="bold red"), *cells
             )
         Console(file=out, width=160).print(table)
     else:
@@ -522,7 +531,7 @@ def _show(args: argparse.Namespace) -> int:
     elif args.json:
         out.write(json_text(bounded(fields, FIELD_CHARS)) + "\n")
     else:
-        _show_table(record.run_id, fields, out)
+        _show_table(record, out)
     return 0
 
 
@@ -534,20 +543,22 @@ def _print_field(value: Any, *, as_json: bool, out: TextIO) -> None:
         out.write(_shown(value) + "\n")
 
 
-def _show_table(run_id: str, fields: dict[str, Any], out: TextIO) -> None:
-    """The fields of a run as a table of two columns, each value cut."""
+def _show_table(record: RunRecord, out: TextIO) -> None:
+    """A run as a person reads it (see :mod:`._run_view`), each value cut."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=literal(f"run {run_id}"), show_header=False)
+    table = Table(title=literal(f"run {record.run_id}"), show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
-    for key, value in fields.items():
-        if value is None or value == [] or key == "run_id":
-            continue
-        hint = f"; --field {key} prints all of it"
-        table.add_row(key, literal(_field_text(value), FIELD_CHARS, hint))
+    for label, value in lifecycle_rows(record):
+        hint = f"; --field {label} prints all of it" if label in _RECORD_FIELDS else ""
+        table.add_row(label, literal(_field_text(value), FIELD_CHARS, hint))
     Console(file=out, width=160).print(table)
+
+
+#: The record's own fields, which ``--field`` prints whole.
+_RECORD_FIELDS: Final = frozenset(field.name for field in attrs.fields(RunRecord))
 
 
 def _field_text(value: Any) -> str:
