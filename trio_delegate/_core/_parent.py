@@ -11,7 +11,6 @@ that the parent and runtime are open before it acts and again after every
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ClassVar, Final, NoReturn, final
 
@@ -21,7 +20,6 @@ from .._checks import builtin, check_bool, check_seconds, check_text, describe, 
 from .._construction import NoPublicConstructor
 from .._errors import (
     DelegationError,
-    ExpiredRunError,
     InvalidArgumentsError,
     LimitExceededError,
     RuntimeClosedError,
@@ -29,15 +27,15 @@ from .._errors import (
     UnknownRunError,
     UnknownSubagentError,
 )
-from .._json import CanonicalJson, JsonProblem, text_problem
+from .._json import CanonicalJson, text_problem
 from .._results import CancelAck, RunHandle, RunResult
-from .._schema import SchemaMismatch, SchemaSpec, schema_for_tag
+from .._schema import SchemaSpec
 from .._status import RunStatus
-from .._stores._protocol import RunRecord, StoredRun, is_run_id
-from ._adoption import failure_type_of
+from .._stores._protocol import RunRecord, StoredRun
 from ._execution import execute
 from ._fail_closed import Evicted, Ledger
-from ._run import CancelReason, Outcome, Run, State, terminal_error
+from ._retention import expired_error
+from ._run import CancelReason, Outcome, Run, State
 from ._scheduler import Scheduler
 from ._settlements import SettledRuns, Settlements
 
@@ -280,28 +278,11 @@ class Parent(metaclass=NoPublicConstructor):
         try:
             earlier = self._find(run_id)
         except UnknownRunError as unknown:
-            earlier = await self._find_admitted_elsewhere(run_id, unknown)
+            earlier = await self._find_elsewhere(run_id, unknown)
         if isinstance(earlier, StoredRun):
-            record = await self._load(run_id)
-            self._check_usable()  # it may have closed while the store answered
-            if not record.status.is_terminal:
-                raise InvalidArgumentsError(
-                    f"run {run_id} is still {record.status.value} (in another runtime); only "
-                    "a finished run can be continued: wait for it first"
-                )
-            name = record.subagent
-            persister = self._registry.persister
-            assert persister is not None
-            try:
-                # Rebuilt along its chain of continuations (contract §12).
-                carried = await persister.conversation(
-                    record, self._registry.config.max_nesting_depth
-                )
-            except (JsonProblem, TypeError) as exc:  # pragma: no cover - checked when recorded
-                raise InvalidArgumentsError(
-                    f"the conversation of run {run_id} cannot be carried on: {exc}"
-                ) from None
-            self._check_usable()  # it may have closed while the store answered
+            stored = self._registry.persistence
+            assert stored is not None
+            name, carried = await stored.stored.carried(run_id, self._check_usable)
         elif earlier.is_terminal:
             # From the canonical JSON the run holds, never decoded here.
             name, carried = earlier.subagent.name, earlier.carried()
@@ -371,7 +352,7 @@ class Parent(metaclass=NoPublicConstructor):
         try:
             run = self._find(run_id)
         except UnknownRunError as unknown:
-            run = await self._find_admitted_elsewhere(run_id, unknown)
+            run = await self._find_elsewhere(run_id, unknown)
         if type(run) is StoredRun:
             return await self._wait_in_store(run_id, limit)
         if run.ended_at is not None:  # terminal
@@ -413,9 +394,9 @@ class Parent(metaclass=NoPublicConstructor):
                 return CancelAck(run_id, False, run.status)
             # Live in another runtime sharing the store: the request goes
             # through the store, and its owner applies it (contract §16).
-            persister = self._registry.persister
-            assert persister is not None
-            persister.request_cancel(run_id)
+            persistence = self._registry.persistence
+            assert persistence is not None
+            persistence.watcher.request_cancel(run_id)
             return CancelAck(run_id, True, run.status)
         requested = run.request_cancel(self._registry.now(), CancelReason.REQUEST)
         return CancelAck(run.run_id, requested, run.status)
@@ -554,8 +535,8 @@ class Parent(metaclass=NoPublicConstructor):
         fails, or the parent or runtime closed meanwhile, the run is withdrawn
         as if it had never been admitted, and the caller gets the error.
         """
-        persister = self._registry.persister
-        assert persister is not None
+        persistence = self._registry.persistence
+        assert persistence is not None
 
         def durable() -> None:
             run.admitted()
@@ -564,7 +545,7 @@ class Parent(metaclass=NoPublicConstructor):
         announcing = self._announcing
         announcing.add(run.run_id)
         try:
-            await persister.admit(run, durable)
+            await persistence.writer.admit(run, durable)
         except StoreError:
             announcing.discard(run.run_id)
             self._withdraw(run)
@@ -596,8 +577,8 @@ class Parent(metaclass=NoPublicConstructor):
         registry = self._registry
         now = registry.now()
         run.start(now)
-        if registry.persister is not None:
-            registry.persister.started(run, now)
+        if registry.persistence is not None:
+            registry.persistence.writer.started(run, now)
         if registry.events is not None:
             registry.events.started(run)
         registry.grace.started(run)
@@ -712,7 +693,7 @@ class Parent(metaclass=NoPublicConstructor):
         if found is not None:
             return found
         if registry.expired_for(run_id, self._owner):
-            raise self._expired(run_id)
+            raise expired_error(run_id, self._registry.config)
         raise UnknownRunError(
             f"no run {describe(run_id)} belongs to parent {self._owner!r} in this runtime; "
             "use the exact run_id that start or delegate returned (ids of other parents or "
@@ -720,115 +701,30 @@ class Parent(metaclass=NoPublicConstructor):
             run_id=run_id if len(run_id) <= 128 else None,
         )
 
-    async def _find_admitted_elsewhere(self, run_id: str, unknown: UnknownRunError) -> StoredRun:
-        """The run *run_id* of this owner that another runtime sharing the store admitted.
-
-        This runtime's view of the store trails a commit elsewhere (contract
-        §16), and a run admitted elsewhere while still live is not in it at
-        all: an id this runtime has never seen is read from the store itself
-        before it is called unknown.
-
-        Raises:
-            UnknownRunError: *unknown*, when the store does not hold it for this owner
-                either (or there is no store).
-            StoreError: the store could not be read.
-            RuntimeClosedError: this parent or its runtime closed meanwhile.
-        """
-        persister = self._registry.persister
-        if persister is None or type(unknown) is not UnknownRunError or not is_run_id(run_id):
+    async def _find_elsewhere(self, run_id: str, unknown: UnknownRunError) -> StoredRun:
+        """The run *run_id* of this owner if another runtime sharing the store admitted
+        it (see :meth:`StoredRuns.admitted_elsewhere`); else *unknown* is raised."""
+        persistence = self._registry.persistence
+        if persistence is None:
             raise unknown
-        record = await persister.load(run_id)
-        self._check_usable()
-        if record is None or record.owner != self._owner:
-            raise unknown
-        persister.found(record)  # status and cancel know it from now on
-        return StoredRun(record.owner, record.subagent, record.status)
-
-    def _expired(self, run_id: str) -> ExpiredRunError:
-        config = self._registry.config
-        return ExpiredRunError(
-            f"run {run_id} has expired: finished runs are kept for "
-            f"{config.retention_seconds:g} s and at most {config.retention_max_runs} at a "
-            "time, and its result is no longer held; start a new run if you still need it",
-            run_id=run_id,
+        return await persistence.stored.admitted_elsewhere(
+            run_id, self._owner, unknown, self._check_usable
         )
-
-    async def _load(self, run_id: str) -> RunRecord:
-        """The stored record of a run :meth:`_find` found in the store."""
-        persister = self._registry.persister
-        assert persister is not None
-        record = await persister.load(run_id)
-        if record is None:  # pruned by the store's own retention meanwhile
-            raise self._expired(run_id)
-        return record
 
     async def _wait_in_store(self, run_id: str, limit: float | None) -> RunResult | RunHandle:
-        """``wait`` for a run known from the store: ended, or live in another runtime.
-
-        Each look reads the store itself (so ``timeout=0`` is the fresh
-        answer); between looks the wait sleeps until the store watcher sees
-        the run change, or a poll interval passes. A run past its recorded
-        deadline is waited for until its end is recorded (contract §16).
-        """
-        registry = self._registry
-        persister = registry.persister
-        assert persister is not None
-        ends = None if limit is None else registry.now() + limit
-        while True:
-            record = await self._load(run_id)
-            self._check_usable()
-            persister.found(record)  # the freshest answer status and cancel can give
-            if record.status.is_terminal:
-                if record.status is RunStatus.COMPLETED:
-                    if record.runtime_id != persister.runtime_id:
-                        persister.mark_observed(run_id)  # its owner's parent counts it
-                    elif not record.observed:
-                        persister.observed(run_id)  # this runtime's, evicted from memory
-                return self._answer_record(record)
-            now = registry.now()
-            overdue = record.deadline_at is not None and time.time() >= record.deadline_at
-            if ends is not None and now >= ends and not overdue:
-                return RunHandle(run_id, record.subagent, record.status)
-            pause = persister.store.poll_interval
-            if ends is not None and not overdue:
-                pause = min(pause, ends - now)
-            await persister.changed(run_id, pause)
-
-    def _answer_record(self, record: RunRecord) -> RunResult:
-        """Like :meth:`_answer`, for a run known only from the store."""
+        """``wait`` for a run known from the store (see :meth:`StoredRuns.wait`)."""
+        persistence = self._registry.persistence
+        assert persistence is not None
+        stored = persistence.stored
+        record = await stored.wait(run_id, limit, self._check_usable)
+        if type(record) is RunHandle:
+            return record
+        assert type(record) is RunRecord
+        # Like :meth:`_answer`: this parent's caller is told, and a result resolves it.
         self._settlements.told(record.run_id)
-        if record.status is RunStatus.COMPLETED:
+        if record.status is _COMPLETED:
             self._ledger.resolve(record.run_id)
-            persister = self._registry.persister
-            assert persister is not None
-            value = record.final_result
-            schema = persister.schema_of(record.run_id)
-            if schema is None and record.result_type is not None:
-                # After a restart: the type the result was structured into,
-                # when this process knows it (contract §5).
-                schema = schema_for_tag(record.result_type)
-                if schema is not None:
-                    try:
-                        value = schema.structure(value)
-                    except SchemaMismatch as exc:
-                        raise StoreError(
-                            f"the stored result of run {record.run_id} does not fit its type "
-                            f"{schema.target!r} any more ({exc}); the store was changed by "
-                            "something else",
-                            run_id=record.run_id,
-                        ) from None
-                    schema = None
-            if schema is not None:
-                value = schema.structure(value)
-            return RunResult(record.run_id, record.subagent, record.task_summary, value)
-        raise terminal_error(
-            record.run_id,
-            record.subagent,
-            record.status,
-            record.error_type,
-            record.error_message,
-            failure_type_of(record),
-        )
+        return stored.answer(record)
 
     def _answer(self, run: Run) -> RunResult:
         """The result of a terminal run (observing it), or its error."""
@@ -837,9 +733,9 @@ class Parent(metaclass=NoPublicConstructor):
         if run.state.status is _COMPLETED:
             result = run.result()
             registry = self._registry
-            if self._ledger.resolve(run.run_id) and registry.persister is not None:
+            if self._ledger.resolve(run.run_id) and registry.persistence is not None:
                 # Observed for the first time: the store says so too (§16).
-                registry.persister.observed(run.run_id)
+                registry.persistence.writer.observed(run.run_id)
             events = registry.events
             if events is not None:
                 events.observed(run)
@@ -935,6 +831,15 @@ class Parent(metaclass=NoPublicConstructor):
         self._settlements.close()
 
 
+#: How a run's terminal record is written (``RunHost.record``).
+Record = Callable[[Run, Outcome, Callable[[StoreError | None], None]], None]
+
+
+def _unrecorded(run: Run, outcome: Outcome, recorded: Callable[[StoreError | None], None]) -> None:
+    """Never called: a host without a store does not record (``records`` is False)."""
+    raise AssertionError("a run without a store was asked to record its outcome")
+
+
 @final
 class ParentHost:
     """A parent as its runs see it: the :class:`RunHost` interface of ``_run``, and
@@ -957,6 +862,7 @@ class ParentHost:
         "grace",
         "now",
         "parent",
+        "record",
         "records",
         "run_evicted",
     )
@@ -978,8 +884,13 @@ class ParentHost:
         # Decides runs whose runners do not stop (contract §18); a run's task
         # tells it when it returns (``_execution``).
         self.grace = registry.grace
-        # Whether decided outcomes are recorded (with a store).
-        self.records = registry.persister is not None
+        # Whether decided outcomes are recorded (with a store), and where: a
+        # settlement goes from the run to the store's writer, which answers
+        # the run itself (its own method: one call per recorded run). When the
+        # run commits is the run's own rule (Run.decide).
+        persistence = registry.persistence
+        self.records = persistence is not None
+        self.record: Record = persistence.writer.settle if persistence is not None else _unrecorded
         # Retention evicted a run; the ledger keeps a small record of it if it
         # is unresolved. The ledger's own method: one call per run.
         self.run_evicted = parent._ledger.evicted
@@ -992,15 +903,6 @@ class ParentHost:
         if parent._closed_at is not None:
             return parent._closed_at, CancelReason.PARENT_CLOSED
         return None
-
-    def record(
-        self, run: Run, outcome: Outcome, recorded: Callable[[StoreError | None], None]
-    ) -> None:
-        # Asked only when outcomes are recorded (``records``): with a store.
-        # When the run commits is the run's own rule (Run.decide).
-        persister = self._parent._registry.persister
-        assert persister is not None
-        persister.settle(run, outcome, recorded)
 
     def run_committed(self, run: Run, was_running: bool) -> None:
         del self._live[run.run_id]

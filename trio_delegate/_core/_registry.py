@@ -30,7 +30,7 @@ from ._retention import Retention
 if TYPE_CHECKING:
     from .._subagent import Subagent
     from ._parent import ParentHost
-    from ._persistence import Persister
+    from ._persistence import Persistence
     from ._run import Run
 
 __all__ = ["Registry"]
@@ -43,7 +43,8 @@ class Registry:
     Attributes:
         config: the runtime's config.
         subagents: the registered subagents by name.
-        persister: the persistence boundary (``None`` without a store).
+        persistence: the runtime's store, its writer, watcher and stored runs
+            (``None`` without a store).
         events: the observer of runs (``None`` when nothing observes them).
         now: the Trio run's clock, read directly.
         runs: every run in memory by id: live ones, and terminal ones that
@@ -69,7 +70,7 @@ class Registry:
         "live_count",
         "now",
         "parents",
-        "persister",
+        "persistence",
         "retention",
         "run_ids",
         "runs",
@@ -81,14 +82,14 @@ class Registry:
     )
 
     def __init__(
-        self, subagents: Mapping[str, Subagent], config: Config, persister: Persister | None
+        self, subagents: Mapping[str, Subagent], config: Config, persistence: Persistence | None
     ) -> None:
         self.config = config
         self.subagents = subagents
-        self.persister = persister
+        self.persistence = persistence
         self.events = runtime_events()
-        if persister is not None:
-            persister.events = self.events
+        if persistence is not None:
+            persistence.writer.events = self.events
         # The Trio run's clock, read directly: trio.current_time() finds the
         # same clock through the run context on every call, several per run.
         self.now = trio.lowlevel.current_clock().current_time
@@ -137,9 +138,9 @@ class Registry:
         run = self.runs.get(run_id)
         if run is not None and run.owner == owner:
             return run
-        persister = self.persister
-        if persister is not None:
-            return persister.find(run_id, owner)
+        persistence = self.persistence
+        if persistence is not None:
+            return persistence.stored.find(run_id, owner)
         return None
 
     def expired_for(self, run_id: str, owner: str) -> bool:
@@ -149,12 +150,12 @@ class Registry:
     def _evicted(self, run: Run) -> None:
         """Retention evicted *run*: it is answered from the store, if anywhere."""
         del self.runs[run.run_id]
-        persister = self.persister
+        persistence = self.persistence
         outcome = run.outcome
-        if persister is not None and not (
+        if persistence is not None and not (
             outcome is not None and isinstance(outcome.error, StoreError)
         ):
-            persister.remember(run)
+            persistence.stored.remember(run)
         run.host.run_evicted(run)
 
     # -- parents -----------------------------------------------------------------
