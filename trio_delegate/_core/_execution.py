@@ -35,7 +35,8 @@ from ._run import Outcome, failed
 
 if TYPE_CHECKING:
     from .._config import Config
-    from ._parent import Parent, ParentHost
+    from ._parent import Parent
+    from ._parent_host import ParentHost
     from ._run import Run
 
 __all__ = ["execute"]
