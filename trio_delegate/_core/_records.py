@@ -17,6 +17,7 @@ from .._errors import StoreError
 from .._json import CanonicalJson
 from .._status import RunStatus
 from .._stores._protocol import RunRecord
+from .._summary import summarize_task
 from ._run import conversation_json, safe_message
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ class Records:
             owner=run.owner,
             subagent=run.subagent.name,
             task=run.task,
-            task_summary=run.summary(),
+            task_summary=summarize_task(run.task),
             status=status,
             history=history,
             replaces=run.replaces,
