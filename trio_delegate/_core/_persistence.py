@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, final
 
 import trio
 
+from ._commit import WriteStats
 from ._lease import Lease
 from ._records import Records, store_error
 from ._stored import StoredRuns
 from ._watcher import Watcher, WatchHost
-from ._writer import RUNNING_RECORD_DELAY, Writer, WriteStats
+from ._writer import RUNNING_RECORD_DELAY, Writer
 
 if TYPE_CHECKING:
     from .._config import Config

@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, final
 
-import attrs
 import trio
 
 from .._errors import StoreError
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord, fold
-from ._adoption import ignored_endings, kept_endings
-from ._answer import Answer
+from ._adoption import kept_endings
+from ._commit import WriteStats, commit
 from ._records import Records, store_error
 
 if TYPE_CHECKING:
@@ -43,10 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RUNNING_RECORD_DELAY", "WriteStats", "Writer"]
 
-#: A write that fails after this many seconds failed for the store's sake
-#: (timeouts), not for one of its records: its batch is not split further.
-_SLOW_FAILURE_SECONDS: Final = 0.5
-
 #: A run's ``running`` record waits at most this long (seconds) for a batch to
 #: go with: other runtimes' views may trail by at most 1 s (contract §16),
 #: which leaves the poll interval (at most 0.5 s by default) and then some.
@@ -55,27 +50,72 @@ RUNNING_RECORD_DELAY: Final = 0.25
 _Done = Callable[[StoreError | None], None]
 
 
-@final
-@attrs.define
-class WriteStats:
-    """How the writer batched its commits (for benchmarks and diagnostics)."""
-
-    commits: int = 0
-    records: int = 0
-    largest_batch: int = 0
-    failed_records: int = 0
-
-    @property
-    def mean_batch(self) -> float:
-        return self.records / self.commits if self.commits else 0.0
-
-
 #: A record waiting for the writer, and who to tell when it is committed.
 _Pending = tuple[RunRecord, _Done]
 
 #: The status of every admission record (an enum member read through its class
 #: costs about 50 ns on CPython 3.11, a module global about 10 ns).
 _PENDING: Final = RunStatus.PENDING
+
+
+@final
+class _Answer:
+    """The writer's answer about one admission record, waited for uninterruptibly.
+
+    The caller parks until the writer calls it. A cancellation cannot end the
+    wait (the caller meets it at its next checkpoint, with its handle), as if
+    the wait were in a shielded cancel scope; a ``KeyboardInterrupt`` for a
+    waiting main task ends it at once, as it would there. Parking directly
+    saves the event and the shielded scope (entering and leaving one cost
+    about 7 µs per admission).
+    """
+
+    __slots__ = ("_answered", "_error", "_on_durable", "_task")
+
+    def __init__(self, on_durable: Callable[[], None]) -> None:
+        self._on_durable = on_durable
+        self._answered = False
+        self._error: StoreError | None = None
+        self._task: trio.lowlevel.Task | None = None
+
+    def __call__(self, error: StoreError | None) -> None:
+        """The writer's answer: committed (``None``) or the error."""
+        if error is None:
+            self._on_durable()
+        else:
+            self._error = error
+        self._answered = True
+        task = self._task
+        if task is not None:
+            self._task = None
+            trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """Until the answer; a cancellation does not end it.
+
+        Raises:
+            StoreError: the record could not be committed.
+        """
+        if self._answered:  # answered at once (a stopped writer)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            self._task = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort)
+        if self._error is not None:
+            raise self._error
+
+    def _abort(self, raise_cancel: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        # Trio asks once per wait, for a cancellation or a KeyboardInterrupt;
+        # raise_cancel raises the one it is for (it has no other effect).
+        try:
+            raise_cancel()
+        except trio.Cancelled:
+            return trio.lowlevel.Abort.FAILED  # keep waiting, as if shielded
+        except BaseException:
+            pass
+        # A KeyboardInterrupt: stop waiting (Trio raises it in the caller).
+        self._task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 def _ignore(error: StoreError | None) -> None:
@@ -170,7 +210,9 @@ class Writer:
                     written = fold([record for record, _ in batch])
                     ignored: list[str] = []
                     unknown: list[RunRecord] = []
-                    failures = await self._write(written, ignored, unknown)
+                    failures = await commit(
+                        self.store, written, ignored, unknown, self.stats, self.events
+                    )
                     if ignored or (unknown and self._lease.may_be_written_off()):
                         # The endings the store did not keep: another one stood.
                         failures.update(await kept_endings(self.store, ignored, unknown, failures))
@@ -188,58 +230,6 @@ class Writer:
         except BaseException as exc:
             self._stop(exc)
             raise
-
-    async def _write(
-        self, batch: Sequence[RunRecord], ignored: list[str], unknown: list[RunRecord]
-    ) -> dict[str, StoreError]:
-        """Write *batch*; the errors of the records that could not be written, by run id.
-
-        The runs whose ending the store says it ignored (another one stood)
-        are added to *ignored*; the records of a write the store could not
-        say that of (it returned ``None``), to *unknown*.
-
-        One bad record never fails the others. When the store names the
-        record it could not write (a ``StoreError`` with its ``run_id``), that
-        record fails and the rest is written again. Otherwise a batch that
-        failed quickly is split in two and each half written again, until the
-        records that fail on their own are found. A failure that took long
-        (an unreachable server's timeouts) is the store's, not a record's: the
-        whole batch fails at once rather than time out once per record.
-        """
-        started = time.perf_counter()
-        try:
-            answer = await self.store.write(batch)
-        except Exception as exc:
-            elapsed = time.perf_counter() - started
-            named = exc.run_id if isinstance(exc, StoreError) else None
-            if named is not None and any(record.run_id == named for record in batch):
-                failures = self._failed([r for r in batch if r.run_id == named], exc)
-                rest = [record for record in batch if record.run_id != named]
-                if rest:
-                    failures.update(await self._write(rest, ignored, unknown))
-                return failures
-            if len(batch) == 1 or elapsed >= _SLOW_FAILURE_SECONDS:
-                return self._failed(batch, exc)
-        else:
-            stats = self.stats
-            stats.commits += 1
-            stats.records += len(batch)
-            stats.largest_batch = max(stats.largest_batch, len(batch))
-            events = self.events
-            if events is not None:
-                events.committed(len(batch), time.perf_counter() - started)
-            if type(answer) is list and not answer:
-                return {}  # the common answer: nothing ignored
-            found = ignored_endings(answer, batch)
-            if found is None:
-                unknown.extend(batch)
-            else:
-                ignored.extend(found)
-            return {}
-        middle = len(batch) // 2
-        failures = await self._write(batch[:middle], ignored, unknown)
-        failures.update(await self._write(batch[middle:], ignored, unknown))
-        return failures
 
     async def _flag_observed(self, run_ids: list[str]) -> None:
         """Flag *run_ids* observed in the store, one call each (the protocol has no
@@ -260,13 +250,6 @@ class Writer:
             except Exception:
                 self._observed[:0] = run_ids[index:]
                 return
-
-    def _failed(self, records: Sequence[RunRecord], exc: Exception) -> dict[str, StoreError]:
-        self.stats.failed_records += len(records)
-        return {
-            record.run_id: store_error(exc, f"record run {record.run_id}", record.run_id)
-            for record in records
-        }
 
     def _stop(self, exc: BaseException) -> None:
         """The writer is stopped by *exc*: answer every waiter, now and later."""
@@ -315,7 +298,7 @@ class Writer:
         Raises:
             StoreError: the record could not be committed.
         """
-        answer = Answer(on_durable)
+        answer = _Answer(on_durable)
         record = self._records.of(run, _PENDING, None)
         run.admitted_at = record.admitted_at
         if run.history is not None:
