@@ -3,8 +3,13 @@
 A parent owns the runs it started: it gives them its ``max_concurrent_runs``
 slots in admission order (its :class:`Scheduler`, contract §3), it keeps the
 fail-closed ledger of which of them are unresolved (contract §7), and it
-answers for every run of its owner (contract §8). Each public method checks
-that the parent and runtime are open before it acts and again after every
+answers for every run of its owner (contract §8).
+
+:class:`Parent` is the public face: it checks a call's arguments, admits
+and answers; its state and its runs' lifecycle are its :class:`ParentHost`
+(``_parent_host``), and the runs known only from the store are answered
+for by ``StoredRuns`` (``_stored``). Each public method checks that the
+parent and runtime are open before it acts and again after every
 ``await``: a call in progress when either closes ends with
 ``RuntimeClosedError`` and leaves no run behind.
 """
@@ -449,7 +454,7 @@ class Parent(metaclass=NoPublicConstructor):
 
         The run takes its place in the scheduler's queue now. Without a store
         its admission is durable at once (it may start before this returns);
-        with one, :meth:`_record_admission` makes it so.
+        with one, :meth:`ParentHost.record_admission` makes it so.
         """
         registry = self._registry
         config = registry.config

@@ -111,10 +111,6 @@ class StoredRuns:
         if record.runtime_id != self.runtime_id:
             self._remember(record.run_id, StoredRun(record.owner, record.subagent, record.status))
 
-    def schema_of(self, run_id: str) -> ResultSchema | None:
-        """The schema whose type the stored result of *run_id* is structured into, if any."""
-        return self._schemas.get(run_id)
-
     def find(self, run_id: str, owner: str) -> StoredRun | None:
         """The stored terminal run *run_id* if it belongs to *owner*."""
         stored = self._index.get(run_id)
