@@ -236,6 +236,13 @@ def test_bad_configuration_names_file_key_and_fix(
     assert isinstance(error, ValueError)
 
 
+def test_an_empty_list_of_subagents_is_no_subagents(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="there are no subagents") as info:
+        load_server_config(write(tmp_path, "subagents = []\n"))
+    assert info.value.key == "subagents"
+    assert "add at least one [[subagents]] table" in str(info.value)
+
+
 def test_server_limits(tmp_path: Path) -> None:
     defaults = load_server_config(write(tmp_path, ECHO))
     assert defaults.foreground_limit_seconds == 45

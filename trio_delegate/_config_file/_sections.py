@@ -44,6 +44,10 @@ DEFAULT_FOREGROUND_LIMIT_SECONDS: Final = 45.0
 DEFAULT_PROGRESS_INTERVAL_SECONDS: Final = 5.0
 
 _ENV_FIX: Final = 'write env = { NAME = "value" } (values are strings: quote numbers)'
+_NO_SUBAGENTS: Final = (
+    "there are no subagents",
+    "add at least one [[subagents]] table with a name and a command or python key",
+)
 _TEMPORAL_FIX: Final = 'write e.g. address = "127.0.0.1:7233", task_queue = "trio-delegate"'
 
 
@@ -243,6 +247,9 @@ def _subagents(value: Any) -> tuple[SubagentSection, ...]:
             f"must be an array of tables, got {describe(value)}",
             "write one [[subagents]] table per subagent",
         )
+    if not value:
+        # A server with nothing to delegate to: as if the tables were missing.
+        raise Problem("is empty: there are no subagents", _NO_SUBAGENTS[1])
     return tuple(structure_items(value, _subagent))
 
 
@@ -264,8 +271,5 @@ class FileSections:
     )
     subagents: tuple[SubagentSection, ...] = key(
         check=_subagents,
-        missing=(
-            "there are no subagents",
-            "add at least one [[subagents]] table with a name and a command or python key",
-        ),
+        missing=_NO_SUBAGENTS,
     )
