@@ -31,7 +31,7 @@ from typing import ParamSpec, TypeVar, final
 import attrs
 
 from ._config import Config
-from ._config_file._problems import ConfigError, Problem, cut, key_text
+from ._config_file._problems import ConfigError, Problem, key_text
 from ._config_file._reading import MAX_CONFIG_BYTES, read_toml
 from ._config_file._resolve import (
     agent_runner,
@@ -126,7 +126,6 @@ def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
         _subagent(path, index, table, base, config, sections.temporal)
         for index, table in enumerate(sections.subagents)
     )
-    _check_names(path, subagents)
     server = sections.server
     return ServerConfig(
         path,
@@ -218,30 +217,3 @@ def _subagent(
         key = key_text(at)
         fix = "fix the value it names"
         raise ConfigError(path, key, exc.message, fix, subagent=table.name) from None
-
-
-def _check_names(path: Path, subagents: tuple[Subagent, ...]) -> None:
-    """Every subagent has its own name, and names only subagents of the file as children.
-
-    Raises:
-        ConfigError: a name taken twice, or a child that is not in the file.
-    """
-    names: dict[str, int] = {}
-    for index, subagent in enumerate(subagents):
-        if subagent.name in names:
-            raise ConfigError(
-                path,
-                f"subagents[{index}].name",
-                f"{subagent.name!r} is already the name of subagents[{names[subagent.name]}]",
-                "give every subagent its own name",
-            )
-        names[subagent.name] = index
-    for index, subagent in enumerate(subagents):
-        for position, child in enumerate(subagent.children):
-            if child not in names:
-                raise ConfigError(
-                    path,
-                    f"subagents[{index}].children[{position}]",
-                    f"{cut(child)!r} is not a subagent in this file",
-                    f"name one of: {', '.join(names)}",
-                )

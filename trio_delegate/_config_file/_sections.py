@@ -19,7 +19,7 @@ import attrs
 from .._checks import describe
 from .._config import INHERIT, Config, TimeoutSetting
 from . import _values as check
-from ._problems import Problem
+from ._problems import Problem, cut
 from ._structure import converter, key, structure_items
 
 __all__ = [
@@ -250,7 +250,31 @@ def _subagents(value: Any) -> tuple[SubagentSection, ...]:
     if not value:
         # A server with nothing to delegate to: as if the tables were missing.
         raise Problem("is empty: there are no subagents", _NO_SUBAGENTS[1])
-    return tuple(structure_items(value, _subagent))
+    subagents = tuple(structure_items(value, _subagent))
+    _check_names(subagents)
+    return subagents
+
+
+def _check_names(subagents: tuple[SubagentSection, ...]) -> None:
+    """Every subagent has its own name, and names only subagents of the file as children."""
+    names: dict[str, int] = {}
+    for index, subagent in enumerate(subagents):
+        if subagent.name in names:
+            raise Problem(
+                f"{subagent.name!r} is already the name of subagents[{names[subagent.name]}]",
+                "give every subagent its own name",
+                at=(index, "name"),
+            )
+        names[subagent.name] = index
+    for index, subagent in enumerate(subagents):
+        children = subagent.children if isinstance(subagent, PythonSubagent) else ()
+        for position, child in enumerate(children):
+            if child not in names:
+                raise Problem(
+                    f"{cut(child)!r} is not a subagent in this file",
+                    cut(f"name one of: {', '.join(names)}"),
+                    at=(index, "children", position),
+                )
 
 
 @final
