@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tomllib
 from pathlib import Path
@@ -10,10 +11,23 @@ from typing import Any, Final
 
 from ._problems import Problem
 
-__all__ = ["MAX_CONFIG_BYTES", "read_toml", "special_kind"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_KEY_PARTS", "read_toml", "special_kind"]
 
 #: Largest configuration file read: far above any real one.
 MAX_CONFIG_BYTES: Final = 1024 * 1024
+
+#: Most parts of one dotted key or table name (``a.b.c = 1``, ``[a.b.c]``: 3).
+MAX_KEY_PARTS: Final = 32
+
+# A dotted key of more parts (that many dots), from its start: bare or quoted parts, each
+# followed by a dot. tomllib takes time growing with the square of a key's
+# parts (a key of 50,000 parts: minutes), so such a file is refused unread.
+# Possessive quantifiers and a start only where no part goes on keep the
+# search linear in the file's length.
+_DEEP_KEY: Final = re.compile(
+    r"""(?<![\w.'"-])(?:(?:[\w-]++|"(?:[^"\\\n]|\\.)*+"|'[^'\n]*+')[ \t]*+\.[ \t]*+)"""
+    f"{{{MAX_KEY_PARTS}}}"
+)
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -45,6 +59,13 @@ def read_toml(path: Path) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Problem(f"is not UTF-8 text: {exc}", "save it as UTF-8, as TOML requires") from None
+    deep = _DEEP_KEY.search(text)
+    if deep is not None:
+        line = text.count("\n", 0, deep.start()) + 1
+        raise Problem(
+            f"has a key of more than {MAX_KEY_PARTS} dotted parts (line {line})",
+            "a server configuration needs a few levels at most: flatten it",
+        )
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
