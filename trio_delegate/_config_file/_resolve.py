@@ -45,7 +45,11 @@ def _under(base: Path, value: str) -> Path:
 
 
 def store_path(base: Path, value: str) -> Path | str:
-    """The SQLite file ``[runtime] store`` names (relative to *base*), or its PostgreSQL URI."""
+    """The SQLite file ``[runtime] store`` names (relative to *base*), or its PostgreSQL URI.
+
+    Raises:
+        Problem: the file is a folder, a FIFO, a socket or a device.
+    """
     if is_postgres_dsn(value):
         return value
     path = _under(base, value)
@@ -83,7 +87,11 @@ def _find(program: str, cwd: Path, env: Mapping[str, str]) -> str | None:
 
 
 def command_runner(table: CommandSubagent, base: Path, config: Config) -> CommandRunner:
-    """A command subagent's runner, its program found."""
+    """A command subagent's runner, its program found.
+
+    Raises:
+        Problem: its ``cwd`` is not a folder, or its program is not found.
+    """
     cwd = _folder(base, table.cwd)
     try:
         runner = CommandRunner(
@@ -113,7 +121,11 @@ def command_runner(table: CommandSubagent, base: Path, config: Config) -> Comman
 
 
 def agent_runner(table: AgentSubagent, base: Path) -> AgentCLIRunner:
-    """An agent CLI subagent's runner: its program given, on PATH, or bundled."""
+    """An agent CLI subagent's runner: its program given, on PATH, or bundled.
+
+    Raises:
+        Problem: its ``cwd`` is not a folder, or its program is not found.
+    """
     cwd = _folder(base, table.cwd)
     args: Any = table.args  # AgentCLIRunner converts with tuple(), which mypy cannot follow
     return AgentCLIRunner(
@@ -158,7 +170,12 @@ def _agent_program(kind: str, value: str | None, cwd: Path, env: Mapping[str, st
 
 
 def python_runner(spec: str, base: Path) -> Runner:
-    """The async runner *spec* (``module:function``) names, imported."""
+    """The async runner *spec* (``module:function``) names, imported.
+
+    Raises:
+        Problem: the module does not import, lacks the name, or the name is
+            not an async runner.
+    """
     module_name, _, attribute = spec.partition(":")
     if str(base) not in sys.path:
         # Last, so a file next to the configuration never shadows an
@@ -192,7 +209,11 @@ def python_runner(spec: str, base: Path) -> Runner:
 
 
 def temporal_runner(table: TemporalSubagent, settings: TemporalSettings | None) -> Runner:
-    """A ``kind = "temporal"`` subagent's runner: its runs go to the workers of ``[temporal]``."""
+    """A ``kind = "temporal"`` subagent's runner: its runs go to the workers of ``[temporal]``.
+
+    Raises:
+        Problem: there is no ``[temporal]`` table.
+    """
     if settings is None:
         raise Problem(
             '"temporal" needs a [temporal] table saying where the workers are',

@@ -211,7 +211,12 @@ SubagentSection = CommandSubagent | PythonSubagent | AgentSubagent | TemporalSub
 
 
 def _subagent(table: Any) -> SubagentSection:
-    """One ``[[subagents]]`` table, as the class its runner key picks."""
+    """One ``[[subagents]]`` table, as the class its runner key picks.
+
+    Raises:
+        Problem: it has no name or a malformed one, or not one runner key.
+        ClassValidationError: its keys are wrong.
+    """
     if "name" not in table:
         raise Problem("has no name", 'add name = "..." (lowercase letters first)')
     try:
@@ -242,6 +247,13 @@ def _subagent(table: Any) -> SubagentSection:
 
 
 def _subagents(value: Any) -> tuple[SubagentSection, ...]:
+    """The ``[[subagents]]`` tables, each named once.
+
+    Raises:
+        Problem: not a list of tables, an empty one, a name taken twice or
+            a child that is not in the file.
+        IterableValidationError: a table's keys are wrong.
+    """
     if not isinstance(value, list) or not all(isinstance(table, dict) for table in value):
         raise Problem(
             f"must be an array of tables, got {describe(value)}",
@@ -256,7 +268,11 @@ def _subagents(value: Any) -> tuple[SubagentSection, ...]:
 
 
 def _check_names(subagents: tuple[SubagentSection, ...]) -> None:
-    """Every subagent has its own name, and names only subagents of the file as children."""
+    """Every subagent has its own name, and names only subagents of the file as children.
+
+    Raises:
+        Problem: a name taken twice, or a child that is not in the file.
+    """
     names: dict[str, int] = {}
     for index, subagent in enumerate(subagents):
         if subagent.name in names:

@@ -63,7 +63,11 @@ def _finite(value: Any) -> bool:
 
 
 def deadline(value: Any) -> float | None:
-    """A number of seconds > 0, or ``"none"``: no deadline (``None``)."""
+    """A number of seconds > 0, or ``"none"``: no deadline (``None``).
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if value == NO_DEADLINE:
         return None
     if not (_finite(value) and value > 0):
@@ -75,7 +79,11 @@ def deadline(value: Any) -> float | None:
 
 
 def seconds(example: str) -> Check:
-    """A number of seconds > 0 where ``"none"`` makes no sense; *example* is the fix."""
+    """A number of seconds > 0 where ``"none"`` makes no sense; *example* is the fix.
+
+    Returns:
+        The check, raising :class:`Problem` for any other value.
+    """
 
     def check(value: Any) -> float:
         read = deadline(value)
@@ -87,7 +95,11 @@ def seconds(example: str) -> Check:
 
 
 def grace_seconds(value: Any) -> float:
-    """How long a process group has between SIGTERM and SIGKILL: seconds >= 0."""
+    """How long a process group has between SIGTERM and SIGKILL: seconds >= 0.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not (_finite(value) and value >= 0):
         raise Problem(
             f"must be a finite number of seconds >= 0, got {toml_text(value)}",
@@ -97,28 +109,44 @@ def grace_seconds(value: Any) -> float:
 
 
 def positive_int(value: Any) -> int:
-    """An integer >= 1."""
+    """An integer >= 1.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise Problem(f"must be an integer >= 1, got {toml_text(value)}")
     return value
 
 
 def text(value: Any) -> str:
-    """Any string."""
+    """Any string.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not isinstance(value, str):
         raise Problem(f"must be a string, got {toml_text(value)}")
     return value
 
 
 def non_empty_text(value: Any) -> str:
-    """A string with something in it, and no NUL."""
+    """A string with something in it, and no NUL.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise Problem(f"must be a non-empty string, got {toml_text(value)}")
     return value
 
 
 def temporal_address(value: Any) -> str:
-    """A Temporal server's ``host:port``."""
+    """A Temporal server's ``host:port``.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     address = non_empty_text(value)
     if ":" not in address:
         raise Problem(
@@ -128,7 +156,11 @@ def temporal_address(value: Any) -> str:
 
 
 def path_text(value: Any) -> str:
-    """A path (checked against the disk later)."""
+    """A path (checked against the disk later).
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not isinstance(value, str) or not value or "\0" in value:
         raise Problem(f"must be a path string, got {toml_text(value)}")
     return value
@@ -152,7 +184,11 @@ def owner_problem(value: Any) -> str | None:
 
 
 def owner(value: Any) -> str:
-    """The owner of a server's runs."""
+    """The owner of a server's runs.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     problem = owner_problem(value)
     if problem is not None:
         raise Problem(problem)
@@ -160,7 +196,11 @@ def owner(value: Any) -> str:
 
 
 def store(value: Any) -> str:
-    """An SQLite file (resolved later) or a ``postgresql://`` URI without a password."""
+    """An SQLite file (resolved later) or a ``postgresql://`` URI without a password.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise Problem(
             f"must be the path of an SQLite file or a postgresql:// URI, got {toml_text(value)}",
@@ -178,7 +218,12 @@ def store(value: Any) -> str:
 
 
 def config_value(name: str) -> Check:
-    """A value of the :class:`Config` field *name*, checked by Config itself."""
+    """A value of the :class:`Config` field *name*, checked by Config itself.
+
+    Returns:
+        The check, raising :class:`Problem` with Config's own words for a
+        value Config refuses.
+    """
     default = attrs.fields_dict(Config)[name].default
 
     def check(value: Any) -> Any:
@@ -197,7 +242,11 @@ def config_value(name: str) -> Check:
 
 
 def subagent_name(value: Any) -> str:
-    """A subagent's name, as :class:`Subagent` takes it."""
+    """A subagent's name, as :class:`Subagent` takes it.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not isinstance(value, str) or NAME_PATTERN.fullmatch(value) is None:
         raise Problem(
             f"{toml_text(value)} is not a valid subagent name",
@@ -207,14 +256,22 @@ def subagent_name(value: Any) -> str:
 
 
 def names(value: Any) -> tuple[str, ...]:
-    """A list of subagent names (whether they are subagents is checked later)."""
+    """A list of subagent names (whether they are subagents is checked later).
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise Problem(f"must be a list of subagent names, got {toml_text(value)}")
     return tuple(value)
 
 
 def json_schema(value: Any) -> Any:
-    """A run's JSON Schema, written as a TOML table."""
+    """A run's JSON Schema, written as a TOML table.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     try:
         compile_result_schema(value)
     except InvalidArgumentsError as exc:
@@ -223,7 +280,11 @@ def json_schema(value: Any) -> Any:
 
 
 def command(value: Any) -> tuple[str, ...]:
-    """A program and its arguments."""
+    """A program and its arguments.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if isinstance(value, str):
         raise Problem(
             f"must be a list of strings, got the string {cut(value)!r}",
@@ -244,7 +305,11 @@ def command(value: Any) -> tuple[str, ...]:
 
 
 def program_args(value: Any) -> tuple[str, ...]:
-    """More arguments for an agent CLI."""
+    """More arguments for an agent CLI.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not isinstance(value, list) or not all(
         isinstance(item, str) and "\0" not in item for item in value
     ):
@@ -253,7 +318,11 @@ def program_args(value: Any) -> tuple[str, ...]:
 
 
 def env(value: Any) -> dict[str, str]:
-    """Variables for a process: a table of strings, named as an environment allows."""
+    """Variables for a process: a table of strings, named as an environment allows.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise Problem(f"must be a table of strings, got {toml_text(value)}")
     for name, setting in value.items():
@@ -271,21 +340,33 @@ def env(value: Any) -> dict[str, str]:
 
 
 def agent_kind(value: Any) -> str:
-    """The agent CLI a subagent runs."""
+    """The agent CLI a subagent runs.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if value not in AGENT_KINDS:
         raise Problem(f"{toml_text(value)} is not an agent CLI this server can run")
     return str(value)
 
 
 def model(value: Any) -> str:
-    """A model name."""
+    """A model name.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not isinstance(value, str) or not value.strip():
         raise Problem(f"must be a model name, got {toml_text(value)}")
     return value
 
 
 def module_function(value: Any) -> str:
-    """A Python runner's ``module:function`` (imported later)."""
+    """A Python runner's ``module:function`` (imported later).
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
     if not isinstance(value, str) or value.count(":") != 1:
         raise Problem(
             f"must be 'module:function', got {toml_text(value)}",
