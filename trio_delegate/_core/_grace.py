@@ -256,11 +256,13 @@ class Grace:
             stuck,
         )
 
-    def abandoned(self) -> list[tuple[str, str, float]]:
-        """``(run_id, subagent, seconds since decided)`` of the runs that refuse to stop."""
+    def abandoned(self) -> list[tuple[str, str, RunStatus, float]]:
+        """``(run_id, subagent, status, seconds since decided)`` of the runs that refuse
+        to stop."""
         now = self._clock()
         return [
-            (run.run_id, run.subagent.name, now - since) for run, since in self._abandoned.items()
+            (run.run_id, run.subagent.name, run.status, now - since)
+            for run, since in list(self._abandoned.items())
         ]
 
     def _push(self, at: float, run: Run) -> None:

@@ -40,69 +40,42 @@ from ._fail_closed import Evicted, Ledger
 from ._run import CancelReason, Outcome, Run, State, terminal_error
 from ._scheduler import Scheduler
 from ._settlements import SettledRuns, Settlements
+from ._surfaces import ToolsBinding
 
 if TYPE_CHECKING:
-    from .._config import Config
     from .._subagent import Subagent
     from .._tools import DelegationTools
-    from ._events import RunEvents
     from ._registry import Registry
 
-__all__ = [
-    "Parent",
-    "ParentHost",
-    "ToolsFactory",
-    "check_usable",
-    "leave_foreground",
-    "open_parent_host",
-    "provide_tools",
-    "surroundings",
-]
-
-#: What makes a parent's model-facing tools: the parent and each child's
-#: description by name.
-ToolsFactory = Callable[["Parent", Mapping[str, str]], "DelegationTools"]
-
-#: Registered by the tools module (the core imports no surface).
-_tools_factory: ToolsFactory | None = None
+__all__ = ["Parent", "ParentHost", "abandon", "open_parent_host"]
 
 
-def provide_tools(factory: ToolsFactory) -> None:
-    """Make *factory* what :meth:`Parent.tools` calls."""
-    global _tools_factory
-    _tools_factory = factory
+async def abandon(parent: Parent, run_id: str) -> None:
+    """The caller waiting for run *run_id* in the foreground leaves without its answer.
 
+    For a surface that serves a foreground call on the public API, as a
+    :meth:`Parent.start` followed by a bounded :meth:`Parent.wait` (the MCP
+    server does, so that a call still running at its limit goes on in the
+    background), and whose caller is cancelled while it waits. The run is
+    cancelled and joined as :meth:`Parent.delegate` does for its own cancelled
+    caller, with the same verdict: a run that completed anyway is unobserved
+    and unresolved (contract §7, §17); any other ending is answered by the
+    caller's cancellation. Shield the call (``trio.CancelScope(shield=True)``):
+    the caller is being cancelled. Nothing is raised: a run that is not this
+    parent's, or that is known only from the store, is left alone.
 
-async def leave_foreground(parent: Parent, run_id: str) -> None:
-    """A surface's foreground caller of run *run_id* left without its answer.
+    Args:
+        parent: the parent that started the run.
+        run_id: the run the caller was waiting for.
 
-    The run is cancelled and joined as :meth:`Parent.delegate` does for its
-    own cancelled caller (the caller shields this), with the same verdict:
-    completed anyway, it is unobserved and unresolved. Nothing is raised: a
-    run that is not this parent's, or only in the store, is left alone.
+    Raises:
+        InvalidArgumentsError: *parent* is not a :class:`Parent`.
     """
-    try:
-        found = parent._find(run_id)
-    except DelegationError:
-        await trio.lowlevel.checkpoint()
-        return
-    if isinstance(found, StoredRun):
-        await trio.lowlevel.checkpoint()
-        return
-    await parent._abandon(found)
-
-
-def check_usable(parent: Parent) -> None:
-    """Raise ``RuntimeClosedError`` if *parent* or its runtime is closed: what its
-    tools check before each use (contract §8)."""
-    if parent._closed or parent._registry.closed:
-        parent._check_usable()
-
-
-def surroundings(parent: Parent) -> tuple[Config, RunEvents | None]:
-    """The config of *parent*'s runtime and its observer: what its tools read."""
-    registry = parent._registry
-    return registry.config, registry.events
+    if not is_a(parent, Parent):
+        raise InvalidArgumentsError(
+            f"parent must be a trio_delegate.Parent, got {describe(parent)}"
+        )
+    await parent._leave_foreground(run_id)
 
 
 # Read on every answer: an enum member read through its class costs about 50 ns
@@ -464,10 +437,10 @@ class Parent(metaclass=NoPublicConstructor):
     def tools(self) -> DelegationTools:
         """The model-facing delegation tools bound to this parent (contract §10)."""
         self._check_usable()
-        factory = _tools_factory
-        assert factory is not None, "trio_delegate._tools registers the tools"
+        registry = self._registry
         children = {name: sub.description for name, sub in self._children.items()}
-        return factory(self, children)
+        binding = ToolsBinding(self, children, registry.config, registry.events, self._check_usable)
+        return registry.surfaces.tools(binding)
 
     # -- admission -------------------------------------------------------------
 
@@ -618,6 +591,18 @@ class Parent(metaclass=NoPublicConstructor):
         if self._closed or self._registry.closed:
             self._closed_during(run)
         return self._answer(run)
+
+    async def _leave_foreground(self, run_id: str) -> None:
+        """:func:`abandon`: the foreground caller of *run_id*, served by a surface, left."""
+        try:
+            found = self._find(run_id)
+        except DelegationError:
+            await trio.lowlevel.checkpoint()
+            return
+        if isinstance(found, StoredRun):
+            await trio.lowlevel.checkpoint()
+            return
+        await self._abandon(found)
 
     async def _abandon(self, run: Run) -> None:
         """The caller of a foreground call leaves without its answer: cancel *run*, join it.

@@ -22,7 +22,6 @@ from .._errors import StoreError
 from .._schema import ResultSchema, SchemaSpec, compile_result_schema
 from .._stores._protocol import StoredRun
 from .._subagent import result_schema, task_name
-from ._events import runtime_events
 from ._grace import Grace
 from ._ids import RunIds
 from ._retention import Retention
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     from ._parent import ParentHost
     from ._persistence import Persister
     from ._run import Run
+    from ._surfaces import Surfaces
 
 __all__ = ["Registry"]
 
@@ -44,7 +44,10 @@ class Registry:
         config: the runtime's config.
         subagents: the registered subagents by name.
         persister: the persistence boundary (``None`` without a store).
-        events: the observer of runs (``None`` when nothing observes them).
+        surfaces: what the runtime was given as it opened: the maker of its
+            parents' tools.
+        events: the observer of runs (``None`` when nothing observes them),
+            fixed when the runtime opens.
         now: the Trio run's clock, read directly.
         runs: every run in memory by id: live ones, and terminal ones that
             retention has not evicted. A parent sees those of its owner.
@@ -76,17 +79,23 @@ class Registry:
         "schemas",
         "schemas_of",
         "subagents",
+        "surfaces",
         "task_names",
         "timeouts",
     )
 
     def __init__(
-        self, subagents: Mapping[str, Subagent], config: Config, persister: Persister | None
+        self,
+        subagents: Mapping[str, Subagent],
+        config: Config,
+        persister: Persister | None,
+        surfaces: Surfaces,
     ) -> None:
         self.config = config
         self.subagents = subagents
         self.persister = persister
-        self.events = runtime_events()
+        self.surfaces = surfaces
+        self.events = surfaces.observer()
         if persister is not None:
             persister.events = self.events
         # The Trio run's clock, read directly: trio.current_time() finds the
