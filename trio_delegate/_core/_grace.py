@@ -139,12 +139,15 @@ class Grace:
         self._push(now + self.seconds, run)
 
     def task_returned(self, run: Run) -> None:
-        """*run*'s task returned while :attr:`watching`; it is off :attr:`tasks` already.
+        """*run*'s task returned (``_execution``): it is off :attr:`tasks`.
 
-        A run task that returns takes itself off :attr:`tasks` (``_execution``)
-        and calls this only while :attr:`watching`: on every other run that
-        costs a test instead of a call.
+        While :attr:`watching`, a run decided without its runner is logged as
+        it returns late, and the watchdog ends with the last task of a
+        closing runtime.
         """
+        self.tasks -= 1
+        if not self.watching:
+            return
         since = self._abandoned.pop(run, None)
         self.watching = self._closing or bool(self._abandoned)
         if since is not None:

@@ -3,10 +3,10 @@
 The :class:`Runtime` is the public face and the :class:`Parent` the
 delegating side; both reach the runtime's state only through this object's
 fields and methods. A run enters ``runs`` and ``live_count`` in one place,
-``Parent._admit`` (inline: it runs on every run), leaves ``live_count`` for
-retention in one place, ``ParentHost.run_committed``, and an admission is
-undone by :meth:`Registry.withdraw`; a lookup by id, after retention's
-expiry, is :meth:`Registry.find`.
+``Parent._admit``, leaves ``live_count`` for retention in one place,
+``ParentHost.run_committed``, and an admission is undone by
+:meth:`Registry.withdraw`; a lookup by id, after retention's expiry, is
+:meth:`Registry.find`.
 """
 
 from __future__ import annotations
@@ -139,10 +139,7 @@ class Registry:
         Retention expires what it must first: whether a run is visible depends
         only on its owner and on retention (contract §8).
         """
-        retention = self.retention
-        now = self.now()
-        if now > retention.due:  # something has expired (the usual answer: no)
-            retention.expire(now)
+        self.retention.expire(self.now())
         run = self.runs.get(run_id)
         if run is not None and run.owner == owner:
             return run
