@@ -4,7 +4,8 @@ A :class:`Runtime` (``async with open_runtime(...)``) is a nursery that owns
 every child run; a :class:`Parent` (``async with rt.open_parent(...)``)
 delegates to its direct children in the foreground (:meth:`Parent.delegate`)
 or the background (:meth:`Parent.start`, then ``status`` / ``wait`` /
-``cancel``), under a fail-closed policy.
+``cancel``), under a fail-closed policy. What a surface built on it (a
+server, a command line) needs beyond this API is in ``trio_delegate.lowlevel``.
 """
 
 from . import lowlevel as lowlevel
