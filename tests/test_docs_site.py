@@ -30,6 +30,7 @@ def public_modules() -> list[str]:
     ]
     return [
         "trio_delegate",
+        "trio_delegate.lowlevel",
         "trio_delegate.testing",
         "trio_delegate.mcp",
         "trio_delegate.adapters",

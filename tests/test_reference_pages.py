@@ -95,7 +95,7 @@ def test_handles_show_no_private_constructor(site: Path) -> None:
 
 
 def test_every_documented_field_has_a_type(site: Path) -> None:
-    for page in ("trio_delegate", "testing", "mcp", "adapters"):
+    for page in ("trio_delegate", "lowlevel", "testing", "mcp", "adapters"):
         html = (site / "reference" / page / "index.html").read_text()
         rows = ROW.findall(html)
         assert rows

@@ -456,7 +456,7 @@ def test_error_kinds_are_snake_case() -> None:
 async def test_delegation_tools_have_no_public_constructor() -> None:
     async with tools_for() as (parent, _):
         with pytest.raises(TypeError, match="no public constructor"):
-            td.DelegationTools(parent, {})
+            td.DelegationTools(parent, {})  # type: ignore[call-arg, arg-type]
 
 
 @pytest.mark.parametrize(

@@ -4,15 +4,13 @@ A :class:`Runtime` (``async with open_runtime(...)``) is a nursery that owns
 every child run; a :class:`Parent` (``async with rt.open_parent(...)``)
 delegates to its direct children in the foreground (:meth:`Parent.delegate`)
 or the background (:meth:`Parent.start`, then ``status`` / ``wait`` /
-``cancel``), under a fail-closed policy.
+``cancel``), under a fail-closed policy. What a surface built on it (a
+server, a command line) needs beyond this API is in ``trio_delegate.lowlevel``.
 """
 
+from . import lowlevel as lowlevel
 from ._config import INHERIT, Config
-from ._core._context import ChildContext
-from ._core._events import observe_runs
-from ._core._parent import Parent
-from ._core._runtime import Runtime, open_runtime
-from ._core._settlements import SettledRuns
+from ._core import ChildContext, Parent, Runtime, SettledRuns
 from ._errors import (
     DelegationError,
     ExpiredRunError,
@@ -30,7 +28,6 @@ from ._errors import (
     UnresolvedDelegationError,
     UnresolvedRun,
 )
-from ._observe import telemetry_events
 from ._results import CancelAck, Output, RunHandle, RunResult
 from ._runners._command import CommandFailedError, CommandRunner
 from ._status import RunStatus
@@ -39,13 +36,10 @@ from ._stores._postgres import PostgresStore
 from ._stores._protocol import ChangeBatch, ResultStore, RunRecord, StoredRun, StoreSnapshot
 from ._stores._sqlite import SQLiteStore
 from ._subagent import Subagent
+from ._surfaces import open_runtime
 from ._tools import DelegationTools, ToolDefinition
 
 __version__ = "0.1.0.dev0"
-
-# The core imports no surface: the observer of runs is registered here.
-observe_runs(telemetry_events)
-del observe_runs, telemetry_events
 
 __all__ = [
     "INHERIT",

@@ -380,8 +380,8 @@ class CanonicalJson:
         self.text = text
         self.size = size
         self.immutable = immutable
-        # Kept only for an immutable scalar, which needs no decoding. A plain
-        # attribute, so that the hot path reads it without a call (copy()).
+        # Kept only for an immutable scalar, which needs no decoding: copy()
+        # returns it as it is.
         self.scalar = scalar
 
     @classmethod

@@ -1,7 +1,7 @@
 """Which observer a new runtime uses: OpenTelemetry's, when an application set it up.
 
-The package registers :func:`telemetry_events` with the core
-(``_core._events.observe_runs``) when it is imported. A process that never
+The package's ``open_runtime`` asks :func:`telemetry_events` as each
+runtime opens (``_surfaces``). A process that never
 loaded OpenTelemetry's API, and whose environment does not tell it to load
 a provider, imports nothing of it: no provider can have been set without
 the API.
@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._core._events import RunEvents
+    from ._core import RunEvents
 
 __all__ = ["telemetry_events"]
 

@@ -42,14 +42,14 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from ._core._run import StoredEnding, error_type
+from ._core import StoredEnding, error_type
 from ._json import escape_text
 from ._status import RunStatus
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext
 
-    from ._core._run import CancelReason, Outcome, Run
+    from ._core import CancelReason, Outcome, Run
 
 __all__ = ["INSTRUMENTATION_NAME", "Telemetry", "open_telemetry"]
 

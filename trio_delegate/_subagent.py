@@ -16,7 +16,7 @@ from ._json import text_problem
 from ._schema import ResultSchema, SchemaSpec, compile_result_schema
 
 if TYPE_CHECKING:
-    from ._core._context import ChildContext
+    from ._core import ChildContext
 
 __all__ = ["NAME_PATTERN", "Runner", "Subagent", "check_name", "result_schema", "task_name"]
 

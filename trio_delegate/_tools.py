@@ -19,14 +19,14 @@ import trio
 from ._checks import builtin, check_seconds, describe, is_a, is_mapping
 from ._construction import NoPublicConstructor
 from ._converter import to_json_ready
-from ._core._parent import Parent, check_usable, provide_tools, surroundings
+from ._core import ToolsBinding
 from ._errors import InvalidArgumentsError, UnknownSubagentError
 from ._json import JsonProblem, TooDeep, check_nesting, parse, text_problem
 from ._results import CancelAck, RunHandle, RunResult
 from ._schema import MAX_SCHEMA_BYTES
 
 if TYPE_CHECKING:
-    pass
+    from ._core import Parent
 
 __all__ = [
     "MAX_ARGUMENTS_CHARS",
@@ -146,15 +146,24 @@ class DelegationTools(metaclass=NoPublicConstructor):
 
     _made_by: ClassVar[str] = "Parent.tools() (tools = parent.tools())"
 
-    __slots__ = ("_children", "_events", "_max_nesting", "_parent", "_tools")
+    __slots__ = (
+        "_check_usable",
+        "_children",
+        "_events",
+        "_max_nesting",
+        "_parent",
+        "_tools",
+    )
 
-    def __init__(self, parent: Parent, children: Mapping[str, str]) -> None:
-        config, events = surroundings(parent)
-        self._parent = parent
+    def __init__(self, binding: ToolsBinding) -> None:
+        config = binding.config
+        self._parent: Parent = binding.parent
+        # Raises once the parent or its runtime is closed (contract §8).
+        self._check_usable = binding.check_usable
         # name -> description of each direct child, in registration order
-        self._children = dict(children)
+        self._children = dict(binding.children)
         # The runtime's observer: a tool call's span, when runs are traced.
-        self._events = events
+        self._events = binding.events
         self._max_nesting = config.max_nesting_depth
         max_task = config.max_task_chars
         tools = (
@@ -237,7 +246,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: the parent or its runtime is closed.
         """
-        check_usable(self._parent)
+        self._check_usable()
         return tuple(self._tools)
 
     # -- definitions -------------------------------------------------------------
@@ -248,7 +257,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: the parent or its runtime is closed (contract §8).
         """
-        check_usable(self._parent)
+        self._check_usable()
         return tuple(
             ToolDefinition(tool.name, tool.description, self._schema(tool, strict=False))
             for tool in self._tools.values()
@@ -264,7 +273,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: the parent or its runtime is closed (contract §8).
         """
-        check_usable(self._parent)
+        self._check_usable()
         out = []
         for tool in self._tools.values():
             function: dict[str, Any] = {
@@ -283,7 +292,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: the parent or its runtime is closed (contract §8).
         """
-        check_usable(self._parent)
+        self._check_usable()
         return [
             {
                 "type": "function",
@@ -301,7 +310,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: the parent or its runtime is closed (contract §8).
         """
-        check_usable(self._parent)
+        self._check_usable()
         return [
             {
                 "name": tool.name,
@@ -334,7 +343,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
                 failed run, limits...).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        check_usable(self._parent)
+        self._check_usable()
         # A host's str subclass is looked up (and traced) as the builtin str.
         name = builtin(name)
         with traced_call(self, name) as traced:
@@ -500,9 +509,6 @@ def traced_call(tools: DelegationTools, name: str) -> AbstractContextManager[Any
     if events is None:
         return contextlib.nullcontext()
     return events.tool_call(name, tools._parent.owner)
-
-
-provide_tools(DelegationTools._create)
 
 
 def _parse_arguments(tool: str, arguments: object, max_depth: int) -> dict[str, Any]:

@@ -37,25 +37,10 @@ import attrs
 import trio
 from rich.console import Console
 
+import trio_delegate as td
+
 from .._checks import terminal_safe
-from .._config import Config
-from .._core._context import ChildContext
-from .._core._parent import Parent
-from .._core._runtime import open_runtime
-from .._errors import (
-    DelegationError,
-    RunCancelledError,
-    RunFailedError,
-    RunTimedOutError,
-    StoreError,
-    UnresolvedDelegationError,
-)
-from .._results import CancelAck, RunHandle, RunResult
 from .._self import shell_command
-from .._status import RunStatus
-from .._stores._protocol import ResultStore
-from .._stores._sqlite import SQLiteStore
-from .._subagent import Runner, Subagent
 from .._threads import VirtualClock
 from .._urls import REPOSITORY_URL, docs_page
 from ._demo_view import Event, LiveReporter, PlainReporter, Reporter, RunRow, Summary, short_id
@@ -245,7 +230,7 @@ class _Board:
                 self.link(replaces, run_id)
         return row
 
-    def runner_started(self, ctx: ChildContext) -> None:
+    def runner_started(self, ctx: td.ChildContext) -> None:
         """A scripted runner began: learn the run if it is new."""
         self.learn(ctx.run_id, ctx.subagent, ctx.task)
 
@@ -258,14 +243,14 @@ class _Board:
         self._rows[replacement].replaces = replaced
         self._rows[replaced].replaced_by = replacement
 
-    def saw(self, run_id: str, status: RunStatus) -> None:
+    def saw(self, run_id: str, status: td.RunStatus) -> None:
         """Record a status read from an answer or a poll."""
         row = self._rows[run_id]
         row.status = status
         if status.is_terminal and row.ended_at is None:
             row.ended_at = self._watch.now()
 
-    def poll(self, parent: Parent) -> None:
+    def poll(self, parent: td.Parent) -> None:
         """Refresh every live run's status with ``parent.status`` (never observes)."""
         for row in self._rows.values():
             if not row.status.is_terminal:
@@ -277,11 +262,11 @@ class _Board:
 
 def _runner(
     scripts: Mapping[str, _Script], watch: Stopwatch, board: _Board, reporter: Reporter
-) -> Runner:
+) -> Callable[[td.ChildContext], Awaitable[object]]:
     """A runner that plays *scripts* (by task) on the Trio clock."""
     attempts: collections.Counter[str] = collections.Counter()
 
-    async def run(ctx: ChildContext) -> object:
+    async def run(ctx: td.ChildContext) -> object:
         board.runner_started(ctx)
         script = scripts[ctx.task]
         attempts[ctx.task] += 1
@@ -300,12 +285,12 @@ def _runner(
 
 
 async def _clean_up(
-    ctx: ChildContext, seconds: float, watch: Stopwatch, reporter: Reporter
+    ctx: td.ChildContext, seconds: float, watch: Stopwatch, reporter: Reporter
 ) -> None:
     """Shielded cleanup after a cancellation; the run reads ``running`` meanwhile."""
 
     def note(text: str) -> None:
-        running = RunStatus.RUNNING.value
+        running = td.RunStatus.RUNNING.value
         reporter.event(Event(watch.now(), "cleanup", running, ctx.subagent, ctx.run_id, note=text))
 
     note("saw the cancellation; saving the partial draft in a shielded scope")
@@ -316,22 +301,22 @@ async def _clean_up(
     note("draft saved; re-raising Cancelled, so the run settles as cancelled")
 
 
-def _subagents(watch: Stopwatch, board: _Board, reporter: Reporter) -> list[Subagent]:
+def _subagents(watch: Stopwatch, board: _Board, reporter: Reporter) -> list[td.Subagent]:
     """The investigator, the writer and the flaky checker."""
     return [
-        Subagent(
+        td.Subagent(
             "investigator",
             _runner(_INVESTIGATOR, watch, board, reporter),
             description="Reads the code base and reports findings.",
             timeout_seconds=DEADLINES["investigator"],
         ),
-        Subagent(
+        td.Subagent(
             "writer",
             _runner(_WRITER, watch, board, reporter),
             description="Writes release notes and documentation.",
             timeout_seconds=DEADLINES["writer"],
         ),
-        Subagent(
+        td.Subagent(
             "checker",
             _runner(_CHECKER, watch, board, reporter),
             description="Runs test suites; a little flaky.",
@@ -351,7 +336,9 @@ def _compact(value: Any, width: int = 60) -> str:
 class _Director:
     """The scripted parent agent: each call reports one event with its answer."""
 
-    def __init__(self, parent: Parent, board: _Board, watch: Stopwatch, reporter: Reporter) -> None:
+    def __init__(
+        self, parent: td.Parent, board: _Board, watch: Stopwatch, reporter: Reporter
+    ) -> None:
         self.parent = parent
         self.board = board
         self.watch = watch
@@ -388,7 +375,7 @@ class _Director:
         self._observed(result)
         args = f"replaces={short_id(replaces)}" if replaces else ""
         note = f"the result itself, observed: {_compact(result.final_result, 56)}"
-        self.report("delegate", RunStatus.COMPLETED.value, result.run_id, args=args, note=note)
+        self.report("delegate", td.RunStatus.COMPLETED.value, result.run_id, args=args, note=note)
 
     async def start(self, name: str, task: str, *, replaces: str | None = None) -> str:
         """Start in the background: the answer is an admission ack."""
@@ -405,32 +392,32 @@ class _Director:
 
     async def wait(
         self, run_id: str, *, timeout: float | None = None, note: str = ""
-    ) -> RunResult | RunHandle | None:
+    ) -> td.RunResult | td.RunHandle | None:
         """Wait for a run (*timeout* in scenario seconds); report what came back."""
         args = f"timeout={timeout:.1f}s" if timeout is not None else ""
         try:
             answer = await self.parent.wait(run_id, timeout=timeout)
-        except DelegationError as exc:
+        except td.DelegationError as exc:
             self._ended_badly(run_id, exc)
             self.report("wait", type(exc).__name__, run_id, args=args, note=note or self._why(exc))
             return None
-        if isinstance(answer, RunHandle):
+        if isinstance(answer, td.RunHandle):
             self.board.saw(run_id, answer.status)
             self.report("wait", answer.status.value, run_id, args=args, note=note)
             return answer
         self._observed(answer)
         note = note or f"the result, now observed: {_compact(answer.final_result, 56)}"
-        self.report("wait", RunStatus.COMPLETED.value, run_id, args=args, note=note)
+        self.report("wait", td.RunStatus.COMPLETED.value, run_id, args=args, note=note)
         return answer
 
-    def status(self, run_id: str, note: str) -> RunHandle:
+    def status(self, run_id: str, note: str) -> td.RunHandle:
         """Read a status snapshot (never observes, never blocks)."""
         handle = self.parent.status(run_id)
         self.board.saw(run_id, handle.status)
         self.report("status", handle.status.value, run_id, note=note)
         return handle
 
-    def cancel(self, run_id: str) -> CancelAck:
+    def cancel(self, run_id: str) -> td.CancelAck:
         """Request cancellation; the ack is not proof that the child stopped."""
         ack = self.parent.cancel(run_id)
         self.board.saw(run_id, ack.status)
@@ -443,12 +430,12 @@ class _Director:
         """Run the fail-closed check, reporting a refusal instead of raising it."""
         try:
             self.parent.check_resolved()
-        except UnresolvedDelegationError as exc:
+        except td.UnresolvedDelegationError as exc:
             self.report_refusal(exc)
         else:
             self.report("check", "passed", note=RESOLVED_VERDICT)
 
-    def report_refusal(self, exc: UnresolvedDelegationError) -> None:
+    def report_refusal(self, exc: td.UnresolvedDelegationError) -> None:
         """Report the runs a failed fail-closed check listed."""
         listed = ", ".join(
             f"{entry.subagent} {short_id(entry.run_id)} {entry.status}" for entry in exc.unresolved
@@ -456,26 +443,26 @@ class _Director:
         note = f"{len(exc.unresolved)} unresolved: {listed}"
         self.report("check", type(exc).__name__, note=note)
 
-    def _observed(self, result: RunResult) -> None:
+    def _observed(self, result: td.RunResult) -> None:
         self.board.learn(result.run_id, result.subagent, result.task_summary)
-        self.board.saw(result.run_id, RunStatus.COMPLETED)
+        self.board.saw(result.run_id, td.RunStatus.COMPLETED)
         row = self.board.row(result.run_id)
         row.observed = True
         row.outcome = _compact(result.final_result)
 
-    def _ended_badly(self, run_id: str, exc: DelegationError) -> None:
+    def _ended_badly(self, run_id: str, exc: td.DelegationError) -> None:
         if exc.status is not None:  # failed, cancelled or timed_out
-            self.board.saw(run_id, RunStatus(exc.status))
+            self.board.saw(run_id, td.RunStatus(exc.status))
         self.board.row(run_id).outcome = self._why(exc, short=True)
 
-    def _why(self, exc: DelegationError, *, short: bool = False) -> str:
+    def _why(self, exc: td.DelegationError, *, short: bool = False) -> str:
         # A few words for the table and log: the runtime's own messages are
         # whole sentences that also tell a model what to do next.
-        if isinstance(exc, RunFailedError):
+        if isinstance(exc, td.RunFailedError):
             return f"{exc.error_type}: {exc.error_message}"
-        if isinstance(exc, RunCancelledError):
+        if isinstance(exc, td.RunCancelledError):
             return "cancelled by request" if short else "cancelled by request, after its cleanup"
-        if isinstance(exc, RunTimedOutError) and exc.run_id is not None:
+        if isinstance(exc, td.RunTimedOutError) and exc.run_id is not None:
             deadline = self.board.row(exc.run_id).deadline
             shown = f"{deadline:.1f}s " if deadline is not None else ""
             if short:
@@ -589,27 +576,27 @@ async def _play_and_claim(d: _Director) -> None:
 
 
 async def _session(
-    watch: Stopwatch, board: _Board, reporter: Reporter, store: ResultStore | None
+    watch: Stopwatch, board: _Board, reporter: Reporter, store: td.ResultStore | None
 ) -> Summary:
     """Open a runtime and a parent, play the story, and claim completion."""
-    config = Config(subagent_timeout_seconds=60.0)
+    config = td.Config(subagent_timeout_seconds=60.0)
     subagents = _subagents(watch, board, reporter)
     director: _Director | None = None
     try:
         async with (
-            open_runtime(subagents, config=config, store=store) as rt,
+            td.open_runtime(subagents, config=config, store=store) as rt,
             rt.open_parent(OWNER) as parent,
         ):
             director = _Director(parent, board, watch, reporter)
             await _alongside_poller(director, _play_and_claim)
-    except UnresolvedDelegationError as exc:
+    except td.UnresolvedDelegationError as exc:
         if director is not None:
             director.report_refusal(exc)
         return Summary(board.rows, False, str(exc), watch.now())
     return Summary(board.rows, True, RESOLVED_VERDICT, watch.now())
 
 
-async def play(reporter: Reporter, store: ResultStore | None = None) -> Summary:
+async def play(reporter: Reporter, store: td.ResultStore | None = None) -> Summary:
     """Play the scripted scenario, sending what happens to *reporter*.
 
     It takes 10 s on the Trio clock: run it under ``MockClock`` to take no
@@ -680,10 +667,10 @@ def run_demo(
     err = sys.stderr if stderr is None else stderr
     print(INTRODUCTION, file=out)
     clock = PacedClock(speed)
-    store = SQLiteStore(db) if db is not None else None
+    store = td.SQLiteStore(db) if db is not None else None
     try:
         summary = trio.run(play, pick_reporter(live, out, speed), store, clock=clock)
-    except StoreError as exc:
+    except td.StoreError as exc:
         print(
             f"trio-delegate demo: {terminal_safe(str(exc))}; pass --db PATH or --no-store", file=err
         )

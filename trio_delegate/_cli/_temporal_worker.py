@@ -31,8 +31,8 @@ from typing import Any, Final
 
 import trio
 
+from .. import ChildContext
 from .._checks import terminal_safe
-from .._core._context import ChildContext
 from .._results import Output
 from .._server_config import ConfigError, ServerConfig, load_server_config
 from .._subagent import Subagent

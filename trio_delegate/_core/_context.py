@@ -16,10 +16,10 @@ __all__ = ["ChildContext"]
 class ChildContext:
     """The run a runner is executing; every attribute is read-only.
 
-    One is made for every run, on the runtime's hottest path, so it is a
-    plain class with read-only properties over private slots: assigning
-    those slots costs a third of what a frozen attrs class's checked
-    ``__setattr__`` costs. It can be built directly to test a runner alone.
+    One is made for every run, so it is a plain class with read-only
+    properties over private slots: a frozen attrs class would set each field
+    through its checked ``__setattr__``. It can be built directly to test a
+    runner alone.
 
     Attributes:
         run_id: the run's id.

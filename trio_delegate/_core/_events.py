@@ -5,24 +5,23 @@ trace or a metric shows: admission (in the caller's task, so the caller's
 current span can become the run's parent), start, the run's own task
 beginning, a cancel request, an observation, the end, an admission undone;
 the store writer's commits; each tool call. A runtime without an observer
-holds ``None`` and each call site costs one comparison.
+holds ``None``, and each call site tests for it.
 
-:func:`runtime_events` gives a new runtime the observer made by the
-factory a surface registered with :func:`observe_runs` (the package
-registers OpenTelemetry's, ``trio_delegate._observe``), else ``None``: the
-core imports no observer itself.
+A runtime is given its observer when it opens, by the :class:`Surfaces`
+(``_surfaces``) the package's ``open_runtime`` passes it (OpenTelemetry's,
+``trio_delegate._observe``, when an application set it up): the core imports
+no observer itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ._run import CancelReason, Run
 
-__all__ = ["RunEvents", "observe_runs", "runtime_events"]
+__all__ = ["RunEvents"]
 
 
 class RunEvents(Protocol):
@@ -54,23 +53,3 @@ class RunEvents(Protocol):
 
     def tool_call(self, name: str, parent_owner: str) -> AbstractContextManager[Any]:
         """A context around one model-facing tool call; its value takes ``note_run(run_id)``."""
-
-
-#: Makes the observer of each new runtime (``None``: nothing observes runs).
-_factory: Callable[[], RunEvents | None] | None = None
-
-
-def observe_runs(factory: Callable[[], RunEvents | None] | None) -> None:
-    """Make *factory* the maker of every new runtime's observer (``None``: no observer).
-
-    Called once, when the package is imported; a runtime asks the factory
-    when it opens, so an observer set up after that import is still found.
-    """
-    global _factory
-    _factory = factory
-
-
-def runtime_events() -> RunEvents | None:
-    """The observer a new runtime uses: ``None`` when nothing observes runs."""
-    factory = _factory
-    return factory() if factory is not None else None

@@ -31,7 +31,7 @@ from .._status import RunStatus
 from .._threads import run_sync
 from ._context import ChildContext
 from ._groups import open_transparent_nursery
-from ._run import Outcome, failed
+from ._run import Outcome, completed, failed
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -41,15 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["execute"]
 
-# A module global: on CPython 3.11 reading an enum member through its class
-# costs about 50 ns, a global about 10 ns (this one is read on every run).
-_COMPLETED: Final = RunStatus.COMPLETED
-
-#: What a runner may return that _check must look into first: an Output, or a
-#: container whose size decides where it is encoded.
-_STRUCTURED: Final = Output | dict | list | tuple
-
-_COMPLETED_NULL: Final = Outcome(_COMPLETED, NULL)
+#: The outcome of every run whose runner only acts and returns ``None``.
+_COMPLETED_NULL: Final = Outcome(RunStatus.COMPLETED, NULL)
 
 
 async def execute(run: Run, host: ParentHost) -> None:
@@ -64,35 +57,13 @@ async def execute(run: Run, host: ParentHost) -> None:
         try:
             with scope:
                 subagent = run.subagent
-                # The common case inline: one coroutine fewer per run.
                 if subagent.children:
+                    # Its runs live in a nursery of this task, inside the scope.
                     value = await _call_with_nested_parent(run, host)
                 else:
-                    # _context(run), written out: one call fewer per run.
-                    schema, history = run.schema, run.history
-                    value = await subagent.runner(
-                        ChildContext(
-                            run.run_id,
-                            subagent.name,
-                            run.task,
-                            schema.schema_copy() if schema is not None else None,
-                            tuple(history.copy()) if history is not None else (),
-                            run.deadline,
-                        )
-                    )
+                    value = await subagent.runner(_context(run))
                 try:
-                    config = host.config
-                    checked: Outcome | _Deferred
-                    if run.schema is not None or isinstance(value, _STRUCTURED):
-                        checked = _check(run, config, value)
-                    elif value is None and NULL.size <= config.max_result_bytes:
-                        # A runner that only acts returns None: one shared outcome
-                        # (as _encode gives it), without the call.
-                        checked = _COMPLETED_NULL
-                    else:
-                        # The usual result, a scalar without a schema: checked and
-                        # encoded here at once (two calls fewer than _check).
-                        checked = _encode(run, config, value, None)
+                    checked = _check(run, host.config, value)
                 except Exception as exc:
                     # Whatever the value does to the checks (a type's hook
                     # raising, say), the run is decided: it failed.
@@ -108,13 +79,9 @@ async def execute(run: Run, host: ParentHost) -> None:
         # None: the scope caught a cancellation (a cancel request or the deadline).
         run.decide(outcome if outcome is not None else run.interrupted())
     finally:
-        # Counted from ParentHost.launch: the grace watchdog ends with the last task, and
-        # logs what a run decided without its runner returned late. On nearly
-        # every run it is watching neither: a count, and no call.
-        grace = host.grace
-        grace.tasks -= 1
-        if grace.watching:
-            grace.task_returned(run)
+        # Counted from ParentHost.launch: the grace watchdog ends with the last
+        # task, and logs what a run decided without its runner returned late.
+        host.grace.task_returned(run)
 
 
 def _context(run: Run, nested: Parent | None = None) -> ChildContext:
@@ -216,7 +183,7 @@ class _Deferred:
                     _encode, self._run, self._config, self._value, self._entries
                 )
             schema = self._run.schema
-            if schema is None or outcome.status is not _COMPLETED:
+            if schema is None or outcome.status is not RunStatus.COMPLETED:
                 return outcome
             result = outcome.result
             assert result is not None
@@ -236,16 +203,18 @@ def _check(run: Run, config: Config, value: Any) -> Outcome | _Deferred:
     A small value without a schema is checked and encoded here, on the event
     loop; anything that may take a while is deferred (:class:`_Deferred`).
     """
+    schema = run.schema
+    if value is None and schema is None and NULL.size <= config.max_result_bytes:
+        return _COMPLETED_NULL  # a runner that only acts: one shared outcome
     entries = None
     if isinstance(value, Output):
         value, entries = value.final_result, value.transcript
-    schema = run.schema
     if schema is not None:
         value = schema.prepare(value)
     if not is_small(value) or (entries is not None and not is_small(entries)):
         return _Deferred(run, config, value, entries, None)
     outcome = _encode(run, config, value, entries)
-    if schema is not None and outcome.status is _COMPLETED:
+    if schema is not None and outcome.status is RunStatus.COMPLETED:
         return _Deferred(run, config, value, entries, outcome)
     return outcome
 
@@ -302,5 +271,4 @@ def _encode(run: Run, config: Config, value: Any, entries: Any) -> Outcome:
                 subagent=run.subagent.name,
             )
         )
-    # Built here rather than through completed(): one call fewer on every run.
-    return Outcome(_COMPLETED, result, transcript)
+    return completed(result, transcript)

@@ -139,12 +139,15 @@ class Grace:
         self._push(now + self.seconds, run)
 
     def task_returned(self, run: Run) -> None:
-        """*run*'s task returned while :attr:`watching`; it is off :attr:`tasks` already.
+        """*run*'s task returned (``_execution``): it is off :attr:`tasks`.
 
-        A run task that returns takes itself off :attr:`tasks` (``_execution``)
-        and calls this only while :attr:`watching`: on every other run that
-        costs a test instead of a call.
+        While :attr:`watching`, a run decided without its runner is logged as
+        it returns late, and the watchdog ends with the last task of a
+        closing runtime.
         """
+        self.tasks -= 1
+        if not self.watching:
+            return
         since = self._abandoned.pop(run, None)
         self.watching = self._closing or bool(self._abandoned)
         if since is not None:
@@ -256,11 +259,13 @@ class Grace:
             stuck,
         )
 
-    def abandoned(self) -> list[tuple[str, str, float]]:
-        """``(run_id, subagent, seconds since decided)`` of the runs that refuse to stop."""
+    def abandoned(self) -> list[tuple[str, str, RunStatus, float]]:
+        """``(run_id, subagent, status, seconds since decided)`` of the runs that refuse
+        to stop."""
         now = self._clock()
         return [
-            (run.run_id, run.subagent.name, now - since) for run, since in self._abandoned.items()
+            (run.run_id, run.subagent.name, run.status, now - since)
+            for run, since in list(self._abandoned.items())
         ]
 
     def _push(self, at: float, run: Run) -> None:

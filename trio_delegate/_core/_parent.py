@@ -16,15 +16,14 @@ parent and runtime are open before it acts and again after every
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar, Final, final
 
 import trio
 
-from .._checks import check_bool, check_seconds, check_text
+from .._checks import check_bool, check_seconds, check_text, describe, is_a
 from .._construction import NoPublicConstructor
 from .._errors import (
-    DelegationError,
     InvalidArgumentsError,
     LimitExceededError,
     UnknownRunError,
@@ -38,74 +37,45 @@ from ._admission import child_named, replaceable
 from ._parent_host import ParentHost
 from ._run import CancelReason, Run, State
 from ._settlements import SettledRuns
+from ._surfaces import ToolsBinding
 
 if TYPE_CHECKING:
-    from .._config import Config
     from .._subagent import Subagent
     from .._tools import DelegationTools
-    from ._events import RunEvents
     from ._registry import Registry
 
-__all__ = [
-    "Parent",
-    "ParentHost",
-    "ToolsFactory",
-    "check_usable",
-    "leave_foreground",
-    "open_parent_host",
-    "provide_tools",
-    "surroundings",
-]
-
-#: What makes a parent's model-facing tools: the parent and each child's
-#: description by name.
-ToolsFactory = Callable[["Parent", Mapping[str, str]], "DelegationTools"]
-
-#: Registered by the tools module (the core imports no surface).
-_tools_factory: ToolsFactory | None = None
+__all__ = ["Parent", "ParentHost", "abandon", "open_parent_host"]
 
 
-def provide_tools(factory: ToolsFactory) -> None:
-    """Make *factory* what :meth:`Parent.tools` calls."""
-    global _tools_factory
-    _tools_factory = factory
+async def abandon(parent: Parent, run_id: str) -> None:
+    """The caller waiting for run *run_id* in the foreground leaves without its answer.
 
+    For a surface that serves a foreground call on the public API, as a
+    :meth:`Parent.start` followed by a bounded :meth:`Parent.wait` (the MCP
+    server does, so that a call still running at its limit goes on in the
+    background), and whose caller is cancelled while it waits. The run is
+    cancelled and joined as :meth:`Parent.delegate` does for its own cancelled
+    caller, with the same verdict: a run that completed anyway is unobserved
+    and unresolved (contract §7, §17); any other ending is answered by the
+    caller's cancellation. Shield the call (``trio.CancelScope(shield=True)``):
+    the caller is being cancelled. Nothing is raised: a run that is not this
+    parent's, or that is known only from the store, is left alone.
 
-async def leave_foreground(parent: Parent, run_id: str) -> None:
-    """A surface's foreground caller of run *run_id* left without its answer.
+    Args:
+        parent: the parent that started the run.
+        run_id: the run the caller was waiting for.
 
-    The run is cancelled and joined as :meth:`Parent.delegate` does for its
-    own cancelled caller (the caller shields this), with the same verdict:
-    completed anyway, it is unobserved and unresolved. Nothing is raised: a
-    run that is not this parent's, or only in the store, is left alone.
+    Raises:
+        InvalidArgumentsError: *parent* is not a :class:`Parent`.
     """
-    try:
-        found = parent._registry.lookup(run_id, parent._owner)
-    except DelegationError:
-        await trio.lowlevel.checkpoint()
-        return
-    if isinstance(found, StoredRun):
-        await trio.lowlevel.checkpoint()
-        return
-    await parent._host.abandon(found)
+    if not is_a(parent, Parent):
+        raise InvalidArgumentsError(
+            f"parent must be a trio_delegate.Parent, got {describe(parent)}"
+        )
+    await parent._host.leave_foreground(run_id)
 
 
-def check_usable(parent: Parent) -> None:
-    """Raise ``RuntimeClosedError`` if *parent* or its runtime is closed: what its
-    tools check before each use (contract §8)."""
-    host = parent._host
-    if host.closed or parent._registry.closed:
-        host.check_usable()
-
-
-def surroundings(parent: Parent) -> tuple[Config, RunEvents | None]:
-    """The config of *parent*'s runtime and its observer: what its tools read."""
-    registry = parent._registry
-    return registry.config, registry.events
-
-
-# Read on every answer: an enum member read through its class costs about 50 ns
-# on CPython 3.11, a module global about 10 ns.
+# The members read on every run, by short module-level names (as in ``_run``).
 _COMPLETED: Final = RunStatus.COMPLETED
 _ADMITTING: Final = State.ADMITTING
 _RUNNING: Final = State.RUNNING
@@ -190,8 +160,7 @@ class Parent(metaclass=NoPublicConstructor):
                 while the call was in progress.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._host.closed or self._registry.closed:
-            self._host.check_usable()
+        self._host.check_usable()
         run = self._admit(name, task, final_schema, replaces, foreground=True)
         if run.state is _ADMITTING:
             await self._host.record_admission(run)
@@ -217,8 +186,7 @@ class Parent(metaclass=NoPublicConstructor):
                 was started.
         """
         await trio.lowlevel.checkpoint()
-        if self._host.closed or self._registry.closed:
-            self._host.check_usable()
+        self._host.check_usable()
         run = self._admit(name, task, final_schema, replaces)
         if run.state is _ADMITTING:
             await self._host.record_admission(run)
@@ -326,9 +294,8 @@ class Parent(metaclass=NoPublicConstructor):
             RuntimeClosedError: this parent or its runtime is closed, or closed
                 while the call was waiting.
         """
+        self._host.check_usable()
         registry = self._registry
-        if self._host.closed or registry.closed:
-            self._host.check_usable()
         limit = (
             None
             if timeout is None
@@ -431,11 +398,12 @@ class Parent(metaclass=NoPublicConstructor):
 
     def tools(self) -> DelegationTools:
         """The model-facing delegation tools bound to this parent (contract §10)."""
-        self._host.check_usable()
-        factory = _tools_factory
-        assert factory is not None, "trio_delegate._tools registers the tools"
+        host = self._host
+        host.check_usable()
+        registry = self._registry
         children = {name: sub.description for name, sub in self._children.items()}
-        return factory(self, children)
+        binding = ToolsBinding(self, children, registry.config, registry.events, host.check_usable)
+        return registry.surfaces.tools(binding)
 
     # -- admission -------------------------------------------------------------
 
@@ -461,13 +429,7 @@ class Parent(metaclass=NoPublicConstructor):
         subagent = self._children.get(name) if type(name) is str else None
         if subagent is None:
             subagent = child_named(self._children, name)  # raises, naming what is allowed
-        if (
-            type(task) is not str
-            or not 0 < len(task) <= config.max_task_chars
-            or task.isspace()
-            or not task.isascii()
-        ):
-            task = check_text(task_field, task, max_chars=config.max_task_chars)
+        task = check_text(task_field, task, max_chars=config.max_task_chars)
         schema = (
             registry.schemas_of[subagent.name]
             if final_schema is None

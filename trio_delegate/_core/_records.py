@@ -32,10 +32,10 @@ _FAILED: Final = RunStatus.FAILED
 class _WallStamp:
     """``wall_clock_now()`` for records, formatted at most once per millisecond.
 
-    A record's times are for people to read and carry milliseconds; formatting
-    a ``datetime`` costs about 1.7 µs, twice per run. The text is made from the
-    same millisecond it is kept for, so it is exactly what ``wall_clock_now``
-    gives during that millisecond.
+    A record's times are for people to read and carry milliseconds, so the
+    text is formatted once per millisecond rather than for each of a run's
+    records. It is made from the same millisecond it is kept for, so it is
+    exactly what ``wall_clock_now`` gives during that millisecond.
     """
 
     __slots__ = ("_ms", "_text")
@@ -107,7 +107,7 @@ class Records:
                 transcript = cast(Any, outcome.transcript)
             else:
                 if result is not None:
-                    final_result = result.scalar if result.immutable else result.copy()
+                    final_result = result.copy()
                 if outcome.transcript is not None:
                     transcript = tuple(outcome.transcript.copy())
             ended_at = self.stamp()

@@ -3,10 +3,10 @@
 The :class:`Runtime` is the public face and the :class:`Parent` the
 delegating side; both reach the runtime's state only through this object's
 fields and methods. A run enters ``runs`` and ``live_count`` in one place,
-``Parent._admit`` (inline: it runs on every run), leaves ``live_count`` for
-retention in one place, ``ParentHost.run_committed``, and an admission is
-undone by :meth:`Registry.withdraw`; a lookup by id, after retention's
-expiry, is :meth:`Registry.lookup`.
+``Parent._admit``, leaves ``live_count`` for retention in one place,
+``ParentHost.run_committed``, and an admission is undone by
+:meth:`Registry.withdraw`; a lookup by id, after retention's expiry, is
+:meth:`Registry.lookup`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from .._json import text_problem
 from .._schema import ResultSchema, SchemaSpec, compile_result_schema
 from .._stores._protocol import StoredRun
 from .._subagent import result_schema, task_name
-from ._events import runtime_events
 from ._grace import Grace
 from ._ids import RunIds
 from ._retention import Retention, expired_error
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from ._parent_host import ParentHost
     from ._persistence import Persistence
     from ._run import Run
+    from ._surfaces import Surfaces
 
 __all__ = ["Registry"]
 
@@ -46,7 +46,10 @@ class Registry:
         subagents: the registered subagents by name.
         persistence: the runtime's store, its writer, watcher and stored runs
             (``None`` without a store).
-        events: the observer of runs (``None`` when nothing observes them).
+        surfaces: what the runtime was given as it opened: the maker of its
+            parents' tools.
+        events: the observer of runs (``None`` when nothing observes them),
+            fixed when the runtime opens.
         now: the Trio run's clock, read directly.
         runs: every run in memory by id: live ones, and terminal ones that
             retention has not evicted. A parent sees those of its owner.
@@ -78,17 +81,23 @@ class Registry:
         "schemas",
         "schemas_of",
         "subagents",
+        "surfaces",
         "task_names",
         "timeouts",
     )
 
     def __init__(
-        self, subagents: Mapping[str, Subagent], config: Config, persistence: Persistence | None
+        self,
+        subagents: Mapping[str, Subagent],
+        config: Config,
+        persistence: Persistence | None,
+        surfaces: Surfaces,
     ) -> None:
         self.config = config
         self.subagents = subagents
         self.persistence = persistence
-        self.events = runtime_events()
+        self.surfaces = surfaces
+        self.events = surfaces.observer()
         if persistence is not None:
             persistence.writer.events = self.events
         # The Trio run's clock, read directly: trio.current_time() finds the
@@ -147,9 +156,7 @@ class Registry:
                 "run_id that start or delegate returned"
             )
         retention = self.retention
-        now = self.now()
-        if now > retention.due:  # something has expired (the usual answer: no)
-            retention.expire(now)
+        retention.expire(self.now())
         run = self.runs.get(run_id)
         if run is not None and run.owner == owner:
             return run

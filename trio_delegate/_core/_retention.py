@@ -30,13 +30,13 @@ class Retention:
     """Terminal runs in the order they ended, and tombstones of evicted ones."""
 
     __slots__ = (
+        "_due",
         "_evicted",
         "_kept",
         "_max_runs",
         "_seconds",
         "_tombstone_limit",
         "_tombstones",
-        "due",
     )
 
     def __init__(self, seconds: float, max_runs: int, evicted: Callable[[Run], None]) -> None:
@@ -47,12 +47,10 @@ class Retention:
         self._tombstone_limit = TOMBSTONES_PER_RETAINED_RUN * max_runs
         # Terminal runs, oldest ended first (runs end in clock order).
         self._kept: deque[Run] = deque()
-        #: When the oldest kept run expires (``inf`` when none is kept): the
-        #: one place the expiry rule is written. A run expires once the time
-        #: is past it; lookups compare the time with it before they call
-        #: :meth:`expire`, on every lookup and every settlement, usually to
-        #: find nothing due.
-        self.due = math.inf
+        # When the oldest kept run expires (``inf`` when none is kept): the
+        # one place the expiry rule is written. A run expires once the time
+        # is past it.
+        self._due = math.inf
         # run id -> the owner it belonged to
         self._tombstones: OrderedDict[str, str] = OrderedDict()
 
@@ -66,22 +64,18 @@ class Retention:
         assert ended_at is not None
         kept = self._kept
         if not kept:
-            self.due = ended_at + self._seconds
+            self._due = ended_at + self._seconds
         kept.append(run)
-        if len(kept) > self._max_runs:
-            self._evict_oldest()
-        # expire(ended_at), written out: this runs on every settlement.
-        while ended_at > self.due:
+        while len(kept) > self._max_runs or ended_at > self._due:
             self._evict_oldest()
 
     def expire(self, now: float) -> None:
         """Evict every run that ended more than ``retention_seconds`` before *now*.
 
-        A run has expired once *now* is past its :attr:`due` time; this
-        returns at once when none has. Callers on hot paths compare *now*
-        with :attr:`due` first and call this only when something is due.
+        A run has expired once *now* is past its due time; this
+        returns at once when none has.
         """
-        while now > self.due:
+        while now > self._due:
             self._evict_oldest()
 
     def evicted_owner(self, run_id: str) -> str | None:
@@ -95,9 +89,9 @@ class Retention:
         if kept:
             ended_at = kept[0].ended_at
             assert ended_at is not None
-            self.due = ended_at + self._seconds
+            self._due = ended_at + self._seconds
         else:
-            self.due = math.inf
+            self._due = math.inf
         self._tombstones[run_id] = run.owner
         if len(self._tombstones) > self._tombstone_limit:
             self._tombstones.popitem(last=False)

@@ -13,8 +13,7 @@ Everything that maps an ending to a status lives here: a return
 small :class:`RunHost` interface, never through the parent's fields.
 
 A run's state is one value, :attr:`Run.state` (a :class:`State`), moved only
-as :data:`MOVES` allows, which :meth:`Run._move` checks (``start`` and
-``commit`` write its test out); ``docs/contract.md`` (its
+as :data:`MOVES` allows, which :meth:`Run._move` checks; ``docs/contract.md`` (its
 appendix, "A run's state" and "Where a run lives") holds the same table and
 says which other forms of a run (``RunRecord``, ``StoredRun``, ``Evicted``,
 the encoded row) live where, and why.
@@ -209,9 +208,7 @@ for _state, _moves in MOVES.items():
     _state.moves = _moves
 del _state, _moves
 
-# The members read on every run, as module globals: on CPython 3.11 reading an
-# enum member through its class (``State.RUNNING``) costs about 50 ns, a global
-# about 10 ns, and a run reads several of them between admission and answer.
+# The members a run's methods read on every run, by short module-level names.
 _ADMITTING: Final = State.ADMITTING
 _PENDING: Final = State.PENDING
 _RUNNING: Final = State.RUNNING
@@ -264,10 +261,9 @@ class StoredEnding(Exception):
 class Outcome:
     """How a run ended, decided once; never changed after it is made.
 
-    Every settled run makes one, on the runtime's hottest path, so it is a
-    plain slotted class: a frozen attrs class sets each field through
-    ``object.__setattr__``, which made building one cost 0.5 µs, more than
-    the rest of deciding a run.
+    Every settled run makes one, so it is a plain slotted class rather than
+    a frozen attrs class, which sets each field through
+    ``object.__setattr__``.
 
     Attributes:
         status: the terminal status.
@@ -508,7 +504,7 @@ class Run:
 
     @property
     def status(self) -> RunStatus:
-        """The status callers read (``run.state.status`` on the hot paths)."""
+        """The status callers read: its state's (:attr:`State.status`)."""
         return self.state.status
 
     @property
@@ -543,8 +539,7 @@ class Run:
         assert outcome is not None
         canonical = outcome.result
         assert canonical is not None
-        # An immutable scalar (the usual result) is its own copy: read inline.
-        value = canonical.scalar if canonical.immutable else canonical.copy()
+        value = canonical.copy()
         schema = self.schema
         if schema is not None and schema.target is not None:
             value = schema.structure(value)
@@ -585,9 +580,6 @@ class Run:
     def _move(self, to: State) -> None:
         """Make *to* the run's state, if :data:`MOVES` allows it: the one judge of a move.
 
-        ``start`` and ``commit``, which every run goes through, write the
-        same test out and call this only to raise.
-
         Raises:
             IllegalMove: :data:`MOVES` allows no move from the run's state to
                 *to* (a bug in the runtime).
@@ -603,10 +595,7 @@ class Run:
 
     def start(self, now: float) -> trio.CancelScope:
         """``pending → running``: the child deadline starts now."""
-        # _move written out (as in commit): every run makes this move.
-        if _RUNNING not in self.state.moves:
-            self._move(_RUNNING)  # raises IllegalMove
-        self.state = _RUNNING
+        self._move(_RUNNING)
         if self.timeout is not None:
             self.deadline = now + self.timeout
         self.scope = trio.CancelScope(deadline=self.deadline)
@@ -707,13 +696,8 @@ class Run:
         Raises:
             IllegalMove: the run is terminal already, or was withdrawn.
         """
-        state = self.state
-        to = _COMMITTED[outcome.status]
-        # _move written out (as in start): every run makes this move.
-        if to not in state.moves:
-            self._move(to)  # raises IllegalMove
-        self.state = to
-        was_running = state.holds_slot
+        was_running = self.state.holds_slot
+        self._move(_COMMITTED[outcome.status])
         self.outcome = outcome
         self.ended_at = self.host.now()
         done = self.done

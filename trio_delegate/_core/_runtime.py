@@ -35,8 +35,16 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from ._run import Run
+    from ._surfaces import Surfaces
 
-__all__ = ["Internals", "Runtime", "internals", "open_runtime", "unstopped_runs"]
+__all__ = [
+    "Internals",
+    "Runtime",
+    "UnstoppedRun",
+    "internals",
+    "open_runtime",
+    "unstopped_runs",
+]
 
 _MAX_OWNER_CHARS = 256
 
@@ -55,11 +63,15 @@ class Runtime(metaclass=NoPublicConstructor):
     __slots__ = ("__weakref__", "_nursery", "_registry", "_subagents")
 
     def __init__(
-        self, subagents: Mapping[str, Subagent], config: Config, persistence: Persistence | None
+        self,
+        subagents: Mapping[str, Subagent],
+        config: Config,
+        persistence: Persistence | None,
+        surfaces: Surfaces,
     ) -> None:
         self._subagents = MappingProxyType(dict(subagents))
         # Everything the runtime's parents share; they reach it through this.
-        self._registry = Registry(self._subagents, config, persistence)
+        self._registry = Registry(self._subagents, config, persistence, surfaces)
         self._nursery: trio.Nursery | None = None
 
     def __repr__(self) -> str:
@@ -284,23 +296,55 @@ def internals(runtime: Runtime) -> Internals:
     )
 
 
-def unstopped_runs(
-    runtime: Runtime,
-) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, RunStatus]]]:
-    """The runs that hold *runtime* open while it closes (contract §18).
+@final
+@attrs.frozen
+class UnstoppedRun:
+    """A run that holds its runtime open while the runtime closes (contract §18).
 
-    Returns:
-        ``(run_id, subagent, seconds since decided)`` of each run decided
-        without its runner, which has not returned; and ``(run_id, subagent,
-        status)`` of each run that is still live.
+    Attributes:
+        run_id: the run's id.
+        subagent: its subagent's name.
+        status: its status: ``pending`` or ``running`` while it is live; once
+            it was decided without its runner, the status it was decided as.
+        decided_seconds_ago: seconds on the Trio clock since the run was
+            decided without its runner, which has not returned; ``None`` for
+            a live run.
     """
+
+    run_id: str
+    subagent: str
+    status: RunStatus
+    decided_seconds_ago: float | None
+
+
+def unstopped_runs(runtime: Runtime) -> tuple[UnstoppedRun, ...]:
+    """The runs whose tasks still hold *runtime*'s nursery open (contract §18).
+
+    First the runs decided without their runners (their grace ran out), which
+    have not returned, then the runs still live. Made for a process that must
+    say, before it gives up on a closing runtime, which runs did not stop: it
+    takes no lock and may be called from another thread while the Trio run
+    is held up by a runner (an answer torn by a run changing meanwhile names
+    a run once, in one of its states).
+
+    Raises:
+        InvalidArgumentsError: *runtime* is not a :class:`Runtime`.
+    """
+    if not is_a(runtime, Runtime):
+        raise InvalidArgumentsError(
+            f"runtime must be a trio_delegate.Runtime, got {describe(runtime)}"
+        )
     registry = runtime._registry
+    decided = [
+        UnstoppedRun(run_id, subagent, status, seconds)
+        for run_id, subagent, status, seconds in registry.grace.abandoned()
+    ]
     live = [
-        (run.run_id, run.subagent.name, run.status)
+        UnstoppedRun(run.run_id, run.subagent.name, run.status, None)
         for run in list(registry.runs.values())
         if run.is_live
     ]
-    return registry.grace.abandoned(), live
+    return (*decided, *live)
 
 
 def _is_store(value: Any) -> bool:
@@ -371,26 +415,18 @@ async def open_runtime(
     *,
     config: Config | None = None,
     store: ResultStore | None = None,
+    surfaces: Surfaces,
 ) -> AsyncIterator[Runtime]:
-    """Open a runtime owning every run started through it.
+    """What ``trio_delegate.open_runtime`` opens (its docstring says the rest).
 
     Args:
-        subagents: the subagent definitions; names must be unique and every
-            ``children`` entry must name one of them.
-        config: limits and policy; ``Config()`` when omitted.
-        store: a durable store (:class:`MemoryStore`, :class:`SQLiteStore`,
-            :class:`PostgresStore`, or another :class:`ResultStore`) for run
-            records, results and continuations; ``None`` keeps nothing beyond
-            retention.
-
-    Leaving the block cancels and joins every run (and, with a store, commits
-    their final records). An exception raised in the body comes out as
-    itself, never wrapped in an ``ExceptionGroup``.
+        subagents, config, store: as ``trio_delegate.open_runtime`` takes them.
+        surfaces: what makes the runtime's observer and its parents' tools;
+            the package gives its own (``trio_delegate._surfaces``).
 
     Raises:
-        NotInTrioError: called outside a Trio run (from ``asyncio.run``, say).
-        InvalidArgumentsError: malformed subagents, config or store.
-        StoreError: the store could not be opened.
+        NotInTrioError, InvalidArgumentsError, StoreError: as
+            ``trio_delegate.open_runtime`` raises them.
     """
     require_trio("open_runtime")
     registry = _check_subagents(subagents)
@@ -407,7 +443,7 @@ async def open_runtime(
             f"got {describe(store)}"
         )
     persistence = Persistence(store, new_runtime_id(), config) if store is not None else None
-    runtime = Runtime._create(registry, config, persistence)
+    runtime = Runtime._create(registry, config, persistence, surfaces)
     guard = RunGuard()
     guard.start()
     try:

@@ -79,13 +79,12 @@ class Settlements:
         self._streams: weakref.WeakKeyDictionary[SettledRuns, trio.MemorySendChannel[RunHandle]] = (
             weakref.WeakKeyDictionary()
         )
-        # Whether a stream may be subscribed: read on every settlement, where
-        # asking the WeakKeyDictionary for its length costs a Python call.
+        # Whether a stream may be subscribed (it may have been dropped since):
+        # nearly every parent has none, and a settlement then sends nothing.
         self._subscribed = False
         # Terminal runs whose outcome no wait has told, oldest settled first,
-        # as (run id, subagent, status): a plain tuple costs a fraction of a
-        # RunHandle to make, on every background run; unobserved() makes the
-        # handles when asked.
+        # as (run id, subagent, status); unobserved() makes the handles when
+        # asked, which few callers do.
         self._unobserved: dict[str, tuple[str, str, RunStatus]] = {}
         self._closed = False
 

@@ -33,7 +33,7 @@ from typing import Any, Final, Literal, final
 
 import attrs
 
-from .._core._context import ChildContext
+from .._core import ChildContext
 from .._json import parse
 from .._results import Output
 from .._threads import run_sync

@@ -35,7 +35,7 @@ import attrs
 import trio
 
 from .._checks import describe
-from .._core._context import ChildContext
+from .._core import ChildContext
 from .._errors import DelegationError, InvalidArgumentsError, LimitExceededError
 from .._json import parse
 from .._threads import run_sync

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Final
 
-from .._core._runtime import unstopped_runs
+from ..lowlevel import unstopped_runs
 from ._server import logger
 
 if TYPE_CHECKING:
@@ -126,15 +126,15 @@ def stuck_runs(runtime: Runtime | None) -> list[str]:
     """The runs still running in *runtime*: decided without their runners, or live."""
     if runtime is None:
         return []
-    abandoned, live = unstopped_runs(runtime)
-    named = [
-        f"{run_id} (subagent {subagent!r}, still running {seconds:.1f} s after it was decided)"
-        for run_id, subagent, seconds in abandoned
+    return [
+        f"{run.run_id} (subagent {run.subagent!r}, "
+        + (
+            f"{run.status.value})"
+            if run.decided_seconds_ago is None
+            else f"still running {run.decided_seconds_ago:.1f} s after it was decided)"
+        )
+        for run in unstopped_runs(runtime)
     ]
-    named += [
-        f"{run_id} (subagent {subagent!r}, {status.value})" for run_id, subagent, status in live
-    ]
-    return named
 
 
 @contextlib.contextmanager

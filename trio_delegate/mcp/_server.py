@@ -54,9 +54,9 @@ from .. import (
     __version__,
 )
 from .._checks import describe
-from .._core._parent import leave_foreground
 from .._first_answer import DEFAULT_INSTRUCTIONS, DEFAULT_NAME
 from .._tools import traced_call
+from ..lowlevel import abandon
 from ._connection_end import ClientEnds, left_behind, leftovers
 from ._tasks import (
     DEFAULT_TASK_POLL_INTERVAL_SECONDS,
@@ -627,7 +627,7 @@ async def _report_progress(
 
 async def _cancel_and_join(parent: Parent, run_id: str) -> None:
     """The client cancelled a foreground call: the core's verdict, as for ``delegate``."""
-    await leave_foreground(parent, run_id)
+    await abandon(parent, run_id)
 
 
 def success_result(payload: dict[str, Any]) -> mcp_types.CallToolResult:

@@ -27,7 +27,7 @@ See the testing kit's guide for a worked example:
 <https://trio-delegate.github.io/trio-delegate/testing/>.
 """
 
-from .._core._runtime import Internals, internals
+from .._core import Internals, internals
 from ._clock import (
     advance,
     advance_until_idle,

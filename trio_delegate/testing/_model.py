@@ -43,8 +43,7 @@ from typing import Any, Final, NoReturn, final
 import attrs
 
 from .._config import Config
-from .._core._parent import Parent
-from .._core._retention import TOMBSTONES_PER_RETAINED_RUN
+from .._core import TOMBSTONES_PER_RETAINED_RUN, Parent
 from .._errors import (
     DelegationError,
     RunFailedError,

@@ -42,8 +42,7 @@ import trio
 from ._trace import Trace
 
 if TYPE_CHECKING:
-    from .._core._context import ChildContext
-    from .._core._parent import Parent
+    from .._core import ChildContext, Parent
 
 __all__ = [
     "Checkpoint",

@@ -29,11 +29,11 @@ import attrs
 import trio
 
 from .._config import Config
-from .._core._parent import Parent
-from .._core._runtime import Runtime, open_runtime
+from .._core import Parent, Runtime
 from .._errors import DelegationError, UnresolvedDelegationError
 from .._results import RunResult
 from .._subagent import Subagent
+from .._surfaces import open_runtime
 from ._clock import mock_clock, settle
 from ._scripted import (
     Checkpoint,

@@ -1,0 +1,158 @@
+"""``trio_delegate.lowlevel``: what a surface needs beyond the contract's API."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+import trio_delegate as td
+from trio_delegate.lowlevel import UnstoppedRun, abandon, unstopped_runs
+
+S = td.RunStatus
+GRACE = 7.0
+
+
+def test_the_module_shows_its_names_under_its_own_path() -> None:
+    assert td.lowlevel.__all__ == ["UnstoppedRun", "abandon", "unstopped_runs"]
+    for name in td.lowlevel.__all__:
+        assert getattr(td.lowlevel, name).__module__ == "trio_delegate.lowlevel"
+    assert "lowlevel" not in td.__all__  # a module beside the API, as trio.lowlevel is
+
+
+class Stubborn:
+    """Told to stop, it finishes its work anyway and returns."""
+
+    def __init__(self) -> None:
+        self.started = trio.Event()
+        self.cancelled = False
+
+    async def __call__(self, ctx: td.ChildContext) -> str:
+        self.started.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            self.cancelled = True
+        return "done anyway"
+
+
+async def _hang(ctx: td.ChildContext) -> None:
+    await trio.sleep_forever()
+
+
+async def _served_foreground(parent: td.Parent, name: str, started: trio.Event) -> str:
+    """A surface's foreground call, as a start and a bounded wait, whose caller is cancelled."""
+    handle = await parent.start(name, "go")
+    await started.wait()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            await parent.wait(handle.run_id, timeout=60)
+        finally:
+            with trio.CancelScope(shield=True):
+                await abandon(parent, handle.run_id)
+    return handle.run_id
+
+
+async def test_abandon_gives_a_run_that_completed_anyway_the_delegate_verdict() -> None:
+    runner = Stubborn()
+    async with (
+        td.open_runtime([td.Subagent("stubborn", runner)]) as runtime,
+        runtime.open_parent() as parent,
+    ):
+        run_id = await _served_foreground(parent, "stubborn", runner.started)
+        assert runner.cancelled
+        assert parent.status(run_id).status is S.COMPLETED
+        # Completed, and nobody was told: unobserved (§17) and unresolved (§7).
+        assert [handle.run_id for handle in parent.unobserved()] == [run_id]
+        with pytest.raises(td.UnresolvedDelegationError) as raised:
+            parent.check_resolved()
+        assert [run.run_id for run in raised.value.unresolved] == [run_id]
+        result = await parent.wait(run_id)  # a wait still reads it, and observes it
+        assert isinstance(result, td.RunResult)
+        assert result.final_result == "done anyway"
+        parent.check_resolved()
+
+
+async def test_abandon_cancels_and_joins_a_run_that_stops() -> None:
+    started = trio.Event()
+
+    async def stops(ctx: td.ChildContext) -> None:
+        started.set()
+        await trio.sleep_forever()
+
+    config = td.Config(fail_closed=False)  # a cancelled run stays unresolved (§7)
+    async with (
+        td.open_runtime([td.Subagent("stops", stops)], config=config) as runtime,
+        runtime.open_parent() as parent,
+    ):
+        run_id = await _served_foreground(parent, "stops", started)
+        # Joined before abandon returned; the caller's cancellation answered for it.
+        assert parent.status(run_id).status is S.CANCELLED
+        assert parent.unobserved() == ()
+        assert runtime.live_runs == 0
+        with pytest.raises(td.RunCancelledError, match="caller waiting for it"):
+            await parent.wait(run_id)
+
+
+async def test_abandon_leaves_alone_a_run_that_is_not_the_parents() -> None:
+    subagents = [td.Subagent("hang", _hang)]
+    async with (
+        td.open_runtime(subagents, config=td.Config(fail_closed=False)) as runtime,
+        runtime.open_parent("one") as one,
+        runtime.open_parent("two") as two,
+    ):
+        handle = await one.start("hang", "go")
+        await abandon(two, handle.run_id)
+        await abandon(two, "no such run")
+        await abandon(two, 42)  # type: ignore[arg-type]
+        assert one.status(handle.run_id).status is S.RUNNING
+
+
+async def test_abandon_refuses_what_is_not_a_parent() -> None:
+    with pytest.raises(td.InvalidArgumentsError, match=r"parent must be a trio_delegate\.Parent"):
+        await abandon(object(), "run")  # type: ignore[arg-type]
+
+
+async def _stubborn(ctx: td.ChildContext) -> str:
+    """Catches every cancellation and carries on, for 1,000 s of Trio time."""
+    end = trio.current_time() + 1_000
+    while trio.current_time() < end:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(1)
+    return "late"
+
+
+async def test_unstopped_runs_names_the_runs_decided_without_their_runners_then_the_live(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    subagents = [td.Subagent("stubborn", _stubborn), td.Subagent("hang", _hang)]
+    config = td.Config(cancel_grace_seconds=GRACE, fail_closed=False)
+    async with td.open_runtime(subagents, config=config) as runtime:
+        assert unstopped_runs(runtime) == ()
+        async with runtime.open_parent() as parent:
+            stubborn = await parent.start("stubborn", "go")
+            await trio.sleep(1)
+            assert unstopped_runs(runtime) == (
+                UnstoppedRun(stubborn.run_id, "stubborn", S.RUNNING, None),
+            )
+            parent.cancel(stubborn.run_id)
+            await trio.sleep(GRACE + 3)  # decided a grace after the request, 3 s ago
+            hang = await parent.start("hang", "go")
+            decided, live = unstopped_runs(runtime)
+            assert (decided.run_id, decided.subagent, decided.status) == (
+                stubborn.run_id,
+                "stubborn",
+                S.CANCELLED,
+            )
+            assert decided.decided_seconds_ago == pytest.approx(3)
+            assert live == UnstoppedRun(hang.run_id, "hang", S.RUNNING, None)
+            parent.cancel(hang.run_id)
+            await trio.sleep(1)
+            assert [run.run_id for run in unstopped_runs(runtime)] == [stubborn.run_id]
+    assert unstopped_runs(runtime) == ()
+
+
+def test_unstopped_runs_refuses_what_is_not_a_runtime() -> None:
+    with pytest.raises(td.InvalidArgumentsError, match=r"runtime must be a trio_delegate\.Runtime"):
+        unstopped_runs(object())  # type: ignore[arg-type]
