@@ -28,7 +28,7 @@ import attrs
 
 from ._checks import describe
 from ._config import INHERIT, Config, TimeoutSetting
-from ._errors import DelegationError, InvalidArgumentsError
+from ._errors import ConfigError, InvalidArgumentsError
 from ._runners._agents import AGENT_KINDS, AgentCLIRunner
 from ._runners._command import CommandRunner
 from ._schema import compile_result_schema
@@ -70,28 +70,6 @@ _BUNDLED: Final = {
 }
 #: What a timeout setting says for "no deadline": TOML has no null.
 _NO_DEADLINE: Final = "none"
-
-
-class ConfigError(DelegationError, ValueError):
-    """The server's configuration file is missing, malformed or inconsistent.
-
-    Attributes:
-        path: the configuration file.
-        key: the offending key (``"subagents[1].command"``), or ``None`` for
-            the file as a whole.
-        fix: what to change.
-    """
-
-    def __init__(
-        self, path: Path, key: str | None, problem: str, fix: str, *, subagent: str | None = None
-    ) -> None:
-        where = f"{path}: {key}" if key else str(path)
-        if subagent is not None:
-            where += f" (subagent {subagent!r})"
-        super().__init__(f"{where}: {problem}\n  fix: {fix}", subagent=subagent)
-        self.path = path
-        self.key = key
-        self.fix = fix
 
 
 @final

@@ -47,6 +47,7 @@ from .._core._parent import Parent
 from .._core._retention import TOMBSTONES_PER_RETAINED_RUN
 from .._errors import (
     DelegationError,
+    IndeterminateError,
     RunFailedError,
     UnresolvedDelegationError,
 )
@@ -83,12 +84,6 @@ _OUTCOME_ERROR = {
     RunStatus.CANCELLED: ("run_cancelled", "RunCancelledError"),
     RunStatus.TIMED_OUT: ("run_timed_out", "RunTimedOutError"),
 }
-
-
-class IndeterminateError(Exception):
-    """The runtime may answer this either way: it depends on how Trio orders
-    tasks that wake at the same instant. Avoid the tie (or discard the case).
-    """
 
 
 @final
