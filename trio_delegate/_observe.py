@@ -4,7 +4,9 @@ The package registers :func:`telemetry_events` with the core
 (``_core._events.observe_runs``) when it is imported. A process that never
 loaded OpenTelemetry's API, and whose environment does not tell it to load
 a provider, imports nothing of it: no provider can have been set without
-the API.
+the API. Nor does one that loaded only its tracing API (the MCP SDK does)
+and set no tracer provider: a meter provider cannot have been set without
+the metrics API.
 """
 
 from __future__ import annotations
@@ -26,12 +28,28 @@ def telemetry_events() -> RunEvents | None:
     """OpenTelemetry's observer when its API is loaded (or the environment names a
     provider) and a tracer or meter provider is set (``trio_delegate._otel``), else
     ``None``."""
-    if "opentelemetry" not in sys.modules and not any(
-        name in os.environ for name in _PROVIDER_VARIABLES
-    ):
-        return None
+    if not any(name in os.environ for name in _PROVIDER_VARIABLES):
+        if "opentelemetry" not in sys.modules:
+            return None
+        if "opentelemetry.metrics" not in sys.modules and not _tracer_provider_set():
+            # Nothing to observe for, and trio_delegate._otel (which imports
+            # the metrics API) stays unloaded: a runtime opens quicker.
+            return None
     try:
         from ._otel import open_telemetry
     except ImportError:  # an opentelemetry module without the API's trace and metrics
         return None
     return open_telemetry()
+
+
+def _tracer_provider_set() -> bool:
+    """Whether a tracer provider was set, asked of the tracing API only if it is loaded."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return False
+    try:
+        provider = trace.get_tracer_provider()
+        # Without set_tracer_provider the API hands out a stand-in.
+        return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    except Exception:  # an API unlike the one known here: trio_delegate._otel decides
+        return True
