@@ -19,6 +19,7 @@ from mcp import Client  # noqa: E402
 from mcp.types import CallToolResult, TextContent  # noqa: E402
 
 from trio_delegate.mcp import build_parent_server, build_server  # noqa: E402
+from trio_delegate.mcp._connection_end import ClientEnds  # noqa: E402
 
 TOOLS = (
     "delegate_task",
@@ -211,7 +212,7 @@ async def test_a_connection_ending_cancels_and_joins_its_runs(
     gate = Gate()
     async with td.open_runtime(subagents(gate)) as rt:
         async with open_client(build_server(rt)) as client:
-            await client.call_tool(
+            started = await client.call_tool(
                 "delegate_task", {"subagent": "gate", "task": "x", "background": True}
             )
             await gate.started.wait()
@@ -219,12 +220,110 @@ async def test_a_connection_ending_cancels_and_joins_its_runs(
         # joined by the time the connection is closed
         assert gate.cancelled
         assert rt.live_runs == 0
-    [record] = [r for r in caplog.records if r.name == "trio_delegate.mcp"]
+    [record] = [r for r in caplog.records if "ended" in r.getMessage()]
+    assert record.name == "trio_delegate.mcp"
     assert record.levelno == logging.WARNING
-    assert "unresolved" in record.getMessage()
+    owner, run_id = record.getMessage().split()[1], payload(started)["run_id"]
+    assert record.getMessage() == (
+        f"connection {owner} ended and left 1 run behind:\n"
+        f"  - {run_id} (gate): still running when the connection ended, so it was cancelled\n"
+        "A client sees a background run through by waiting for it (wait_subagent, or "
+        "tasks/get for a task) or cancelling it before it disconnects."
+    )
 
 
-async def test_a_cancelled_foreground_call_cancels_its_run() -> None:
+async def test_a_connection_ending_names_what_it_left_behind_in_an_mcp_users_terms(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_delegate.mcp")
+    gate = Gate()
+    ended = trio.Event()
+    notices: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        notices.append(params.data)
+        if len(notices) == 2:
+            ended.set()
+
+    def start(subagent: str) -> dict[str, Any]:
+        return {"subagent": subagent, "task": "x", "background": True}
+
+    store = td.SQLiteStore(tmp_path / "runs.db")
+    async with td.open_runtime(subagents(gate), store=store) as rt:
+        with trio.fail_after(30):
+            async with Client(build_server(rt), mode="legacy", logging_callback=on_log) as client:
+                unread = payload(await client.call_tool("delegate_task", start("shout")))
+                failed = payload(await client.call_tool("delegate_task", start("broken")))
+                # Both end; neither is waited for (an announcement is not a read).
+                await ended.wait()
+                running = payload(await client.call_tool("delegate_task", start("gate")))
+                cancelled = payload(await client.call_tool("delegate_task", start("gate")))
+                await client.call_tool("cancel_subagent", {"run_id": cancelled["run_id"]})
+    [record] = [r for r in caplog.records if " ended" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    lines = record.getMessage().splitlines()
+    assert lines[0].endswith(" ended and left 3 runs behind:")
+    assert lines[1:4] == [
+        f"  - {unread['run_id']} (shout): completed, but the client never read its result",
+        f"  - {failed['run_id']} (broken): ended failed, and the client neither read that "
+        "nor started a replacement",
+        f"  - {running['run_id']} (gate): still running when the connection ended, so it "
+        "was cancelled",
+    ]
+    # What the client cancelled itself is not left behind; no advice for a Python parent.
+    assert cancelled["run_id"] not in record.getMessage()
+    assert "parent.wait" not in record.getMessage()
+    assert "'trio-delegate runs show RUN_ID --config FILE'" in lines[-1]
+
+
+async def test_a_connection_that_saw_its_runs_through_left_nothing_behind(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_delegate.mcp")
+    gate = Gate()
+    async with td.open_runtime(subagents(gate)) as rt, open_client(build_server(rt)) as client:
+        started = payload(
+            await client.call_tool(
+                "delegate_task", {"subagent": "gate", "task": "x", "background": True}
+            )
+        )
+        await client.call_tool("cancel_subagent", {"run_id": started["run_id"]})
+        await client.call_tool("delegate_task", {"subagent": "shout", "task": "y"})
+    [record] = [r for r in caplog.records if " ended" in r.getMessage()]
+    assert record.levelno == logging.INFO
+    assert record.getMessage().endswith(" ended")
+
+
+def test_what_a_connection_remembers_of_its_clients_ends_is_bounded() -> None:
+    ends = ClientEnds(2)
+    for run_id in ("a", "b", "c", "b"):
+        ends.cancelled(run_id)
+    assert not ends.saw_through("a")
+    assert ends.saw_through("b")
+    assert ends.saw_through("c")
+    ends.cancelled("d")
+    # "b" was cancelled again after "c": "c" is the oldest.
+    assert not ends.saw_through("c")
+    assert ends.saw_through("b")
+    # A foreground call left unanswered is the client's end only once it asked for it.
+    ends.unanswered("e", 7)
+    assert ends.left("e")
+    assert not ends.saw_through("e")
+    ends.request_cancelled("7")
+    assert ends.left("e")  # another request: ids 7 and "7" differ
+    ends.request_cancelled(7)
+    assert ends.saw_through("e")
+    assert not ends.left("e")
+    for request_id in range(10):
+        ends.request_cancelled(request_id)
+        ends.unanswered(f"run-{request_id}", request_id)
+    assert len(ends) == 6
+
+
+async def test_a_cancelled_foreground_call_cancels_its_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_delegate.mcp")
     gate = Gate()
     async with td.open_runtime(subagents(gate)) as rt, open_client(build_server(rt)) as client:
         with trio.CancelScope() as scope:
@@ -243,6 +342,9 @@ async def test_a_cancelled_foreground_call_cancels_its_run() -> None:
             while rt.live_runs:  # noqa: ASYNC110 - the server settles it on its side
                 await trio.sleep(0.01)
         assert gate.cancelled
+    # The client cancelled it (notifications/cancelled): nothing was left behind.
+    [record] = [r for r in caplog.records if " ended" in r.getMessage()]
+    assert record.levelno == logging.INFO
 
 
 async def test_continue_subagent_carries_the_conversation() -> None:

@@ -249,10 +249,13 @@ async def test_a_signal_to_the_server_kills_its_runs_and_logs_them_before_it_exi
     assert "foreground limit 45 s" in ready
     assert "default deadline 20 s" in ready
     assert "4 concurrent runs per connection" in ready
-    # The unresolved run is named, with its status, before it is cancelled.
-    [cut] = [line for line in lines if "cut short" in line]
-    assert "1 unresolved" in cut
-    assert any(run in line and "sleeper, running" in line for line in lines)
+    # The run the client left behind is named, as it was, before it is cancelled.
+    [cut] = [line for line in lines if "was cut short and" in line]
+    assert cut.endswith(" was cut short and left 1 run behind:")
+    assert (
+        f"  - {run} (sleeper): still running when the connection was cut short, "
+        "so it is being cancelled"
+    ) in lines
     assert any(f"stopped by {signum.name}" in line for line in lines)
 
 

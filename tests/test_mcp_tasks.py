@@ -49,11 +49,13 @@ PY = sys.executable
 #: Outer hang guard for one answer (the server answers in milliseconds).
 ANSWER_SECONDS = 30
 
-#: A subagent that waits until the gate file named by its task exists, then shouts its task.
+#: A subagent that waits until the gate file named by its task exists, then shouts its task
+#: (it marks its start with a file named by its task and ``.started``).
 GATED = (
     "import os, sys, time\n"
     "task = sys.stdin.read()\n"
     "gate = os.path.join(os.environ['GATES'], task.strip())\n"
+    "open(gate + '.started', 'w').close()\n"
     "while not os.path.exists(gate):\n"
     "    time.sleep(0.01)\n"
     "print(task.upper())\n"
@@ -258,12 +260,12 @@ class Wire:
         return answer
 
 
-def start_server(config: Path, *arguments: str) -> Wire:
+def start_server(config: Path, *arguments: str, errlog: Any = subprocess.DEVNULL) -> Wire:
     process = subprocess.Popen(
         [PY, "-m", "trio_delegate", "serve", "--config", str(config), *arguments],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=errlog,
     )
     return Wire(process, config.parent)
 
@@ -489,6 +491,45 @@ async def test_tasks_cancel_acknowledges_every_time_and_the_task_reads_cancelled
     assert "result" in again
     update = await wire.request("tasks/update", {"taskId": task_id, "inputResponses": {}})
     assert without_meta(update["result"]) == {"resultType": "complete"}
+
+
+async def test_a_connection_ending_names_only_what_its_client_left_behind(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "server.toml"
+    config.write_text(config_text(tmp_path))
+    log = tmp_path / "stderr.log"
+    with log.open("w") as errlog:
+        wire = start_server(config, errlog=errlog)
+        try:
+            async with wire.attached():
+                start = {"subagent": "gated", "background": True}
+                cancelled = await wire.call("delegate_task", {**start, "task": "cancelled"})
+                await wire.request("tasks/cancel", {"taskId": cancelled["taskId"]})
+                left = await wire.call("delegate_task", {**start, "task": "left"})
+                # A foreground call the client leaves unanswered: it ends its
+                # input without a notifications/cancelled.
+                foreground = {
+                    "name": "delegate_task",
+                    "arguments": {"subagent": "gated", "task": "foreground"},
+                }
+                await wire.send(wire.message(wire.fresh_id(), "tools/call", foreground))
+                with trio.fail_after(ANSWER_SECONDS):
+                    while not (tmp_path / "gates" / "foreground.started").exists():  # noqa: ASYNC110
+                        await trio.sleep(0.01)
+            assert wire.process.stdin is not None
+            wire.process.stdin.close()
+            with trio.fail_after(ANSWER_SECONDS):
+                assert await trio.to_thread.run_sync(wire.process.wait) == 0
+        finally:
+            stop_server(wire)
+    [ended] = [line for line in log.read_text().splitlines() if " ended and left " in line]
+    assert ended.endswith(" ended and left 2 runs behind:")
+    report = log.read_text()
+    assert f"  - {left['taskId']} (gated): still running when the connection ended" in report
+    assert "(gated): its foreground call ended unanswered (the client left" in report
+    # The task the client cancelled is its own business, not left behind.
+    assert cancelled["taskId"] not in report.split(ended)[1]
 
 
 async def test_a_background_continuation_is_a_task(wire: Wire) -> None:

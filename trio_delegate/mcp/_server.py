@@ -46,6 +46,7 @@ from .. import (
     DelegationError,
     DelegationTools,
     InvalidArgumentsError,
+    MemoryStore,
     Parent,
     Runtime,
     UnresolvedDelegationError,
@@ -54,6 +55,7 @@ from .. import (
 from .._checks import describe
 from .._core._parent import leave_foreground
 from .._tools import traced_call
+from ._connection_end import ClientEnds, left_behind, leftovers
 from ._results import error_result, success_result
 from ._tasks import (
     DEFAULT_TASK_POLL_INTERVAL_SECONDS,
@@ -148,6 +150,9 @@ class _Connection:
             the extension.
         log_level: the least severe level a handshake-era client asked to
             hear with ``logging/setLevel`` (``None``: every level).
+        ends: the runs the client ended itself (a cancel, a cancelled
+            foreground call) or whose foreground call it left: what its
+            ending reports as left behind depends on them.
     """
 
     parent: Parent
@@ -156,6 +161,7 @@ class _Connection:
     foreground: set[str] = attrs.Factory(set)
     tasks: TaskBook | None = None
     log_level: str | None = None
+    ends: ClientEnds = attrs.Factory(lambda: ClientEnds(1))
 
 
 @final
@@ -229,6 +235,9 @@ def build_server(
     @asynccontextmanager
     async def session() -> AsyncIterator[_Connection]:
         who = owner if owner is not None else f"mcp-{secrets.token_hex(8)}"
+        ends = ClientEnds(runtime.config.retention_max_runs)
+        # Only a store that outlives the process keeps what a person may read later.
+        stored = runtime.store is not None and not isinstance(runtime.store, MemoryStore)
         try:
             async with runtime.open_parent(who) as parent:
                 logger.info("connection %s opened", who)
@@ -240,14 +249,15 @@ def build_server(
                     max(1, round(poll.progress_seconds * 1000)),
                 )
                 try:
-                    yield _Connection(parent, tools, tasks=book)
+                    yield _Connection(parent, tools, tasks=book, ends=ends)
                 except BaseException:
-                    _log_cut_short(who, parent)
+                    _log_left_behind(who, parent, ends, stored, cut_short=True)
                     raise
-        except UnresolvedDelegationError as exc:
-            logger.warning("connection %s ended; its live runs were cancelled. %s", who, exc)
-        else:
-            logger.info("connection %s ended", who)
+                _log_left_behind(who, parent, ends, stored)
+        except UnresolvedDelegationError:
+            # The parent's close cancelled what was left: said above, in the
+            # client's terms rather than a Python parent's.
+            pass
 
     return _make_server(name, instructions, session, limits, tasks=True)
 
@@ -315,16 +325,18 @@ def _limits(
     return _Limits(None if foreground is None else float(foreground), float(progress))
 
 
-def _log_cut_short(owner: str, parent: Parent) -> None:
-    """Log what a connection cut short leaves unresolved, before its runs are cancelled."""
-    try:
-        parent.check_resolved()
-    except UnresolvedDelegationError as exc:
-        logger.warning(
-            "connection %s was cut short; its live runs are being cancelled. %s", owner, exc
-        )
-    except DelegationError:  # pragma: no cover - the parent is open here
-        pass
+def _log_left_behind(
+    who: str,
+    parent: Parent,
+    ends: ClientEnds,
+    stored: bool,
+    *,
+    cut_short: bool = False,
+) -> None:
+    """Log what connection *who* leaves behind, before its parent closes."""
+    entries = left_behind(parent, ends)
+    level, message = leftovers(who, entries, ends=ends, stored=stored, cut_short=cut_short)
+    logger.log(level, "%s", message)
 
 
 def _make_server(
@@ -367,6 +379,8 @@ def _make_server(
                     assert arguments is not None
                     return await _foreground(ctx, connection, params.name, arguments, limits, book)
                 payload = await connection.tools.call(params.name, arguments)
+                if params.name == "cancel_subagent":
+                    connection.ends.cancelled(payload["run_id"])
                 if book is not None and params.name in _FOREGROUND_TOOLS:
                     # A background start has returned: its admission is durable.
                     return await book.create(payload)
@@ -382,6 +396,13 @@ def _make_server(
         ctx.lifespan_context.log_level = params.level
         return mcp_types.EmptyResult()
 
+    async def request_cancelled(
+        ctx: ServerRequestContext[_Connection], params: mcp_types.CancelledNotificationParams
+    ) -> None:
+        # The SDK has cancelled the request already; this notes that the
+        # client asked, so a foreground run that ends with it is not left behind.
+        ctx.lifespan_context.ends.request_cancelled(params.request_id)
+
     server: Server[Any] = Server(
         name,
         version=__version__,
@@ -391,6 +412,9 @@ def _make_server(
     )
     server.add_request_handler("tools/call", mcp_types.CallToolRequestParams, call_tool)
     server.add_request_handler("logging/setLevel", mcp_types.SetLevelRequestParams, set_level)
+    server.add_notification_handler(
+        "notifications/cancelled", mcp_types.CancelledNotificationParams, request_cancelled
+    )
     if tasks:
         _add_tasks(server)
     return server
@@ -428,6 +452,7 @@ def _add_tasks(server: Server[Any]) -> None:
         ctx: ServerRequestContext[_Connection], params: TaskIdParams
     ) -> dict[str, Any]:
         book_of(ctx).cancel(params.task_id)
+        ctx.lifespan_context.ends.cancelled(params.task_id)
         return {}
 
     async def update(
@@ -540,8 +565,9 @@ async def _foreground_wait(
             nursery.cancel_scope.cancel()
     finally:
         if answer is None:
-            # The client cancelled the call: the run ends with it, as a
+            # The call ended unanswered: the run ends with it, as a
             # foreground delegation's does.
+            connection.ends.unanswered(run_id, ctx.request_id)
             with trio.CancelScope(shield=True):
                 await _cancel_and_join(connection.parent, run_id)
     if isinstance(answer, DelegationError):
