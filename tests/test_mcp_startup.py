@@ -42,8 +42,8 @@ GUARD_SECONDS = 30.0
 
 #: What must not be imported before the first answer (a package, or a module
 #: and its submodules): the libraries only some configurations or requests use
-#: (a store, a schema, a display, Temporal, structuring results), and the
-#: telemetry nobody set a provider for (the SDK loads OpenTelemetry's tracing API).
+#: (a store, a schema, a display, Temporal), and the telemetry nobody set a
+#: provider for (the SDK loads OpenTelemetry's tracing API).
 HELD = (
     "jsonschema",
     "jsonschema_specifications",
@@ -51,7 +51,6 @@ HELD = (
     "psycopg",
     "psycopg_pool",
     "temporalio",
-    "cattrs",
     "re2",
     "opentelemetry.metrics",
     "trio_delegate._otel",

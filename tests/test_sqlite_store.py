@@ -14,7 +14,7 @@ import pytest
 import trio
 
 import trio_delegate as td
-from trio_delegate._converter import to_json_ready
+from trio_delegate._converter import converter
 from trio_delegate._stores._liveness import lock_dir_for
 from trio_delegate._stores._protocol import INTERRUPTED_ERROR_TYPE
 from trio_delegate._stores._sqlite import SCHEMA_VERSION
@@ -420,7 +420,7 @@ def _version_1_file(db: Path, *records: td.RunRecord) -> None:
         for old in records:
             data = {
                 key: value
-                for key, value in to_json_ready(old).items()
+                for key, value in converter.unstructure(old).items()
                 if key not in ("started_at", "deadline_at", "cancel_requested", "observed")
             }
             conn.execute(

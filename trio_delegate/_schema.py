@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 from urllib.parse import unquote, urljoin
 
 import attrs
+import cattrs
 import trio
 
 from ._checks import BriefDict, BriefList, describe, is_a, is_mapping
@@ -503,10 +504,8 @@ class ResultSchema:
         if self.target is None:
             return value
         try:
-            return converter().structure(value, self.target)
+            return converter.structure(value, self.target)
         except Exception as exc:
-            import cattrs  # loaded already: the converter is cattrs'
-
             raise SchemaMismatch(cattrs.transform_error(exc)) from exc
 
     def _check(self, value: Any, budget: _Budget) -> None:

@@ -250,7 +250,7 @@ def decode_record(
             # that broke its schema was named by its exception's type.
             mismatch = data.get("error_type") == _SCHEMA_MISMATCH
             data["failure"] = INVALID_RESULT if mismatch else RUN_FAILED
-        record = converter().structure(data, RunRecord)
+        record = converter.structure(data, RunRecord)
     except Exception as exc:
         raise StoreError(
             f"the store {where} holds a record that is not valid trio_delegate JSON "
