@@ -4,9 +4,7 @@ The package registers :func:`telemetry_events` with the core
 (``_core._events.observe_runs``) when it is imported. A process that never
 loaded OpenTelemetry's API, and whose environment does not tell it to load
 a provider, imports nothing of it: no provider can have been set without
-the API. Nor does one that loaded only its tracing API (the MCP SDK does)
-and set no tracer provider: a meter provider cannot have been set without
-the metrics API.
+the API.
 """
 
 from __future__ import annotations
@@ -27,7 +25,12 @@ _PROVIDER_VARIABLES = ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDE
 def telemetry_events() -> RunEvents | None:
     """OpenTelemetry's observer when its API is loaded (or the environment names a
     provider) and a tracer or meter provider is set (``trio_delegate._otel``), else
-    ``None``."""
+    ``None``.
+
+    A process that loaded only the tracing API (the MCP SDK does) and set no
+    tracer provider loads nothing more: a meter provider cannot have been set
+    without the metrics API.
+    """
     if not any(name in os.environ for name in _PROVIDER_VARIABLES):
         if "opentelemetry" not in sys.modules:
             return None

@@ -22,7 +22,6 @@ and ends the process, from its own thread.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import socket
@@ -31,13 +30,12 @@ from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Final
 
 from .._core._runtime import unstopped_runs
+from ._server import logger
 
 if TYPE_CHECKING:
     from .. import Runtime
 
 __all__ = ["EXIT_MARGIN_SECONDS", "ExitGuard", "relayed_signals", "signal_name", "stuck_runs"]
-
-logger = logging.getLogger("trio_delegate.mcp")
 
 #: How long after the grace the server waits for its runtime to close before it
 #: exits anyway (contract §18): room for the stores to commit the last records.
