@@ -105,9 +105,9 @@ async def _concurrent_runs(
             for index in range(concurrency):
                 nursery.start_soon(worker, each + (index < extra))
         elapsed = time.perf_counter() - started
-        persister = runtime._registry.persister
-        if persister is not None:
-            stats.append(persister.stats)
+        persistence = runtime._registry.persistence
+        if persistence is not None:
+            stats.append(persistence.writer.stats)
     if store is not None:
         await store.aclose()
     return elapsed

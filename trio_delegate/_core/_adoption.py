@@ -19,18 +19,25 @@ runtime that kept its lease cannot have been written off).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Final, cast, final
 
 from .._errors import InvalidResultError, RunFailedError, StoreError
 from .._json import CanonicalJson
 from .._status import RunStatus
-from .._stores._protocol import INVALID_RESULT, RUN_FAILED, RunRecord
+from .._stores._protocol import INVALID_RESULT, RUN_FAILED, ResultStore, RunRecord
 
 if TYPE_CHECKING:
     from ._run import Outcome
 
-__all__ = ["Conflict", "adopted", "as_recorded", "failure_type_of"]
+__all__ = [
+    "Conflict",
+    "adopted",
+    "as_recorded",
+    "failure_type_of",
+    "ignored_endings",
+    "kept_endings",
+]
 
 #: The error a failed run answers with, by the kind its record keeps.
 _FAILURES: Final[Mapping[str, type[RunFailedError]]] = {
@@ -94,3 +101,63 @@ def as_recorded(outcome: Outcome, error: StoreError, max_depth: int) -> Outcome:
         except Exception as exc:  # a tampered store: no result is handed out
             return failed(exc)
     return outcome.unrecorded(error)
+
+
+def ignored_endings(answer: object, batch: Sequence[RunRecord]) -> list[str] | None:
+    """The runs of *batch* whose ending the store's ``write`` says it ignored.
+
+    ``None`` where it did not say (a store written before ``write`` returned
+    anything) or said something no store of the protocol says (not a
+    built-in sequence of at most one id per record): then nothing is known.
+    Only built-in containers are read, through their built-in types: a value
+    of the store's own making never runs code here.
+    """
+    if type(answer) is not list and type(answer) is not tuple:
+        return None
+    ids = cast(Sequence[object], answer)
+    if len(ids) > len(batch):
+        return None
+    endings = {record.run_id for record in batch if record.status.is_terminal}
+    return [run_id for run_id in ids if type(run_id) is str and run_id in endings]
+
+
+async def kept_endings(
+    store: ResultStore,
+    ignored: Iterable[str],
+    unknown: Iterable[RunRecord],
+    failures: dict[str, StoreError],
+) -> dict[str, StoreError]:
+    """The endings just written that the store did not keep: another one stood.
+
+    The store leaves a terminal record alone; the one it holds is read
+    back and comes back as a :class:`Conflict` for the run to adopt. The
+    runs of *ignored* the store named itself; the endings of *unknown*
+    went to a store that could not say, and are each read back.
+    """
+    conflicts: dict[str, StoreError] = {}
+    for run_id in ignored:
+        try:
+            stored = await store.get(run_id)
+        except Exception as exc:
+            # The store kept another ending, which cannot be read now: the
+            # run's own ending is not its record and is not handed out.
+            from ._records import store_error  # see adopted()
+
+            conflicts[run_id] = store_error(exc, f"read run {run_id}", run_id)
+            continue
+        if stored is not None and stored.status.is_terminal:
+            conflicts[run_id] = Conflict(stored)
+    for record in unknown:
+        if not record.status.is_terminal or record.run_id in failures:
+            continue
+        try:
+            stored = await store.get(record.run_id)
+        except Exception:
+            continue  # unreadable now: the run ends as it decided
+        if (
+            stored is not None
+            and stored.status.is_terminal
+            and (stored.status, stored.error_type) != (record.status, record.error_type)
+        ):
+            conflicts[record.run_id] = Conflict(stored)
+    return conflicts

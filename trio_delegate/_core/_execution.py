@@ -35,7 +35,8 @@ from ._run import Outcome, failed
 
 if TYPE_CHECKING:
     from .._config import Config
-    from ._parent import Parent, ParentHost
+    from ._parent import Parent
+    from ._parent_host import ParentHost
     from ._run import Run
 
 __all__ = ["execute"]
@@ -107,7 +108,7 @@ async def execute(run: Run, host: ParentHost) -> None:
         # None: the scope caught a cancellation (a cancel request or the deadline).
         run.decide(outcome if outcome is not None else run.interrupted())
     finally:
-        # Counted from _launch: the grace watchdog ends with the last task, and
+        # Counted from ParentHost.launch: the grace watchdog ends with the last task, and
         # logs what a run decided without its runner returned late. On nearly
         # every run it is watching neither: a count, and no call.
         grace = host.grace

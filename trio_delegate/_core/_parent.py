@@ -3,43 +3,41 @@
 A parent owns the runs it started: it gives them its ``max_concurrent_runs``
 slots in admission order (its :class:`Scheduler`, contract §3), it keeps the
 fail-closed ledger of which of them are unresolved (contract §7), and it
-answers for every run of its owner (contract §8). Each public method checks
-that the parent and runtime are open before it acts and again after every
+answers for every run of its owner (contract §8).
+
+:class:`Parent` is the public face: it checks a call's arguments, admits
+and answers; its state and its runs' lifecycle are its :class:`ParentHost`
+(``_parent_host``), and the runs known only from the store are answered
+for by ``StoredRuns`` (``_stored``). Each public method checks that the
+parent and runtime are open before it acts and again after every
 ``await``: a call in progress when either closes ends with
 ``RuntimeClosedError`` and leaves no run behind.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, ClassVar, Final, NoReturn, final
+from typing import TYPE_CHECKING, ClassVar, Final, final
 
 import trio
 
-from .._checks import builtin, check_bool, check_seconds, check_text, describe, is_a
+from .._checks import check_bool, check_seconds, check_text
 from .._construction import NoPublicConstructor
 from .._errors import (
     DelegationError,
-    ExpiredRunError,
     InvalidArgumentsError,
     LimitExceededError,
-    RuntimeClosedError,
-    StoreError,
     UnknownRunError,
-    UnknownSubagentError,
 )
-from .._json import CanonicalJson, JsonProblem, text_problem
+from .._json import CanonicalJson
 from .._results import CancelAck, RunHandle, RunResult
-from .._schema import SchemaMismatch, SchemaSpec, schema_for_tag
+from .._schema import SchemaSpec
 from .._status import RunStatus
-from .._stores._protocol import RunRecord, StoredRun, is_run_id
-from ._adoption import failure_type_of
-from ._execution import execute
-from ._fail_closed import Evicted, Ledger
-from ._run import CancelReason, Outcome, Run, State, terminal_error
-from ._scheduler import Scheduler
-from ._settlements import SettledRuns, Settlements
+from .._stores._protocol import RunRecord, StoredRun
+from ._admission import child_named, replaceable
+from ._parent_host import ParentHost
+from ._run import CancelReason, Run, State
+from ._settlements import SettledRuns
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -82,21 +80,22 @@ async def leave_foreground(parent: Parent, run_id: str) -> None:
     run that is not this parent's, or only in the store, is left alone.
     """
     try:
-        found = parent._find(run_id)
+        found = parent._registry.lookup(run_id, parent._owner)
     except DelegationError:
         await trio.lowlevel.checkpoint()
         return
     if isinstance(found, StoredRun):
         await trio.lowlevel.checkpoint()
         return
-    await parent._abandon(found)
+    await parent._host.abandon(found)
 
 
 def check_usable(parent: Parent) -> None:
     """Raise ``RuntimeClosedError`` if *parent* or its runtime is closed: what its
     tools check before each use (contract §8)."""
-    if parent._closed or parent._registry.closed:
-        parent._check_usable()
+    host = parent._host
+    if host.closed or parent._registry.closed:
+        host.check_usable()
 
 
 def surroundings(parent: Parent) -> tuple[Config, RunEvents | None]:
@@ -127,50 +126,32 @@ class Parent(metaclass=NoPublicConstructor):
 
     __slots__ = (
         "__weakref__",
-        "_announcing",
         "_children",
-        "_closed",
-        "_closed_at",
         "_depth",
         "_host",
         "_ledger",
         "_live",
-        "_nursery",
         "_owner",
         "_registry",
         "_scheduler",
         "_settlements",
     )
 
-    def __init__(
-        self,
-        registry: Registry,
-        owner: str,
-        children: Mapping[str, Subagent],
-        depth: int,
-        nursery: trio.Nursery,
-    ) -> None:
-        self._registry = registry
-        self._owner = owner
-        self._children = children
-        self._depth = depth
-        self._nursery = nursery
-        self._closed = False
-        self._closed_at: float | None = None
-        # This parent's runs that have not ended, in admission order.
-        self._live: dict[str, Run] = {}
-        self._scheduler = Scheduler(registry.config.max_concurrent_runs, self._launch)
-        self._ledger = Ledger()
-        # Runs whose admission a store is recording: their callers do not have
-        # their ids yet, so no check lists them and no stream tells of them.
-        # The parent's to know, not the run's: it is about the parent's caller.
-        self._announcing: set[str] = set()
-        self._settlements = Settlements(owner)
-        # What this parent's runs see of it: kept off the public object.
-        self._host = ParentHost(self)
+    def __init__(self, host: ParentHost) -> None:
+        # Its state and its runs' side of it, kept off the public object; the
+        # parent reads the same collections directly, on every run.
+        self._host = host
+        self._registry = host.registry
+        self._owner = host.owner
+        self._children = host.children
+        self._depth = host.depth
+        self._live = host.live
+        self._scheduler = host.scheduler
+        self._ledger = host.ledger
+        self._settlements = host.settlements
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._host.closed else "open"
         return f"<trio_delegate.Parent owner={self._owner!r} {state}>"
 
     @property
@@ -209,11 +190,11 @@ class Parent(metaclass=NoPublicConstructor):
                 while the call was in progress.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._closed or self._registry.closed:
-            self._check_usable()
+        if self._host.closed or self._registry.closed:
+            self._host.check_usable()
         run = self._admit(name, task, final_schema, replaces, foreground=True)
         if run.state is _ADMITTING:
-            await self._record_admission(run)
+            await self._host.record_admission(run)
         return await self._foreground(run)
 
     async def start(
@@ -236,11 +217,11 @@ class Parent(metaclass=NoPublicConstructor):
                 was started.
         """
         await trio.lowlevel.checkpoint()
-        if self._closed or self._registry.closed:
-            self._check_usable()
+        if self._host.closed or self._registry.closed:
+            self._host.check_usable()
         run = self._admit(name, task, final_schema, replaces)
         if run.state is _ADMITTING:
-            await self._record_admission(run)
+            await self._host.record_admission(run)
         return run.admission_ack()
 
     async def continue_run(
@@ -275,33 +256,18 @@ class Parent(metaclass=NoPublicConstructor):
                 :meth:`start`.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_usable()
+        self._host.check_usable()
         check_bool("background", background)
         try:
-            earlier = self._find(run_id)
+            earlier = self._registry.lookup(run_id, self._owner)
         except UnknownRunError as unknown:
-            earlier = await self._find_admitted_elsewhere(run_id, unknown)
+            earlier = await self._registry.lookup_in_store(
+                run_id, self._owner, unknown, self._host.check_usable
+            )
         if isinstance(earlier, StoredRun):
-            record = await self._load(run_id)
-            self._check_usable()  # it may have closed while the store answered
-            if not record.status.is_terminal:
-                raise InvalidArgumentsError(
-                    f"run {run_id} is still {record.status.value} (in another runtime); only "
-                    "a finished run can be continued: wait for it first"
-                )
-            name = record.subagent
-            persister = self._registry.persister
-            assert persister is not None
-            try:
-                # Rebuilt along its chain of continuations (contract §12).
-                carried = await persister.conversation(
-                    record, self._registry.config.max_nesting_depth
-                )
-            except (JsonProblem, TypeError) as exc:  # pragma: no cover - checked when recorded
-                raise InvalidArgumentsError(
-                    f"the conversation of run {run_id} cannot be carried on: {exc}"
-                ) from None
-            self._check_usable()  # it may have closed while the store answered
+            persistence = self._registry.persistence
+            assert persistence is not None
+            name, carried = await persistence.stored.carried(run_id, self._host.check_usable)
         elif earlier.is_terminal:
             # From the canonical JSON the run holds, never decoded here.
             name, carried = earlier.subagent.name, earlier.carried()
@@ -315,7 +281,7 @@ class Parent(metaclass=NoPublicConstructor):
         )
         run.continues = run_id
         if run.state is _ADMITTING:
-            await self._record_admission(run)
+            await self._host.record_admission(run)
         if background:
             handle = run.admission_ack()  # as start gives it
             await trio.lowlevel.cancel_shielded_checkpoint()
@@ -331,8 +297,8 @@ class Parent(metaclass=NoPublicConstructor):
             InvalidArgumentsError: *run_id* is not a string.
             RuntimeClosedError: this parent or its runtime is closed.
         """
-        self._check_usable()
-        found = self._find(run_id)
+        self._host.check_usable()
+        found = self._registry.lookup(run_id, self._owner)
         if isinstance(found, StoredRun):
             return RunHandle(run_id, found.subagent, found.status)
         return found.handle()
@@ -361,17 +327,19 @@ class Parent(metaclass=NoPublicConstructor):
                 while the call was waiting.
         """
         registry = self._registry
-        if self._closed or registry.closed:
-            self._check_usable()
+        if self._host.closed or registry.closed:
+            self._host.check_usable()
         limit = (
             None
             if timeout is None
             else check_seconds("timeout", timeout, allow_zero=True, allow_none=False)
         )
         try:
-            run = self._find(run_id)
+            run = self._registry.lookup(run_id, self._owner)
         except UnknownRunError as unknown:
-            run = await self._find_admitted_elsewhere(run_id, unknown)
+            run = await registry.lookup_in_store(
+                run_id, self._owner, unknown, self._host.check_usable
+            )
         if type(run) is StoredRun:
             return await self._wait_in_store(run_id, limit)
         if run.ended_at is not None:  # terminal
@@ -385,8 +353,8 @@ class Parent(metaclass=NoPublicConstructor):
                 # Past its deadline the run is about to settle: never answer
                 # "running" for it (this also settles a tie with the deadline).
                 await run.ending().wait()
-        if self._closed or registry.closed:
-            self._closed_during(run)
+        if self._host.closed or registry.closed:
+            self._host.closed_during(run)
         if run.ended_at is not None:
             return self._answer(run)
         return run.handle()
@@ -406,16 +374,16 @@ class Parent(metaclass=NoPublicConstructor):
             UnknownRunError, ExpiredRunError, InvalidArgumentsError,
             RuntimeClosedError: as for :meth:`status`.
         """
-        self._check_usable()
-        run = self._find(run_id)
+        self._host.check_usable()
+        run = self._registry.lookup(run_id, self._owner)
         if isinstance(run, StoredRun):
             if run.status.is_terminal:
                 return CancelAck(run_id, False, run.status)
             # Live in another runtime sharing the store: the request goes
             # through the store, and its owner applies it (contract §16).
-            persister = self._registry.persister
-            assert persister is not None
-            persister.request_cancel(run_id)
+            persistence = self._registry.persistence
+            assert persistence is not None
+            persistence.watcher.request_cancel(run_id)
             return CancelAck(run_id, True, run.status)
         requested = run.request_cancel(self._registry.now(), CancelReason.REQUEST)
         return CancelAck(run.run_id, requested, run.status)
@@ -428,8 +396,8 @@ class Parent(metaclass=NoPublicConstructor):
                 runtime is fail-closed.
             RuntimeClosedError: this parent or its runtime is closed.
         """
-        self._check_usable()
-        self._raise_if_unresolved()
+        self._host.check_usable()
+        self._host.raise_if_unresolved()
 
     def settled(self) -> SettledRuns:
         r"""The runs of this parent as they reach a terminal state (contract §17).
@@ -444,7 +412,7 @@ class Parent(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: this parent or its runtime is closed.
         """
-        self._check_usable()
+        self._host.check_usable()
         return self._settlements.subscribe()
 
     def unobserved(self) -> tuple[RunHandle, ...]:
@@ -458,12 +426,12 @@ class Parent(metaclass=NoPublicConstructor):
         Raises:
             RuntimeClosedError: this parent or its runtime is closed.
         """
-        self._check_usable()
+        self._host.check_usable()
         return self._settlements.unobserved()
 
     def tools(self) -> DelegationTools:
         """The model-facing delegation tools bound to this parent (contract §10)."""
-        self._check_usable()
+        self._host.check_usable()
         factory = _tools_factory
         assert factory is not None, "trio_delegate._tools registers the tools"
         children = {name: sub.description for name, sub in self._children.items()}
@@ -486,13 +454,13 @@ class Parent(metaclass=NoPublicConstructor):
 
         The run takes its place in the scheduler's queue now. Without a store
         its admission is durable at once (it may start before this returns);
-        with one, :meth:`_record_admission` makes it so.
+        with one, :meth:`ParentHost.record_admission` makes it so.
         """
         registry = self._registry
         config = registry.config
         subagent = self._children.get(name) if type(name) is str else None
         if subagent is None:
-            subagent = self._child(name)  # raises, naming what is allowed
+            subagent = child_named(self._children, name)  # raises, naming what is allowed
         if (
             type(task) is not str
             or not 0 < len(task) <= config.max_task_chars
@@ -506,7 +474,7 @@ class Parent(metaclass=NoPublicConstructor):
             else registry.compile_schema(final_schema)
         )
         if replaces is not None:
-            replaces = self._check_replaceable(replaces)
+            replaces = replaceable(self._host, replaces)
         depth = self._depth + 1
         if depth > config.max_depth:
             raise LimitExceededError(
@@ -546,65 +514,6 @@ class Parent(metaclass=NoPublicConstructor):
         self._scheduler.admit(run)
         return run
 
-    async def _record_admission(self, run: Run) -> None:
-        """With a store: make the admission durable; the run may start once it is.
-
-        The write is shielded, so a caller cancelled meanwhile still gets its
-        handle and meets the cancellation at its next checkpoint. If the write
-        fails, or the parent or runtime closed meanwhile, the run is withdrawn
-        as if it had never been admitted, and the caller gets the error.
-        """
-        persister = self._registry.persister
-        assert persister is not None
-
-        def durable() -> None:
-            run.admitted()
-            self._scheduler.ready()
-
-        announcing = self._announcing
-        announcing.add(run.run_id)
-        try:
-            await persister.admit(run, durable)
-        except StoreError:
-            announcing.discard(run.run_id)
-            self._withdraw(run)
-            raise
-        if self._closed or self._registry.closed:
-            # Its record is durable, so the run exists: the close cancelled it
-            # (a pending one at once; one that started as its admission
-            # committed is joined by the close like any other). Nobody was
-            # told its id, so it is no unresolved work of this parent.
-            announcing.discard(run.run_id)
-            self._ledger.withdraw(run.run_id)
-            self._check_usable()
-        announcing.discard(run.run_id)
-        if run.state.terminal:  # it ended before its caller had its id
-            self._settlements.settled(run)
-
-    def _withdraw(self, run: Run) -> None:
-        """Undo *run*'s admission, which could not be recorded (its caller gets the
-        error and no run id)."""
-        self._ledger.withdraw(run.run_id)
-        if not run.state.live:
-            return  # a close cancelled it while it was recorded: it stays a record
-        run.withdraw()
-        del self._live[run.run_id]
-        self._registry.withdraw(run)
-
-    def _launch(self, run: Run) -> None:
-        """Start *run* now (the scheduler decided it may)."""
-        registry = self._registry
-        now = registry.now()
-        run.start(now)
-        if registry.persister is not None:
-            registry.persister.started(run, now)
-        if registry.events is not None:
-            registry.events.started(run)
-        registry.grace.started(run)
-        self._nursery.start_soon(
-            execute, run, self._host, name=registry.task_names[run.subagent.name]
-        )
-
     async def _foreground(self, run: Run) -> RunResult:
         """Wait for foreground *run*; if the caller is cancelled, cancel and join it first."""
         done = run.done
@@ -613,222 +522,27 @@ class Parent(metaclass=NoPublicConstructor):
             await done.wait()
         except BaseException:
             with trio.CancelScope(shield=True):
-                await self._abandon(run)
+                await self._host.abandon(run)
             raise
-        if self._closed or self._registry.closed:
-            self._closed_during(run)
+        if self._host.closed or self._registry.closed:
+            self._host.closed_during(run)
         return self._answer(run)
-
-    async def _abandon(self, run: Run) -> None:
-        """The caller of a foreground call leaves without its answer: cancel *run*, join it.
-
-        The one verdict on such a run, whichever surface made the call: a run
-        that completed anyway (its runner shielded its last step, say) was
-        observed by nobody, so it is unobserved (contract §17) and unresolved
-        (§7); any other ending is answered by the caller's own cancellation.
-        The caller shields this wait.
-        """
-        run.request_cancel(self._registry.now(), CancelReason.CALLER_CANCELLED)
-        await run.ending().wait()
-        # From now on a wait tells of this run like of any background run.
-        run.foreground = False
-        self._settlements.untold(run, run.status is _COMPLETED)
-
-    def _child(self, name: str) -> Subagent:
-        allowed = tuple(self._children)
-        name = builtin(name)
-        if not is_a(name, str):
-            raise InvalidArgumentsError(
-                f"name must be a subagent's name (a string), got {describe(name)}; "
-                f"choose one of: {', '.join(allowed) or '(none)'}"
-            )
-        subagent = self._children.get(name)
-        if subagent is None:
-            raise UnknownSubagentError(
-                f"{describe(name)} is not a subagent this parent can delegate to; "
-                f"choose one of: {', '.join(allowed) or '(none)'}",
-                subagent=name,
-                allowed=allowed,
-            )
-        return subagent
-
-    def _check_replaceable(self, replaces: str) -> str:
-        """*replaces* as a plain ``str``, if it names a run this parent may replace."""
-        replaces = builtin(replaces)
-        if not is_a(replaces, str):
-            raise InvalidArgumentsError(
-                f"replaces must be the run_id of a failed, cancelled or timed-out run (or of "
-                "a completed one that expired before it was observed), "
-                f"got {describe(replaces)}"
-            )
-        record: Run | Evicted | None = self._ledger.get(replaces)
-        if record is None:
-            found = self._registry.runs.get(replaces)
-            if found is not None and found.host is self._host:
-                record = found
-        if record is None:
-            raise InvalidArgumentsError(
-                f"replaces={describe(replaces)} is not a run this parent started (or it "
-                "expired); pass the exact run_id of the failed, cancelled or timed-out run"
-            )
-        if record.status is RunStatus.COMPLETED and not isinstance(record, Evicted):
-            # A completed run that expired before anyone observed it is the
-            # exception: its result is gone from memory, and a replacement is
-            # the only way left to resolve it (contract §7, fail-closed).
-            raise InvalidArgumentsError(
-                f"replaces={replaces!r} names a completed run, which needs no replacement; "
-                "wait for it to read its result"
-            )
-        if not record.status.is_terminal:
-            raise InvalidArgumentsError(
-                f"replaces={replaces!r} names a run that is still {record.status.value}; "
-                "wait for it, or cancel it first"
-            )
-        return replaces
 
     # -- lookup and answers ---------------------------------------------------
 
-    def _find(self, run_id: str) -> Run | StoredRun:
-        """The run *run_id* of this parent's owner, in memory or in the store.
-
-        Whether a run is visible depends only on its owner (contract §8).
-
-        Raises:
-            InvalidArgumentsError: *run_id* is not a string.
-            ExpiredRunError: retention evicted it (and no store holds it).
-            UnknownRunError: it is not a run of this parent's owner.
-        """
-        if type(run_id) is not str:
-            run_id = builtin(run_id)  # a str subclass is read as the text it holds
-            if not is_a(run_id, str):
-                raise InvalidArgumentsError(f"run_id must be a string, got {describe(run_id)}")
-        if not run_id.isascii() and text_problem(run_id) is not None:
-            raise InvalidArgumentsError(
-                f"run_id must be valid Unicode text, got {describe(run_id)}; use the exact "
-                "run_id that start or delegate returned"
-            )
-        registry = self._registry
-        found = registry.find(run_id, self._owner)
-        if found is not None:
-            return found
-        if registry.expired_for(run_id, self._owner):
-            raise self._expired(run_id)
-        raise UnknownRunError(
-            f"no run {describe(run_id)} belongs to parent {self._owner!r} in this runtime; "
-            "use the exact run_id that start or delegate returned (ids of other parents or "
-            "runtimes are not valid here)",
-            run_id=run_id if len(run_id) <= 128 else None,
-        )
-
-    async def _find_admitted_elsewhere(self, run_id: str, unknown: UnknownRunError) -> StoredRun:
-        """The run *run_id* of this owner that another runtime sharing the store admitted.
-
-        This runtime's view of the store trails a commit elsewhere (contract
-        §16), and a run admitted elsewhere while still live is not in it at
-        all: an id this runtime has never seen is read from the store itself
-        before it is called unknown.
-
-        Raises:
-            UnknownRunError: *unknown*, when the store does not hold it for this owner
-                either (or there is no store).
-            StoreError: the store could not be read.
-            RuntimeClosedError: this parent or its runtime closed meanwhile.
-        """
-        persister = self._registry.persister
-        if persister is None or type(unknown) is not UnknownRunError or not is_run_id(run_id):
-            raise unknown
-        record = await persister.load(run_id)
-        self._check_usable()
-        if record is None or record.owner != self._owner:
-            raise unknown
-        persister.found(record)  # status and cancel know it from now on
-        return StoredRun(record.owner, record.subagent, record.status)
-
-    def _expired(self, run_id: str) -> ExpiredRunError:
-        config = self._registry.config
-        return ExpiredRunError(
-            f"run {run_id} has expired: finished runs are kept for "
-            f"{config.retention_seconds:g} s and at most {config.retention_max_runs} at a "
-            "time, and its result is no longer held; start a new run if you still need it",
-            run_id=run_id,
-        )
-
-    async def _load(self, run_id: str) -> RunRecord:
-        """The stored record of a run :meth:`_find` found in the store."""
-        persister = self._registry.persister
-        assert persister is not None
-        record = await persister.load(run_id)
-        if record is None:  # pruned by the store's own retention meanwhile
-            raise self._expired(run_id)
-        return record
-
     async def _wait_in_store(self, run_id: str, limit: float | None) -> RunResult | RunHandle:
-        """``wait`` for a run known from the store: ended, or live in another runtime.
-
-        Each look reads the store itself (so ``timeout=0`` is the fresh
-        answer); between looks the wait sleeps until the store watcher sees
-        the run change, or a poll interval passes. A run past its recorded
-        deadline is waited for until its end is recorded (contract §16).
-        """
-        registry = self._registry
-        persister = registry.persister
-        assert persister is not None
-        ends = None if limit is None else registry.now() + limit
-        while True:
-            record = await self._load(run_id)
-            self._check_usable()
-            persister.found(record)  # the freshest answer status and cancel can give
-            if record.status.is_terminal:
-                if record.status is RunStatus.COMPLETED:
-                    if record.runtime_id != persister.runtime_id:
-                        persister.mark_observed(run_id)  # its owner's parent counts it
-                    elif not record.observed:
-                        persister.observed(run_id)  # this runtime's, evicted from memory
-                return self._answer_record(record)
-            now = registry.now()
-            overdue = record.deadline_at is not None and time.time() >= record.deadline_at
-            if ends is not None and now >= ends and not overdue:
-                return RunHandle(run_id, record.subagent, record.status)
-            pause = persister.store.poll_interval
-            if ends is not None and not overdue:
-                pause = min(pause, ends - now)
-            await persister.changed(run_id, pause)
-
-    def _answer_record(self, record: RunRecord) -> RunResult:
-        """Like :meth:`_answer`, for a run known only from the store."""
-        self._settlements.told(record.run_id)
-        if record.status is RunStatus.COMPLETED:
-            self._ledger.resolve(record.run_id)
-            persister = self._registry.persister
-            assert persister is not None
-            value = record.final_result
-            schema = persister.schema_of(record.run_id)
-            if schema is None and record.result_type is not None:
-                # After a restart: the type the result was structured into,
-                # when this process knows it (contract §5).
-                schema = schema_for_tag(record.result_type)
-                if schema is not None:
-                    try:
-                        value = schema.structure(value)
-                    except SchemaMismatch as exc:
-                        raise StoreError(
-                            f"the stored result of run {record.run_id} does not fit its type "
-                            f"{schema.target!r} any more ({exc}); the store was changed by "
-                            "something else",
-                            run_id=record.run_id,
-                        ) from None
-                    schema = None
-            if schema is not None:
-                value = schema.structure(value)
-            return RunResult(record.run_id, record.subagent, record.task_summary, value)
-        raise terminal_error(
-            record.run_id,
-            record.subagent,
-            record.status,
-            record.error_type,
-            record.error_message,
-            failure_type_of(record),
-        )
+        """``wait`` for a run known from the store (see :meth:`StoredRuns.wait`)."""
+        persistence = self._registry.persistence
+        assert persistence is not None
+        record = await persistence.stored.wait(run_id, limit, self._host.check_usable)
+        if type(record) is RunHandle:
+            return record
+        assert type(record) is RunRecord
+        # As :meth:`_answer` does: the caller is told, and a result resolves the run.
+        self._settlements.told(run_id)
+        if record.status is _COMPLETED:
+            self._ledger.resolve(run_id)
+        return persistence.stored.answer(record)
 
     def _answer(self, run: Run) -> RunResult:
         """The result of a terminal run (observing it), or its error."""
@@ -837,226 +551,14 @@ class Parent(metaclass=NoPublicConstructor):
         if run.state.status is _COMPLETED:
             result = run.result()
             registry = self._registry
-            if self._ledger.resolve(run.run_id) and registry.persister is not None:
+            if self._ledger.resolve(run.run_id) and registry.persistence is not None:
                 # Observed for the first time: the store says so too (§16).
-                registry.persister.observed(run.run_id)
+                registry.persistence.writer.observed(run.run_id)
             events = registry.events
             if events is not None:
                 events.observed(run)
             return result
         raise run.outcome_error()
-
-    def _raise_if_unresolved(self) -> None:
-        if self._registry.config.fail_closed:
-            self._ledger.check(self._owner, self._announcing)
-
-    # -- nesting and closing ----------------------------------------------------
-
-    def _check_usable(self) -> None:
-        """Raise RuntimeClosedError if this parent or its runtime is closed.
-
-        Hot paths test ``self._closed or self._registry.closed`` first and call
-        this only to raise.
-        """
-        if self._registry.closed:
-            raise RuntimeClosedError(
-                f"the runtime of parent {self._owner!r} is closed; its runs were cancelled "
-                "and nothing more can be done through it: open a new runtime"
-            )
-        if self._closed:
-            raise RuntimeClosedError(
-                f"parent {self._owner!r} is closed; open a new parent to delegate again"
-            )
-
-    def _closed_during(self, run: Run) -> NoReturn:
-        """Raise for a call about *run* that was waiting when this parent or runtime closed."""
-        which = "its runtime" if self._registry.closed else f"parent {self._owner!r}"
-        error = RuntimeClosedError(
-            f"{which} closed while this call was waiting for run {run.run_id}, which is "
-            f"{run.status.value}; nothing more can be done through it",
-            run_id=run.run_id,
-            subagent=run.subagent.name,
-            status=run.status.value,
-        )
-        if run.is_terminal and run.status is not RunStatus.COMPLETED:
-            raise error from run.outcome_error()
-        raise error
-
-    def _open_nested(self, run: Run, nursery: trio.Nursery) -> ParentHost:
-        """The host of the parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
-        registry = self._registry
-        children = {name: registry.subagents[name] for name in run.subagent.children}
-        return open_parent_host(
-            registry, f"{self._owner}/{run.run_id}", children, run.depth, nursery
-        )
-
-    def _close_now(self, reason: CancelReason = CancelReason.PARENT_CLOSED) -> None:
-        """Close without waiting: no new calls; every live run is told to stop.
-
-        Pending runs end first, in admission order (they have no task to
-        stop), so that no slot freed meanwhile starts one.
-        """
-        if self._closed:
-            return
-        self._closed = True
-        now = self._closed_at = self._registry.now()
-        self._scheduler.stop()
-        for run in self._scheduler.queued():
-            run.request_cancel(now, reason)
-        for run in list(self._live.values()):
-            run.request_cancel(now, reason)
-
-    def _cancel_pending(self, reason: CancelReason) -> None:
-        """End every pending run at once (the runtime is closing)."""
-        now = self._registry.now()
-        self._scheduler.stop()
-        for run in self._scheduler.queued():
-            run.request_cancel(now, reason)
-
-    async def _join(self) -> None:
-        """Wait (shielded, as a nursery does) until every run of this parent has ended."""
-        live = self._live
-        if live:
-            with trio.CancelScope(shield=True):
-                while live:
-                    await next(iter(live.values())).ending().wait()
-
-    async def _aclose(self) -> None:
-        """Close, join every run that is still live, then free the owner."""
-        self._close_now()
-        try:
-            await self._join()
-        finally:
-            self._joined()
-
-    def _joined(self) -> None:
-        """Every run of this closed parent has ended: free its owner, end its streams."""
-        self._registry.unregister(self._host)
-        self._settlements.close()
-
-
-@final
-class ParentHost:
-    """A parent as its runs see it: the :class:`RunHost` interface of ``_run``, and
-    what a run's task needs (``_execution``).
-
-    Kept apart from :class:`Parent` so that the public object shows only the
-    contract's names (§2, §17).
-    """
-
-    __slots__ = (
-        "_announcing",
-        "_live",
-        "_parent",
-        "_registry",
-        "_scheduler",
-        "_settlements",
-        "config",
-        "depth",
-        "events",
-        "grace",
-        "now",
-        "parent",
-        "records",
-        "run_evicted",
-    )
-
-    def __init__(self, parent: Parent) -> None:
-        self._parent = self.parent = parent
-        self.depth = parent._depth
-        registry = self._registry = parent._registry
-        # The parent's own collections, read directly on every run's end.
-        self._live = parent._live
-        self._announcing = parent._announcing
-        self._settlements = parent._settlements
-        self._scheduler = parent._scheduler
-        self.config = registry.config
-        # The runtime's observer (or None), fixed when it opened.
-        self.events = registry.events
-        # The runtime's own clock, so a run reads it in one call.
-        self.now = registry.now
-        # Decides runs whose runners do not stop (contract §18); a run's task
-        # tells it when it returns (``_execution``).
-        self.grace = registry.grace
-        # Whether decided outcomes are recorded (with a store).
-        self.records = registry.persister is not None
-        # Retention evicted a run; the ledger keeps a small record of it if it
-        # is unresolved. The ledger's own method: one call per run.
-        self.run_evicted = parent._ledger.evicted
-
-    def closing_time(self) -> tuple[float, CancelReason] | None:
-        parent = self._parent
-        registry = parent._registry
-        if registry.closed_at is not None:
-            return registry.closed_at, CancelReason.RUNTIME_CLOSED
-        if parent._closed_at is not None:
-            return parent._closed_at, CancelReason.PARENT_CLOSED
-        return None
-
-    def record(
-        self, run: Run, outcome: Outcome, recorded: Callable[[StoreError | None], None]
-    ) -> None:
-        # Asked only when outcomes are recorded (``records``): with a store.
-        # When the run commits is the run's own rule (Run.decide).
-        persister = self._parent._registry.persister
-        assert persister is not None
-        persister.settle(run, outcome, recorded)
-
-    def run_committed(self, run: Run, was_running: bool) -> None:
-        del self._live[run.run_id]
-        announcing = self._announcing
-        if not announcing or run.run_id not in announcing:
-            self._settlements.settled(run)
-        # Out of the runtime's live runs, into retention.
-        registry = self._registry
-        registry.live_count -= 1
-        events = self.events
-        if events is not None:
-            events.ended(run)
-        registry.retention.add(run)
-        if was_running:
-            self._scheduler.released()
-
-    def run_cancel_requested(self, run: Run, reason: CancelReason) -> None:
-        if run.state is _RUNNING:  # live and running
-            # Its runner has a grace to stop in (contract §18).
-            self.grace.delivered(run, self.now())
-        events = self.events
-        if events is not None:
-            events.cancel_requested(run, reason)
-
-    def run_observed_elsewhere(self, run: Run) -> None:
-        parent = self._parent
-        parent._ledger.resolve(run.run_id)
-        parent._settlements.told(run.run_id)
-
-    # -- what a run's task does with its nested parent (``_execution``) -------------
-
-    def open_nested(self, run: Run, nursery: trio.Nursery) -> ParentHost:
-        """The host of the parent a runner gets as ``ctx.parent``; its runs live in *nursery*."""
-        return self._parent._open_nested(run, nursery)
-
-    def close_now(self) -> None:
-        """Close this parent without waiting (its run's runner has returned or raised)."""
-        self._parent._close_now()
-
-    def joined(self) -> None:
-        """Every run of this closed parent has ended: free its owner."""
-        self._parent._joined()
-
-    def raise_if_unresolved(self) -> None:
-        """Raise ``UnresolvedDelegationError`` if this parent left work unresolved."""
-        self._parent._raise_if_unresolved()
-
-    # -- what the runtime does with its parents ------------------------------------
-
-    def cancel_pending(self, reason: CancelReason) -> None:
-        """End every pending run of this parent at once (the runtime is closing)."""
-        self._parent._cancel_pending(reason)
-
-    async def aclose(self) -> None:
-        """Close the parent, join every run that is still live, then free the owner."""
-        await self._parent._aclose()
 
 
 def open_parent_host(
@@ -1071,7 +573,7 @@ def open_parent_host(
     Returns its host: what the runtime (or the run that holds a nested
     parent) needs of it; ``.parent`` is the public object.
     """
-    parent = Parent._create(registry, owner, children, depth, nursery)
-    host = parent._host
+    host = ParentHost(registry, owner, children, depth, nursery)
+    host.parent = Parent._create(host)
     registry.register(host)
     return host

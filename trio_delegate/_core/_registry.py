@@ -6,31 +6,32 @@ fields and methods. A run enters ``runs`` and ``live_count`` in one place,
 ``Parent._admit`` (inline: it runs on every run), leaves ``live_count`` for
 retention in one place, ``ParentHost.run_committed``, and an admission is
 undone by :meth:`Registry.withdraw`; a lookup by id, after retention's
-expiry, is :meth:`Registry.find`.
+expiry, is :meth:`Registry.lookup`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, final
 
 import trio
 
-from .._checks import is_a
+from .._checks import builtin, describe, is_a
 from .._config import Config
-from .._errors import StoreError
+from .._errors import InvalidArgumentsError, StoreError, UnknownRunError
+from .._json import text_problem
 from .._schema import ResultSchema, SchemaSpec, compile_result_schema
 from .._stores._protocol import StoredRun
 from .._subagent import result_schema, task_name
 from ._events import runtime_events
 from ._grace import Grace
 from ._ids import RunIds
-from ._retention import Retention
+from ._retention import Retention, expired_error
 
 if TYPE_CHECKING:
     from .._subagent import Subagent
-    from ._parent import ParentHost
-    from ._persistence import Persister
+    from ._parent_host import ParentHost
+    from ._persistence import Persistence
     from ._run import Run
 
 __all__ = ["Registry"]
@@ -43,7 +44,8 @@ class Registry:
     Attributes:
         config: the runtime's config.
         subagents: the registered subagents by name.
-        persister: the persistence boundary (``None`` without a store).
+        persistence: the runtime's store, its writer, watcher and stored runs
+            (``None`` without a store).
         events: the observer of runs (``None`` when nothing observes them).
         now: the Trio run's clock, read directly.
         runs: every run in memory by id: live ones, and terminal ones that
@@ -69,7 +71,7 @@ class Registry:
         "live_count",
         "now",
         "parents",
-        "persister",
+        "persistence",
         "retention",
         "run_ids",
         "runs",
@@ -81,14 +83,14 @@ class Registry:
     )
 
     def __init__(
-        self, subagents: Mapping[str, Subagent], config: Config, persister: Persister | None
+        self, subagents: Mapping[str, Subagent], config: Config, persistence: Persistence | None
     ) -> None:
         self.config = config
         self.subagents = subagents
-        self.persister = persister
+        self.persistence = persistence
         self.events = runtime_events()
-        if persister is not None:
-            persister.events = self.events
+        if persistence is not None:
+            persistence.writer.events = self.events
         # The Trio run's clock, read directly: trio.current_time() finds the
         # same clock through the run context on every call, several per run.
         self.now = trio.lowlevel.current_clock().current_time
@@ -124,12 +126,26 @@ class Registry:
         if events is not None:
             events.withdrawn(run)
 
-    def find(self, run_id: str, owner: str) -> Run | StoredRun | None:
-        """The run *run_id* of *owner*, in memory or in the store; ``None`` if neither.
+    def lookup(self, run_id: str, owner: str) -> Run | StoredRun:
+        """The run *run_id* of *owner*, in memory or in the store.
 
         Retention expires what it must first: whether a run is visible depends
         only on its owner and on retention (contract §8).
+
+        Raises:
+            InvalidArgumentsError: *run_id* is not a string.
+            ExpiredRunError: retention evicted it (and no store holds it).
+            UnknownRunError: it is not a run of *owner*.
         """
+        if type(run_id) is not str:
+            run_id = builtin(run_id)  # a str subclass is read as the text it holds
+            if not is_a(run_id, str):
+                raise InvalidArgumentsError(f"run_id must be a string, got {describe(run_id)}")
+        if not run_id.isascii() and text_problem(run_id) is not None:
+            raise InvalidArgumentsError(
+                f"run_id must be valid Unicode text, got {describe(run_id)}; use the exact "
+                "run_id that start or delegate returned"
+            )
         retention = self.retention
         now = self.now()
         if now > retention.due:  # something has expired (the usual answer: no)
@@ -137,24 +153,45 @@ class Registry:
         run = self.runs.get(run_id)
         if run is not None and run.owner == owner:
             return run
-        persister = self.persister
-        if persister is not None:
-            return persister.find(run_id, owner)
-        return None
+        persistence = self.persistence
+        if persistence is not None:
+            stored = persistence.stored.find(run_id, owner)
+            if stored is not None:
+                return stored
+        if retention.evicted_owner(run_id) == owner:
+            raise expired_error(run_id, self.config)
+        raise UnknownRunError(
+            f"no run {describe(run_id)} belongs to parent {owner!r} in this runtime; "
+            "use the exact run_id that start or delegate returned (ids of other parents or "
+            "runtimes are not valid here)",
+            run_id=run_id if len(run_id) <= 128 else None,
+        )
 
-    def expired_for(self, run_id: str, owner: str) -> bool:
-        """Whether retention evicted *run_id*, a run of *owner* (its tombstone says so)."""
-        return self.retention.evicted_owner(run_id) == owner
+    async def lookup_in_store(
+        self, run_id: str, owner: str, unknown: UnknownRunError, check: Callable[[], None]
+    ) -> StoredRun:
+        """The run *run_id* of *owner* that another runtime sharing the store admitted
+        (see ``StoredRuns.admitted_elsewhere``; *check* runs once the store answered).
+
+        Raises:
+            UnknownRunError: *unknown*, when there is no store, or it does not hold
+                the run for *owner* either.
+            StoreError: the store could not be read.
+        """
+        persistence = self.persistence
+        if persistence is None:
+            raise unknown
+        return await persistence.stored.admitted_elsewhere(run_id, owner, unknown, check)
 
     def _evicted(self, run: Run) -> None:
         """Retention evicted *run*: it is answered from the store, if anywhere."""
         del self.runs[run.run_id]
-        persister = self.persister
+        persistence = self.persistence
         outcome = run.outcome
-        if persister is not None and not (
+        if persistence is not None and not (
             outcome is not None and isinstance(outcome.error, StoreError)
         ):
-            persister.remember(run)
+            persistence.stored.remember(run)
         run.host.run_evicted(run)
 
     # -- parents -----------------------------------------------------------------

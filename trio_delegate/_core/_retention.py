@@ -13,10 +13,13 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
+from .._errors import ExpiredRunError
+
 if TYPE_CHECKING:
+    from .._config import Config
     from ._run import Run
 
-__all__ = ["TOMBSTONES_PER_RETAINED_RUN", "Retention"]
+__all__ = ["TOMBSTONES_PER_RETAINED_RUN", "Retention", "expired_error"]
 
 #: contract §8: evicted ids read as expired for at least 10 x retention_max_runs evictions.
 TOMBSTONES_PER_RETAINED_RUN = 10
@@ -99,3 +102,13 @@ class Retention:
         if len(self._tombstones) > self._tombstone_limit:
             self._tombstones.popitem(last=False)
         self._evicted(run)
+
+
+def expired_error(run_id: str, config: Config) -> ExpiredRunError:
+    """The error for a run whose result retention (or a store's own) no longer holds."""
+    return ExpiredRunError(
+        f"run {run_id} has expired: finished runs are kept for "
+        f"{config.retention_seconds:g} s and at most {config.retention_max_runs} at a "
+        "time, and its result is no longer held; start a new run if you still need it",
+        run_id=run_id,
+    )

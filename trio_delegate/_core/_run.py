@@ -537,9 +537,6 @@ class Run:
             _STARTED if self.scope is not None else _NOT_STARTED,
         )
 
-    def summary(self) -> str:
-        return summarize_task(self.task)
-
     def result(self) -> RunResult:
         """The envelope of this completed run: a fresh copy of its result."""
         outcome = self.outcome

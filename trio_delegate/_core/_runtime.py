@@ -26,7 +26,7 @@ from ._adoption import adopted
 from ._groups import open_transparent_nursery
 from ._ids import new_runtime_id
 from ._parent import Parent, open_parent_host
-from ._persistence import Persister, WriteStats
+from ._persistence import Persistence, WriteStats
 from ._registry import Registry
 from ._run import CancelReason
 from ._trio_run import RunGuard, require_trio
@@ -55,11 +55,11 @@ class Runtime(metaclass=NoPublicConstructor):
     __slots__ = ("__weakref__", "_nursery", "_registry", "_subagents")
 
     def __init__(
-        self, subagents: Mapping[str, Subagent], config: Config, persister: Persister | None
+        self, subagents: Mapping[str, Subagent], config: Config, persistence: Persistence | None
     ) -> None:
         self._subagents = MappingProxyType(dict(subagents))
         # Everything the runtime's parents share; they reach it through this.
-        self._registry = Registry(self._subagents, config, persister)
+        self._registry = Registry(self._subagents, config, persistence)
         self._nursery: trio.Nursery | None = None
 
     def __repr__(self) -> str:
@@ -79,8 +79,8 @@ class Runtime(metaclass=NoPublicConstructor):
     @property
     def store(self) -> ResultStore | None:
         """The durable store runs are recorded in, if any."""
-        persister = self._registry.persister
-        return persister.store if persister is not None else None
+        persistence = self._registry.persistence
+        return persistence.store if persistence is not None else None
 
     @property
     def live_runs(self) -> int:
@@ -196,7 +196,7 @@ class Runtime(metaclass=NoPublicConstructor):
 
 @final
 class _StoreWatch:
-    """What the store watcher reports to a runtime (the ``WatchHost`` of ``_persistence``).
+    """What the store watcher reports to a runtime (the ``WatchHost`` of ``_watcher``).
 
     Kept apart from :class:`Runtime` so that the public object shows only the
     contract's names (§2).
@@ -276,11 +276,11 @@ class Internals:
 def internals(runtime: Runtime) -> Internals:
     """A snapshot of *runtime*'s :class:`Internals` (``trio_delegate.testing.internals``)."""
     registry = runtime._registry
-    persister = registry.persister
+    persistence = registry.persistence
     return Internals(
         observed=registry.events is not None,
         in_memory=frozenset(registry.runs),
-        write_stats=attrs.evolve(persister.stats) if persister is not None else None,
+        write_stats=attrs.evolve(persistence.writer.stats) if persistence is not None else None,
     )
 
 
@@ -406,12 +406,12 @@ async def open_runtime(
             "another ResultStore (with the protocol's methods and capability attributes), "
             f"got {describe(store)}"
         )
-    persister = Persister(store, new_runtime_id()) if store is not None else None
-    runtime = Runtime._create(registry, config, persister)
+    persistence = Persistence(store, new_runtime_id(), config) if store is not None else None
+    runtime = Runtime._create(registry, config, persistence)
     guard = RunGuard()
     guard.start()
     try:
-        async with _open_runtime_block(runtime, persister) as opened:
+        async with _open_runtime_block(runtime, persistence) as opened:
             yield opened
     finally:
         guard.close()
@@ -419,29 +419,31 @@ async def open_runtime(
 
 @asynccontextmanager
 async def _open_runtime_block(
-    runtime: Runtime, persister: Persister | None
+    runtime: Runtime, persistence: Persistence | None
 ) -> AsyncIterator[Runtime]:
     """The runtime's nursery, and its store's writer and watcher when it has one."""
-    if persister is None:
+    if persistence is None:
         async with _owning_nursery(runtime):
             yield runtime
         return
-    await persister.attach()
+    await persistence.attach()
     try:
         async with open_transparent_nursery() as system:
-            await system.start(persister.run_writer)
-            await system.start(persister.run_watcher, _StoreWatch(runtime._registry))
+            await system.start(persistence.writer.run)
+            await system.start(
+                persistence.watcher.run, _StoreWatch(runtime._registry), persistence.stored.seen
+            )
             try:
                 async with _owning_nursery(runtime):
                     yield runtime
             finally:
                 # Every run has settled: the writer commits what is queued and
                 # ends (it is shielded); the watcher has nothing left to watch.
-                persister.close()
+                persistence.writer.close()
                 system.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            await persister.detach()
+            await persistence.detach()
 
 
 @asynccontextmanager
