@@ -236,6 +236,13 @@ def test_bad_configuration_names_file_key_and_fix(
     assert isinstance(error, ValueError)
 
 
+def test_an_empty_list_of_subagents_is_no_subagents(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="there are no subagents") as info:
+        load_server_config(write(tmp_path, "subagents = []\n"))
+    assert info.value.key == "subagents"
+    assert "add at least one [[subagents]] table" in str(info.value)
+
+
 def test_server_limits(tmp_path: Path) -> None:
     defaults = load_server_config(write(tmp_path, ECHO))
     assert defaults.foreground_limit_seconds == 45
@@ -346,6 +353,33 @@ def test_a_hostile_file_is_a_config_error(tmp_path: Path, data: bytes, fragment:
     assert fragment in message
     assert "\n  fix: " in message
     assert len(message) < 1_000
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "final_schema." + ".".join(["a"] * 50_000) + " = 1",
+        "[" + ".".join(['"a"'] * 33) + "]",
+        "x = { " + " . ".join(["a"] * 40) + " = 1 }",
+    ],
+    ids=["dotted-key", "table-name", "inline"],
+)
+def test_a_key_of_very_many_parts_is_refused_before_it_is_parsed(tmp_path: Path, line: str) -> None:
+    # tomllib takes minutes over a key of 50,000 parts: it never gets it.
+    path = write(tmp_path, f"{ECHO}\n\n{line}\n")
+    with pytest.raises(ConfigError) as info:
+        load_server_config(path)
+    assert info.value.key is None
+    assert "has a key of more than 32 dotted parts (line 7)" in str(info.value)
+
+
+def test_a_key_of_32_parts_and_text_of_many_dots_are_read(tmp_path: Path) -> None:
+    schema = "final_schema." + ".".join(["a"] * 31)
+    dotted = ".".join(str(number) for number in range(40))
+    text = f'{ECHO}{schema} = "x"\ndescription = "{dotted}"\n'
+    [subagent] = load_server_config(write(tmp_path, text)).subagents
+    assert subagent.description == dotted
+    assert isinstance(subagent.final_schema, dict)
 
 
 def test_serve_with_a_bad_configuration_exits_2_before_serving(
