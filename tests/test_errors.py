@@ -201,3 +201,41 @@ async def test_limit_exceeded_error_names_the_limit_and_subagent(
 def test_payload_omits_fields_that_do_not_apply() -> None:
     body = _payload(td.InvalidArgumentsError("task must be a string"))
     assert body == {"type": "invalid_arguments", "message": "task must be a string"}
+
+
+def _public_exceptions() -> list[tuple[str, str, type[BaseException]]]:
+    """(face, name, class) of every exception class a public face exports."""
+    import trio_delegate.mcp
+    import trio_delegate.testing
+
+    found = []
+    for face in (td, trio_delegate.mcp, trio_delegate.testing):
+        for name in face.__all__:
+            value = getattr(face, name)
+            if isinstance(value, type) and issubclass(value, BaseException):
+                found.append((face.__name__, name, value))
+    return found
+
+
+def test_every_public_exception_class_is_defined_with_the_others() -> None:
+    from trio_delegate import _errors
+
+    exported = _public_exceptions()
+    assert {name for _, name, _ in exported} >= {
+        "CommandFailedError",
+        "ConfigError",
+        "IndeterminateError",
+    }
+    for face, name, value in exported:
+        assert getattr(_errors, name, None) is value, f"{face}.{name} is not from _errors"
+
+
+def test_a_client_configuration_that_cannot_be_made_is_a_delegation_error() -> None:
+    from trio_delegate._mcp_config import McpConfigError
+
+    error = McpConfigError("the file is missing", "pass --config FILE")
+    assert isinstance(error, td.DelegationError)
+    assert isinstance(error, ValueError)  # what the Codex adapter's helper documents
+    assert str(error) == "the file is missing\n  fix: pass --config FILE"
+    assert (error.problem, error.fix) == ("the file is missing", "pass --config FILE")
+    assert _payload(error) == {"type": "mcp_config", "message": str(error)}

@@ -586,7 +586,7 @@ async def test_a_listen_acknowledges_only_this_connections_tasks(wire: Wire) -> 
 async def test_tasks_get_of_a_cancelled_run_observes_it_and_of_a_live_one_does_not() -> None:
     async def session(rt: td.Runtime) -> None:
         async with rt.open_parent() as parent:
-            book = TaskBook(parent, parent.tools(), None, rt.config, 1000)
+            book = TaskBook(parent, None, rt.config, 1000)
             handle = await parent.start("idle", "t")
             async with parent.settled() as settlements:
                 working = await book.get(handle.run_id)
@@ -628,7 +628,7 @@ async def test_what_a_connection_keeps_per_task_is_bounded_by_retention(with_sto
         rt.open_parent() as parent,
         trio.open_nursery() as nursery,
     ):
-        book = TaskBook(parent, parent.tools(), rt.store, rt.config, 1000)
+        book = TaskBook(parent, rt.store, rt.config, 1000)
 
         async def settlements() -> None:
             # As the server tells its book of every end.
@@ -641,7 +641,7 @@ async def test_what_a_connection_keeps_per_task_is_bounded_by_retention(with_sto
             started = await parent.tools().call(
                 "delegate_task", {"subagent": "quick", "task": f"t{i}", "background": True}
             )
-            created = await book.create(started["run_id"])
+            created = await book.create(started)
             task_ids.append(created["taskId"])
             await parent.wait(created["taskId"])
             done = await book.get(created["taskId"])

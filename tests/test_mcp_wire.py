@@ -409,7 +409,8 @@ def test_only_the_first_elements_of_a_long_batch_are_read() -> None:
 
 
 def test_a_batch_the_sdk_refuses_unscreened_is_answered_per_request() -> None:
-    # Without the screen (serve_stdio's own stdin), the SDK hands on its union errors.
+    # Without the screen (a stdin that is no descriptor of the process), the SDK
+    # hands on its union errors.
     line = batch(request("ping", "1").decode(), request("ping", "2").decode(), "3")
     answers = answered(not_a_message(rejected(line)))
     assert [a.id for a in answers] == [1, 2, None]

@@ -8,24 +8,35 @@ Errors are named by their *cause*: a run that was cancelled is a
 :class:`RunCancelledError`, one whose child deadline passed is a
 :class:`RunTimedOutError`, one whose runner raised is a
 :class:`RunFailedError`.
+
+Every exception class a caller can meet is defined here, the errors of
+each adapter's runs aside (``ClaudeRunError``, ``CodexRunError`` ...: they
+live with their adapter), so the vocabulary can be read in one place.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
 from ._json import text_problem
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 __all__ = [
+    "CommandFailedError",
+    "ConfigError",
     "DelegationError",
     "ExpiredRunError",
     "InvalidArgumentsError",
+    "IndeterminateError",
     "InvalidResultError",
     "LimitExceededError",
+    "McpConfigError",
     "RunCancelledError",
     "RunFailedError",
     "RunTimedOutError",
@@ -225,3 +236,77 @@ class UnresolvedDelegationError(DelegationError, RuntimeError):
 
     def _payload_extra(self) -> dict[str, Any]:
         return {"unresolved": [attrs.asdict(entry) for entry in self.unresolved]}
+
+
+class CommandFailedError(DelegationError, RuntimeError):
+    """A command subagent's process did not produce a usable result.
+
+    Raised inside the run, so it becomes the ``__cause__`` of the
+    ``RunFailedError`` a parent sees.
+
+    Attributes:
+        returncode: the exit code (negative: killed by that signal), or
+            ``None`` when the process exited cleanly but its output was
+            unusable, or never started.
+        stderr_tail: the last lines of its stderr, possibly empty.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        returncode: int | None = None,
+        stderr_tail: str = "",
+        run_id: str | None = None,
+        subagent: str | None = None,
+    ) -> None:
+        super().__init__(message, run_id=run_id, subagent=subagent)
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+
+
+class ConfigError(DelegationError, ValueError):
+    """The server's configuration file is missing, malformed or inconsistent.
+
+    Attributes:
+        path: the configuration file.
+        key: the offending key (``"subagents[1].command"``), or ``None`` for
+            the file as a whole.
+        fix: what to change.
+    """
+
+    def __init__(
+        self, path: Path, key: str | None, problem: str, fix: str, *, subagent: str | None = None
+    ) -> None:
+        where = f"{path}: {key}" if key else str(path)
+        if subagent is not None:
+            where += f" (subagent {subagent!r})"
+        super().__init__(f"{where}: {problem}\n  fix: {fix}", subagent=subagent)
+        self.path = path
+        self.key = key
+        self.fix = fix
+
+
+class McpConfigError(DelegationError, ValueError):
+    """A client's configuration for ``trio-delegate serve`` cannot be made.
+
+    Attributes:
+        problem: what is wrong (a path that does not resolve, a configuration
+            that does not load, the MCP SDK missing).
+        fix: what to do about it.
+    """
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}\n  fix: {fix}")
+        self.problem = problem
+        self.fix = fix
+
+
+class IndeterminateError(Exception):
+    """The runtime may answer this either way: it depends on how Trio orders
+    tasks that wake at the same instant. Avoid the tie (or discard the case).
+
+    Raised by ``trio_delegate.testing.LifecycleModel``, the oracle of a
+    property-based test: it is about a prediction, not a run, so it is no
+    :class:`DelegationError`.
+    """

@@ -25,6 +25,7 @@ from typing import Final
 import tomli_w
 
 from ._checks import describe, terminal_safe, terminal_safe_strings
+from ._errors import McpConfigError
 from ._json import text_problem
 from ._self import installed_script
 from ._server_config import DEFAULT_FOREGROUND_LIMIT_SECONDS, ConfigError, load_server_config
@@ -73,13 +74,6 @@ _SERVER_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
 def is_server_name(name: str) -> bool:
     """Whether *name* is one every client takes (1 to 32 letters, digits, '_' or '-')."""
     return _SERVER_NAME.fullmatch(name) is not None
-
-
-class McpConfigError(Exception):
-    """The snippet cannot be made: what is wrong, and what to do."""
-
-    def __init__(self, problem: str, fix: str) -> None:
-        super().__init__(f"{problem}\n  fix: {fix}")
 
 
 def serve_command(config: str | os.PathLike[str]) -> list[str]:

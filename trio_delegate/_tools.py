@@ -33,6 +33,7 @@ __all__ = [
     "MAX_ARGUMENT_VALUES",
     "DelegationTools",
     "ToolDefinition",
+    "run_payload",
     "traced_call",
 ]
 
@@ -394,10 +395,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         return answer
 
     async def _wait_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
-        answer = await self._parent.wait(args["run_id"], timeout=args.get("timeout"))
-        if isinstance(answer, RunResult):
-            return _result_payload(answer)
-        return _handle_payload(answer)
+        return run_payload(await self._parent.wait(args["run_id"], timeout=args.get("timeout")))
 
     async def _cancel_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
         answer = _ack_payload(self._parent.cancel(args["run_id"]))
@@ -411,9 +409,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
             final_schema=args.get("final_schema"),
             background=args.get("background", False),
         )
-        if isinstance(answer, RunResult):
-            return _result_payload(answer)
-        return _handle_payload(answer)
+        return run_payload(answer)
 
     # -- schemas and checks -----------------------------------------------------------
 
@@ -626,6 +622,18 @@ def _decode_schema_text(text: str) -> tuple[Any, str | None]:
     if not is_mapping(value):
         return text, f"must be a JSON object, got {describe(value)}"
     return value, None
+
+
+def run_payload(answer: RunResult | RunHandle) -> dict[str, Any]:
+    """A wait's answer as the tools give it: the result envelope, or the run's handle.
+
+    The one rendering of a run for the model, shared by every surface that
+    answers for a run (``wait_subagent``, ``continue_subagent``, the MCP
+    Tasks extension's ``tasks/get``).
+    """
+    if isinstance(answer, RunResult):
+        return _result_payload(answer)
+    return _handle_payload(answer)
 
 
 def _result_payload(result: RunResult) -> dict[str, Any]:

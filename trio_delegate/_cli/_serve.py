@@ -10,10 +10,8 @@ from pathlib import Path
 
 import trio
 
-from .. import __version__
 from .._checks import terminal_safe
 from .._errors import StoreError
-from .._first_answer import FirstAnswer
 from .._mcp_config import DEFAULT_CONFIG
 from .._server_config import ConfigError, ServerConfig, load_server_config
 from .._stores._postgres import PostgresStore
@@ -63,22 +61,14 @@ def run_serve(config_path: str | None, *, owner: str | None = None) -> int:
         return EXIT_CONFIG
     if importlib.util.find_spec("mcp") is None:
         return _missing_sdk("No module named 'mcp'")
-    if sys.platform == "win32":  # pragma: no cover - the SDK's transport reads stdin there
-        return _serve(server_config, None, owner)
-    # The client's first request is answered while the SDK is imported (most of
-    # a second): clients time their first request from the spawn.
-    first = FirstAnswer(__version__)
-    try:
-        return _serve(server_config, first, owner)
-    finally:
-        first.restore()
+    return _serve(server_config, owner)
 
 
-def _serve(server_config: ServerConfig, first: FirstAnswer | None, owner: str | None) -> int:
+def _serve(server_config: ServerConfig, owner: str | None) -> int:
     try:
         # Imported only now, so that a bad configuration is reported quickly
         # and without the MCP SDK.
-        from ..mcp._serve import serve_answered
+        from ..mcp._serve import serve_stdio
     except ImportError as exc:
         if not (exc.name or "").startswith(("mcp", "pydantic", "anyio")):
             raise
@@ -95,8 +85,7 @@ def _serve(server_config: ServerConfig, first: FirstAnswer | None, owner: str | 
         store = _store(server_config.store)
         trio.run(
             functools.partial(
-                serve_answered,
-                first,
+                serve_stdio,
                 server_config.subagents,
                 config=server_config.config,
                 store=store,

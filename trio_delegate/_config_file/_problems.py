@@ -1,12 +1,12 @@
-"""A configuration file's errors: :class:`ConfigError`, and the :class:`Problem` behind one."""
+"""A configuration file's errors: :class:`ConfigError` (defined with the others, in
+``trio_delegate._errors``), and the :class:`Problem` behind one."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Final
 
 from .._checks import describe
-from .._errors import DelegationError
+from .._errors import ConfigError
 
 __all__ = ["NO_DEADLINE", "ConfigError", "Problem", "cut", "key_text", "toml_text"]
 
@@ -15,28 +15,6 @@ NO_DEADLINE: Final = "none"
 
 #: Longest value quoted in a message: a hostile file's megabyte string is cut.
 _QUOTE_LIMIT: Final = 200
-
-
-class ConfigError(DelegationError, ValueError):
-    """The server's configuration file is missing, malformed or inconsistent.
-
-    Attributes:
-        path: the configuration file.
-        key: the offending key (``"subagents[1].command"``), or ``None`` for
-            the file as a whole.
-        fix: what to change.
-    """
-
-    def __init__(
-        self, path: Path, key: str | None, problem: str, fix: str, *, subagent: str | None = None
-    ) -> None:
-        where = f"{path}: {key}" if key else str(path)
-        if subagent is not None:
-            where += f" (subagent {subagent!r})"
-        super().__init__(f"{where}: {problem}\n  fix: {fix}", subagent=subagent)
-        self.path = path
-        self.key = key
-        self.fix = fix
 
 
 class Problem(Exception):

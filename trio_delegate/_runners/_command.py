@@ -36,7 +36,7 @@ import trio
 
 from .._checks import describe
 from .._core import ChildContext
-from .._errors import DelegationError, InvalidArgumentsError, LimitExceededError
+from .._errors import CommandFailedError, InvalidArgumentsError, LimitExceededError
 from .._json import parse
 from .._threads import run_sync
 
@@ -66,33 +66,6 @@ _DRAIN_SECONDS: Final = 2.0
 _GROUP_POLL_SECONDS: Final = 0.02
 #: How much of an unusable output an error message quotes.
 _QUOTE_CHARS: Final = 200
-
-
-class CommandFailedError(DelegationError, RuntimeError):
-    """A command subagent's process did not produce a usable result.
-
-    Raised inside the run, so it becomes the ``__cause__`` of the
-    ``RunFailedError`` a parent sees.
-
-    Attributes:
-        returncode: the exit code (negative: killed by that signal), or
-            ``None`` when the process exited cleanly but its output was
-            unusable, or never started.
-        stderr_tail: the last lines of its stderr, possibly empty.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        returncode: int | None = None,
-        stderr_tail: str = "",
-        run_id: str | None = None,
-        subagent: str | None = None,
-    ) -> None:
-        super().__init__(message, run_id=run_id, subagent=subagent)
-        self.returncode = returncode
-        self.stderr_tail = stderr_tail
 
 
 def _to_command(value: Any) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ countdown to a forced exit is never armed by the event loop alone:
   descriptor over, hands every byte on to Trio's own, and tells the
   :class:`ExitGuard`;
 - the end of stdin is reported by the thread that reads it (see
-  ``trio_delegate._first_answer``).
+  ``trio_delegate.mcp._serve``).
 
 The :class:`ExitGuard`'s timer then names the runs it abandons on stderr
 and ends the process, from its own thread.

@@ -1,21 +1,28 @@
-"""Serving the delegation tools over stdio, as a process's main job."""
+"""Serving the delegation tools over stdio, as a process's main job.
+
+The server reads stdin itself rather than through the SDK's transport: on
+a thread whose end of input is reported to the :class:`ExitGuard` at once
+(even while a runner holds the event loop up), through :class:`Screened`
+(the lines the SDK's parser misreads are answered before it), and in reads
+that a connection ending first (the client closed its end of stdout)
+abandons instead of waiting for the client to close stdin too.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
-import json
 import os
 import signal
+import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any, Final, final
 
-import mcp_types
 import trio
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
-from mcp.shared.message import SessionMessage
 
 from .. import Config, ResultStore, Runtime, Subagent, open_runtime
 from ._exit import ExitGuard, relayed_signals, signal_name, stuck_runs
@@ -27,9 +34,6 @@ from ._server import (
     logger,
 )
 from ._wire import Screened, mended
-
-if TYPE_CHECKING:
-    from .._first_answer import FirstAnswer
 
 __all__ = ["serve_stdio"]
 
@@ -68,10 +72,8 @@ async def serve_stdio(
     event loop (see ``trio_delegate.mcp._exit``).
 
     A client that closes its end of stdout ends the connection as the end
-    of stdin does: its runs are cancelled and joined, and one line is
-    logged. (The SDK's own reader of stdin, used here, cannot be abandoned:
-    the call returns once stdin ends too. ``trio-delegate serve`` reads
-    stdin itself and exits at once.)
+    of stdin does: its runs are cancelled and joined, one line is logged,
+    and the call returns without waiting for stdin to end.
 
     Args:
         subagents: the subagent definitions.
@@ -84,48 +86,6 @@ async def serve_stdio(
             progress to a client that asked for it.
         owner: the owner of the connection's runs (see :func:`build_server`);
             ``None`` for a new one.
-
-    Raises:
-        InvalidArgumentsError: malformed subagents, config or limits.
-    """
-    await serve_answered(
-        None,
-        subagents,
-        config=config,
-        store=store,
-        name=name,
-        foreground_limit_seconds=foreground_limit_seconds,
-        progress_interval_seconds=progress_interval_seconds,
-        owner=owner,
-    )
-
-
-async def serve_answered(
-    first: FirstAnswer | None,
-    subagents: Iterable[Subagent],
-    *,
-    config: Config | None = None,
-    store: ResultStore | None = None,
-    name: str = DEFAULT_NAME,
-    foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS,
-    progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
-    owner: str | None = None,
-) -> None:
-    """:func:`serve_stdio`, reading stdin through *first* when given.
-
-    ``trio-delegate serve`` starts reading (and maybe answering) the
-    client's first line before it imports the SDK (see
-    ``trio_delegate._first_answer``); the connection then goes on from there.
-
-    Args:
-        first: the first line's reader, or ``None`` to read stdin afresh.
-        subagents: as for :func:`serve_stdio`.
-        config: as for :func:`serve_stdio`.
-        store: as for :func:`serve_stdio`.
-        name: as for :func:`serve_stdio`.
-        foreground_limit_seconds: as for :func:`serve_stdio`.
-        progress_interval_seconds: as for :func:`serve_stdio`.
-        owner: as for :func:`serve_stdio`.
 
     Raises:
         InvalidArgumentsError: malformed subagents, config or limits.
@@ -146,7 +106,6 @@ async def serve_answered(
             owner=owner,
         ),
         _ready_line(subagents, config, store, foreground_limit_seconds),
-        first,
         guard,
     )
     if threading.current_thread() is not threading.main_thread():
@@ -185,29 +144,32 @@ async def _serve(
     store: ResultStore | None,
     make_server: Callable[[Runtime], Server[Any]],
     ready: str,
-    first: FirstAnswer | None,
     guard: ExitGuard,
     signals: AsyncIterator[int] | None,
 ) -> None:
-    stdin = None
-    if first is not None:
-        # As the SDK's transport reads stdin: UTF-8, undecodable bytes replaced.
-        # The reading thread reports the end of the input itself: the event
-        # loop may be held up by a runner.
-        stdin = Screened(
-            io.TextIOWrapper(
-                first.stdin(on_end=functools.partial(guard.arm, "stdin ended", None)),
-                encoding="utf-8",
-                errors="replace",
-            )
-        )
+    # The reading thread reports the end of the input itself: the event
+    # loop may be held up by a runner.
+    with _claimed_stdin(functools.partial(guard.arm, "stdin ended", None)) as stdin:
+        await _serve_runtime(subagents, config, store, make_server, ready, stdin, guard, signals)
+
+
+async def _serve_runtime(
+    subagents: tuple[Subagent, ...],
+    config: Config,
+    store: ResultStore | None,
+    make_server: Callable[[Runtime], Server[Any]],
+    ready: str,
+    stdin: Screened | None,
+    guard: ExitGuard,
+    signals: AsyncIterator[int] | None,
+) -> None:
     async with open_runtime(subagents, config=config, store=store) as runtime:
         guard.runtime = runtime
         try:
             async with stdio_server(stdin=stdin) as streams:
                 server = make_server(runtime)
                 logger.info("%s", ready)
-                received = await _connection(server, streams, first, stdin, guard, signals)
+                received = await _connection(server, streams, stdin, guard, signals)
                 if received is not None:
                     # The connection's runs are settled and their processes gone;
                     # only the stdin reader is left, blocked for good.
@@ -236,7 +198,6 @@ async def _serve(
 async def _connection(
     server: Server[Any],
     streams: tuple[Any, Any],
-    first: FirstAnswer | None,
     screened: Screened | None,
     guard: ExitGuard,
     signals: AsyncIterator[int] | None,
@@ -265,8 +226,6 @@ async def _connection(
         # failed): the countdown starts then, not once its runs are joined.
         nursery.start_soon(_arm_when_cancelled, guard)
         read_stream, write_stream = streams
-        if first is not None:
-            write_stream = _Answered(write_stream, first)
         watched = _Watched(read_stream, lambda: guard.arm("stdin ended", None))
         async with mended(watched, write_stream, screened) as readable:
             await server.run(readable, write_stream, server.create_initialization_options())
@@ -280,48 +239,6 @@ async def _arm_when_cancelled(guard: ExitGuard) -> None:
         await trio.sleep_forever()
     finally:
         guard.arm("the connection ended", None)
-
-
-class _Answered:
-    """*stream*, the way to the client, without the SDK's answer to a first
-    line already answered (the one carrying *first*'s private id).
-
-    That answer is checked to be the one given: a difference (an SDK whose
-    answers changed) is logged as a warning, naming both.
-    """
-
-    def __init__(self, stream: Any, first: FirstAnswer) -> None:
-        self._stream = stream
-        self._first = first
-
-    async def send(self, item: SessionMessage) -> None:
-        message = item.message
-        answered = self._first.answer
-        if (
-            answered is not None
-            and isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError)
-            and message.id == self._first.private_id
-        ):
-            given = json.loads(message.model_dump_json(by_alias=True, exclude_unset=True))
-            given["id"] = answered["id"]
-            if given != answered:
-                logger.warning(
-                    "the first answer differed from the MCP SDK's: %s was sent, the SDK answers %s",
-                    json.dumps(answered),
-                    json.dumps(given),
-                )
-            return
-        await self._stream.send(item)
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-    async def __aenter__(self) -> _Answered:
-        await self._stream.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._stream.__aexit__(*exc_info)
 
 
 class _Watched:
@@ -340,3 +257,84 @@ class _Watched:
         except StopAsyncIteration:
             self._on_end()
             raise
+
+
+@contextlib.contextmanager
+def _claimed_stdin(on_end: Callable[[], None]) -> Iterator[Screened | None]:
+    """The client's lines, read from stdin by this server rather than the SDK's transport.
+
+    For as long as the block runs, descriptor 0 points at the null device
+    (as the SDK's transport would point it), so that nothing else in the
+    process, and no process it starts, reads the client's bytes; the input
+    is read from a duplicate that subagents' processes do not inherit.
+
+    Args:
+        on_end: called on the reading thread as soon as a read finds the
+            end of the input (or fails).
+
+    Yields:
+        the lines for ``stdio_server(stdin=)``: UTF-8, undecodable bytes
+        replaced, as the SDK's transport reads them. ``None`` where stdin
+        is no descriptor of this process (a host that replaced
+        ``sys.stdin``) or on Windows: the SDK's transport reads it then.
+    """
+    if sys.platform == "win32" or not _reads_descriptor_0(sys.stdin):  # pragma: no cover
+        yield None
+        return
+    import fcntl  # POSIX only (above)
+
+    try:
+        # Above the standard range, and not inherited by subagents' processes.
+        private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+        null = os.open(os.devnull, os.O_RDONLY)
+    except OSError:  # pragma: no cover - no descriptor left
+        yield None
+        return
+    try:
+        os.dup2(null, 0)
+    finally:
+        os.close(null)
+    try:
+        yield Screened(
+            io.TextIOWrapper(
+                io.BufferedReader(_Input(private, on_end)), encoding="utf-8", errors="replace"
+            )
+        )
+    finally:
+        # The duplicate is never closed: a worker thread can still be blocked
+        # reading it (the read is abandoned, not interrupted).
+        os.dup2(private, 0)
+
+
+def _reads_descriptor_0(stream: Any) -> bool:
+    try:
+        return bool(stream.fileno() == 0)
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+@final
+class _Input(io.RawIOBase):
+    """The bytes of descriptor *fd*; *on_end* is called when a read finds the end (or fails).
+
+    Closing it leaves the descriptor open: a worker thread can still block
+    on it after the transport exits.
+    """
+
+    def __init__(self, fd: int, on_end: Callable[[], None]) -> None:
+        self._fd = fd
+        self._on_end = on_end
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = os.read(self._fd, len(buffer))
+        except OSError:
+            self._on_end()
+            raise
+        if not data:
+            self._on_end()
+        buffer[: len(data)] = data
+        return len(data)

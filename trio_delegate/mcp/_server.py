@@ -26,7 +26,6 @@ their timeout on progress keep waiting.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import secrets
@@ -54,10 +53,10 @@ from .. import (
     __version__,
 )
 from .._checks import describe
-from .._first_answer import DEFAULT_INSTRUCTIONS, DEFAULT_NAME
 from .._tools import traced_call
 from ..lowlevel import abandon
 from ._connection_end import ClientEnds, left_behind, leftovers
+from ._results import error_result, success_result
 from ._tasks import (
     DEFAULT_TASK_POLL_INTERVAL_SECONDS,
     TASKS_EXTENSION,
@@ -80,6 +79,23 @@ __all__ = [
 ]
 
 logger = logging.getLogger("trio_delegate.mcp")
+
+#: The server's name in the MCP handshake.
+DEFAULT_NAME: Final = "trio-delegate"
+
+#: What the server tells a client's model about itself (clients show it ahead
+#: of the tool list).
+DEFAULT_INSTRUCTIONS: Final = (
+    "Delegate self-contained tasks to subagents with delegate_task. A foreground call "
+    "waits for the result. With background=true you get a run_id at once: keep it, do "
+    "other work, and call wait_subagent on every background run before you finish (a "
+    "timed wait that answers with a status means the run is still going: wait again "
+    "later). Failed, cancelled and timed-out runs are errors, never results; recover "
+    "with delegate_task(replaces=<run_id>). A foreground call that runs too long comes "
+    "back as {run_id, subagent, status} instead of a result: it is then background work, "
+    "so call wait_subagent on it. Runs belong to this connection and are cancelled when "
+    "it ends."
+)
 
 #: How long a foreground call may run before it answers with the running
 #: handle: below the common client tool timeouts (Codex: 60 s by default).
@@ -228,7 +244,6 @@ def build_server(
                 tools = parent.tools()
                 book = TaskBook(
                     parent,
-                    tools,
                     runtime.store,
                     runtime.config,
                     max(1, round(poll.progress_seconds * 1000)),
@@ -368,7 +383,7 @@ def _make_server(
                     connection.ends.cancelled(payload["run_id"])
                 if book is not None and params.name in _FOREGROUND_TOOLS:
                     # A background start has returned: its admission is durable.
-                    return await book.create(payload["run_id"])
+                    return await book.create(payload)
         except DelegationError as exc:
             return error_result(exc)
         return success_result(payload)
@@ -521,11 +536,10 @@ async def _foreground(
         result = await _foreground_wait(ctx, connection, handle, limits)
     finally:
         connection.foreground.discard(run_id)
-    still_running = (
-        result.structured_content is not None and "final_result" not in result.structured_content
-    )
-    if book is not None and still_running:
-        return await book.create(run_id)
+    answer = result.structured_content
+    if book is not None and answer is not None and "final_result" not in answer:
+        # Still running at the limit: the task is the run as that wait left it.
+        return await book.create(answer)
     return result
 
 
@@ -628,25 +642,3 @@ async def _report_progress(
 async def _cancel_and_join(parent: Parent, run_id: str) -> None:
     """The client cancelled a foreground call: the core's verdict, as for ``delegate``."""
     await abandon(parent, run_id)
-
-
-def success_result(payload: dict[str, Any]) -> mcp_types.CallToolResult:
-    """A tool's JSON-ready answer as an MCP result: structured, and as JSON text."""
-    return mcp_types.CallToolResult(
-        content=[mcp_types.TextContent(text=_json(payload))],
-        structured_content=payload,
-    )
-
-
-def error_result(exc: DelegationError) -> mcp_types.CallToolResult:
-    """A tool's error as an MCP error result: its message, then its payload."""
-    payload = exc.to_payload()
-    return mcp_types.CallToolResult(
-        content=[mcp_types.TextContent(text=f"{exc.message}\n\n{_json(payload)}")],
-        structured_content=payload,
-        is_error=True,
-    )
-
-
-def _json(payload: dict[str, Any]) -> str:
-    return json.dumps(payload, ensure_ascii=False)

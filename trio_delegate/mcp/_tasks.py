@@ -17,7 +17,8 @@ How a run reads as a task (``tasks/get``):
 * pending or running: ``working``, the status message saying which; a
   status snapshot that observes nothing.
 * completed: ``completed``, ``result`` being exactly the ``CallToolResult``
-  that ``wait_subagent`` gives for it; handing it over is observation for the
+  that ``wait_subagent`` gives for it (read with ``Parent.wait`` and
+  rendered as the tools render it); handing it over is observation for the
   fail-closed policy, as that wait is.
 * failed or timed out: ``completed`` with ``wait_subagent``'s error result
   (``isError: true``; the extension keeps ``failed`` for JSON-RPC errors),
@@ -55,7 +56,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from .. import (
     Config,
     DelegationError,
-    DelegationTools,
     InvalidArgumentsError,
     Parent,
     RunCancelledError,
@@ -66,7 +66,8 @@ from .. import (
     UnknownRunError,
 )
 from .._checks import describe
-from .._first_answer import TASKS_EXTENSION
+from .._tools import run_payload
+from ._results import error_result, success_result
 
 if TYPE_CHECKING:
     from .. import ResultStore
@@ -77,7 +78,11 @@ __all__ = [
     "TaskBook",
     "TaskIdParams",
     "declares_tasks",
+    "require_tasks",
 ]
+
+#: The Tasks extension's identifier, in ``server/discover`` and in a request's capabilities.
+TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 
 #: The ``pollIntervalMs`` the server suggests, in seconds.
 DEFAULT_TASK_POLL_INTERVAL_SECONDS: Final = 2.0
@@ -190,14 +195,12 @@ class TaskBook:
 
     Attributes:
         parent: the connection's parent; its runs are the tasks.
-        tools: the parent's tools (results are ``wait_subagent``'s).
         store: the runtime's store, or ``None``.
         config: the runtime's configuration (its retention and live-run limits).
         poll_interval_ms: the suggested ``pollIntervalMs``.
     """
 
     parent: Parent
-    tools: DelegationTools
     store: ResultStore | None
     config: Config
     poll_interval_ms: int
@@ -222,13 +225,20 @@ class TaskBook:
 
     # -- the extension's answers --------------------------------------------------
 
-    async def create(self, run_id: str) -> dict[str, Any]:
-        """The ``CreateTaskResult`` for a run just admitted (its admission is durable)."""
-        handle = self._status(run_id)
-        if self._times(run_id) is None:
+    async def create(self, handle: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``CreateTaskResult`` for a run just admitted (its admission is durable).
+
+        Args:
+            handle: the run's handle as the tool call that started it (or
+                the timed wait that left it running) answered:
+                ``{run_id, subagent, status}``. It is the task's state as
+                it is: the run is not looked up again.
+        """
+        run = RunHandle(handle["run_id"], handle["subagent"], RunStatus(handle["status"]))
+        if self._times(run.run_id) is None:
             now = time.time()
-            self._keep(run_id, _Times(now, now, handle.status))
-        task = await self._task(handle)
+            self._keep(run.run_id, _Times(now, now, run.status))
+        task = await self._task(run)
         return {"resultType": "task", **task}
 
     async def get(self, task_id: Any) -> dict[str, Any]:
@@ -410,17 +420,13 @@ class TaskBook:
             return task
         # The ended run's outcome, exactly as wait_subagent answers: the run
         # is observed by this (its outcome is handed over), whatever its end.
-        from ._server import error_result, success_result
-
         reason: str | None = None
         try:
-            payload = await self.tools.call(
-                "wait_subagent", {"run_id": handle.run_id, "timeout": 0}
-            )
+            answer = await self.parent.wait(handle.run_id, timeout=0)
         except DelegationError as exc:
             result, reason = error_result(exc), exc.message
         else:
-            result = success_result(payload)
+            result = success_result(run_payload(answer))
         if handle.status is RunStatus.CANCELLED:
             # No result in a cancelled task: its reason goes in the message.
             if reason is not None:

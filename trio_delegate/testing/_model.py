@@ -46,6 +46,7 @@ from .._config import Config
 from .._core import TOMBSTONES_PER_RETAINED_RUN, Parent
 from .._errors import (
     DelegationError,
+    IndeterminateError,
     RunFailedError,
     UnresolvedDelegationError,
 )
@@ -82,12 +83,6 @@ _OUTCOME_ERROR = {
     RunStatus.CANCELLED: ("run_cancelled", "RunCancelledError"),
     RunStatus.TIMED_OUT: ("run_timed_out", "RunTimedOutError"),
 }
-
-
-class IndeterminateError(Exception):
-    """The runtime may answer this either way: it depends on how Trio orders
-    tasks that wake at the same instant. Avoid the tie (or discard the case).
-    """
 
 
 @final
