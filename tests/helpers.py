@@ -51,6 +51,31 @@ async def forever(ctx: td.ChildContext) -> Any:
     await trio.sleep_forever()
 
 
+async def ignores_cancellation(ctx: td.ChildContext) -> str:
+    """Catches every cancellation and carries on, for 1,000 s of Trio time."""
+    end = trio.current_time() + 1_000
+    while trio.current_time() < end:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(1)
+    return "late"
+
+
+class Stubborn:
+    """Told to stop, it finishes its work anyway and returns ``"done anyway"``."""
+
+    def __init__(self) -> None:
+        self.started = trio.Event()
+        self.cancelled = False
+
+    async def __call__(self, ctx: td.ChildContext) -> str:
+        self.started.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            self.cancelled = True  # and it carries on: its last step is its own
+        return "done anyway"
+
+
 def slow_cleanup(seconds: float, log: list[str] | None = None) -> Runner:
     """A runner that runs until cancelled, then spends *seconds* in shielded cleanup."""
 

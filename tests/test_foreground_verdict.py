@@ -14,21 +14,7 @@ import trio.testing
 
 import trio_delegate as td
 
-
-class Stubborn:
-    """A runner that, told to stop, finishes its work anyway and returns."""
-
-    def __init__(self) -> None:
-        self.started = trio.Event()
-        self.cancelled = False
-
-    async def __call__(self, ctx: td.ChildContext) -> str:
-        self.started.set()
-        try:
-            await trio.sleep_forever()
-        except trio.Cancelled:
-            self.cancelled = True  # and it carries on: its last step is its own
-        return "done anyway"
+from .helpers import Stubborn
 
 
 def _check_the_verdict(parent: td.Parent, runner: Stubborn) -> None:

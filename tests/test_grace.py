@@ -10,17 +10,10 @@ import trio.testing
 
 import trio_delegate as td
 
+from .helpers import ignores_cancellation
+
 S = td.RunStatus
 GRACE = 7.0
-
-
-async def _stubborn(ctx: td.ChildContext) -> str:
-    """Catches every cancellation and carries on, for 1,000 s of Trio time."""
-    end = trio.current_time() + 1_000
-    while trio.current_time() < end:
-        with trio.CancelScope(shield=True):
-            await trio.sleep(1)
-    return "late"
 
 
 def _config(**kwargs: object) -> td.Config:
@@ -40,7 +33,7 @@ def test_config_cancel_grace_seconds_defaults_to_30() -> None:
 async def test_overdue_wait_is_answered_within_the_grace_of_a_runner_that_does_not_stop(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    stubborn = td.Subagent("stubborn", _stubborn, timeout_seconds=5)
+    stubborn = td.Subagent("stubborn", ignores_cancellation, timeout_seconds=5)
     async with td.open_runtime([stubborn], config=_config()) as rt, rt.open_parent() as parent:
         handle = await parent.start("stubborn", "t")
         await trio.sleep(6)  # past its deadline: the runner ignores it
@@ -58,7 +51,7 @@ async def test_overdue_wait_is_answered_within_the_grace_of_a_runner_that_does_n
 async def test_cancel_request_is_decided_within_the_grace_of_a_runner_that_does_not_stop(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    stubborn = td.Subagent("stubborn", _stubborn, timeout_seconds=None)
+    stubborn = td.Subagent("stubborn", ignores_cancellation, timeout_seconds=None)
     async with td.open_runtime([stubborn], config=_config()) as rt, rt.open_parent() as parent:
         handle = await parent.start("stubborn", "t")
         await trio.sleep(1)
@@ -71,7 +64,7 @@ async def test_cancel_request_is_decided_within_the_grace_of_a_runner_that_does_
 async def test_parent_close_returns_within_the_grace_of_a_runner_that_does_not_stop(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stubborn = td.Subagent("stubborn", _stubborn, timeout_seconds=None)
+    stubborn = td.Subagent("stubborn", ignores_cancellation, timeout_seconds=None)
     caplog.set_level(logging.WARNING, "trio_delegate")
     async with td.open_runtime([stubborn], config=_config()) as rt:
         with trio.move_on_after(1):
@@ -95,7 +88,7 @@ async def test_parent_close_returns_within_the_grace_of_a_runner_that_does_not_s
 async def test_runtime_close_reports_runs_that_refuse_to_stop_periodically(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stubborn = td.Subagent("stubborn", _stubborn, timeout_seconds=None)
+    stubborn = td.Subagent("stubborn", ignores_cancellation, timeout_seconds=None)
     caplog.set_level(logging.WARNING, "trio_delegate")
     async with td.open_runtime([stubborn], config=_config()) as rt:
         async with rt.open_parent() as parent:

@@ -16,6 +16,8 @@ import trio_delegate as td
 from trio_delegate._core._grace import Grace
 from trio_delegate._core._run import Run
 
+from .helpers import ignores_cancellation
+
 
 async def _done(ctx: td.ChildContext) -> str:
     return "ok"
@@ -69,15 +71,6 @@ async def test_entries_of_pending_runs_do_not_make_every_push_rebuild_the_heap()
     assert _Pending.reads <= 4 * entries
 
 
-async def _stubborn(ctx: td.ChildContext) -> str:
-    """Catches every cancellation and carries on, for 1,000 s of Trio time."""
-    end = trio.current_time() + 1_000
-    while trio.current_time() < end:
-        with trio.CancelScope(shield=True):
-            await trio.sleep(1)
-    return "late"
-
-
 GRACE = 7.0
 
 
@@ -86,8 +79,8 @@ async def test_a_stubborn_run_after_one_that_settled_is_decided_a_grace_after_it
 ) -> None:
     subagents = [
         td.Subagent("done", _done, timeout_seconds=5),
-        td.Subagent("stubborn", _stubborn, timeout_seconds=5),
-        td.Subagent("quick", _stubborn, timeout_seconds=2),
+        td.Subagent("stubborn", ignores_cancellation, timeout_seconds=5),
+        td.Subagent("quick", ignores_cancellation, timeout_seconds=2),
     ]
     config = td.Config(cancel_grace_seconds=GRACE, fail_closed=False)
     async with td.open_runtime(subagents, config=config) as rt, rt.open_parent() as parent:

@@ -9,6 +9,8 @@ import trio.testing
 import trio_delegate as td
 from trio_delegate.lowlevel import UnstoppedRun, abandon, unstopped_runs
 
+from .helpers import Stubborn, ignores_cancellation
+
 S = td.RunStatus
 GRACE = 7.0
 
@@ -18,22 +20,6 @@ def test_the_module_shows_its_names_under_its_own_path() -> None:
     for name in td.lowlevel.__all__:
         assert getattr(td.lowlevel, name).__module__ == "trio_delegate.lowlevel"
     assert "lowlevel" not in td.__all__  # a module beside the API, as trio.lowlevel is
-
-
-class Stubborn:
-    """Told to stop, it finishes its work anyway and returns."""
-
-    def __init__(self) -> None:
-        self.started = trio.Event()
-        self.cancelled = False
-
-    async def __call__(self, ctx: td.ChildContext) -> str:
-        self.started.set()
-        try:
-            await trio.sleep_forever()
-        except trio.Cancelled:
-            self.cancelled = True
-        return "done anyway"
 
 
 async def _hang(ctx: td.ChildContext) -> None:
@@ -114,19 +100,10 @@ async def test_abandon_refuses_what_is_not_a_parent() -> None:
         await abandon(object(), "run")  # type: ignore[arg-type]
 
 
-async def _stubborn(ctx: td.ChildContext) -> str:
-    """Catches every cancellation and carries on, for 1,000 s of Trio time."""
-    end = trio.current_time() + 1_000
-    while trio.current_time() < end:
-        with trio.CancelScope(shield=True):
-            await trio.sleep(1)
-    return "late"
-
-
 async def test_unstopped_runs_names_the_runs_decided_without_their_runners_then_the_live(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    subagents = [td.Subagent("stubborn", _stubborn), td.Subagent("hang", _hang)]
+    subagents = [td.Subagent("stubborn", ignores_cancellation), td.Subagent("hang", _hang)]
     config = td.Config(cancel_grace_seconds=GRACE, fail_closed=False)
     async with td.open_runtime(subagents, config=config) as runtime:
         assert unstopped_runs(runtime) == ()

@@ -302,29 +302,13 @@ def test_the_gate_holds_what_it_names(config: Path, tmp_path: Path) -> None:
 
 def test_a_first_request_the_sdk_negotiates_down_opens_the_connection(config: Path) -> None:
     # A version the SDK negotiates down: it answers with its own, and the connection goes on.
-    process = subprocess.Popen(
-        [PY, "-m", "trio_delegate", "serve", "--config", str(config)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+    sent = (
+        json.dumps(initialize(1, protocolVersion="1999-01-01")).encode()
+        + b"\n"
+        + b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n'
+        + PING
     )
-    assert process.stdin is not None
-    assert process.stdout is not None
-    try:
-        process.stdin.write(
-            json.dumps(initialize(1, protocolVersion="1999-01-01")).encode() + b"\n"
-        )
-        process.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n' + PING)
-        process.stdin.flush()
-        answers = [json.loads(read_line(process.stdout, "answer")) for _ in range(2)]
-        process.stdin.close()
-        assert process.wait(GUARD_SECONDS) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.stdin.close()
-        process.stdout.close()
+    answers = serve_once(config, sent, until=2)
     assert [answer["id"] for answer in answers] == [1, 2]
     assert answers[0]["result"]["protocolVersion"] == sdk_versions.LATEST_HANDSHAKE_VERSION
     assert answers[1]["result"] == {}
@@ -408,26 +392,7 @@ async def sdk_answers(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_a_clients_first_request_is_answered_as_in_process(client: str, config: Path) -> None:
     first = CLIENT_FIRSTS[client]
     [expected] = trio.run(sdk_answers, [first])
-    process = subprocess.Popen(
-        [PY, "-m", "trio_delegate", "serve", "--config", str(config)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert process.stdin is not None
-    assert process.stdout is not None
-    try:
-        process.stdin.write(json.dumps(first).encode() + b"\n")
-        process.stdin.flush()
-        answer = json.loads(read_line(process.stdout, "first answer"))
-        process.stdin.close()
-        assert process.wait(GUARD_SECONDS) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.stdin.close()
-        process.stdout.close()
+    [answer] = serve_once(config, json.dumps(first).encode() + b"\n", until=first["id"])
     assert answer == expected
     assert answer["result"]["instructions"] == td.mcp.DEFAULT_INSTRUCTIONS
 

@@ -28,6 +28,7 @@ from ._errors import (
     UnresolvedDelegationError,
     UnresolvedRun,
 )
+from ._public_names import show_under
 from ._results import CancelAck, Output, RunHandle, RunResult
 from ._runners._command import CommandFailedError, CommandRunner
 from ._status import RunStatus
@@ -85,29 +86,5 @@ __all__ = [
 ]
 
 
-def _fixup_module_metadata() -> None:
-    """Make every public name report ``trio_delegate`` as its module, as trio does.
-
-    Reprs, tracebacks and documentation then name the public path
-    (``trio_delegate.Parent``), not the private module a name is defined in.
-    An attrs class's string annotations are resolved first, where they can
-    be: they are read in the module its ``__module__`` names (a hint named
-    only for type checkers, such as ``Subagent``'s runner, stays a string).
-    """
-    import contextlib
-
-    import attrs
-
-    for name in __all__:
-        value = globals()[name]
-        module = getattr(value, "__module__", None)
-        if not (isinstance(module, str) and module.startswith("trio_delegate.")):
-            continue
-        if isinstance(value, type) and attrs.has(value):
-            with contextlib.suppress(NameError):
-                attrs.resolve_types(value)
-        value.__module__ = __name__
-
-
-_fixup_module_metadata()
-del _fixup_module_metadata
+show_under(__name__, globals(), __all__)
+del show_under

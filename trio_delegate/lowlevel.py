@@ -17,23 +17,10 @@ none of them.
 from __future__ import annotations
 
 from ._core import UnstoppedRun, abandon, unstopped_runs
+from ._public_names import show_under
 
 __all__ = ["UnstoppedRun", "abandon", "unstopped_runs"]
 
 
-def _fixup_module_metadata() -> None:
-    """Make every name report ``trio_delegate.lowlevel`` as its module, as trio does."""
-    import contextlib
-
-    import attrs
-
-    for name in __all__:
-        value = globals()[name]
-        if isinstance(value, type) and attrs.has(value):
-            with contextlib.suppress(NameError):
-                attrs.resolve_types(value)
-        value.__module__ = __name__
-
-
-_fixup_module_metadata()
-del _fixup_module_metadata
+show_under(__name__, globals(), __all__)
+del show_under
