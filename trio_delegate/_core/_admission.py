@@ -1,7 +1,8 @@
-"""What a parent checks before it admits a run: its child's name, the run it replaces.
+"""How a parent admits a run: the checks, then its place in the runtime and the queue.
 
-Both checks run only off the hot path: a name that is not a plain key of
-the parent's children, and a ``replaces`` argument.
+:func:`admit` is the one place a run enters the runtime (contract §3, §4).
+Two of its checks run only off the hot path: a name that is not a plain key
+of the parent's children, and a ``replaces`` argument.
 """
 
 from __future__ import annotations
@@ -9,17 +10,104 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .._checks import builtin, describe, is_a
-from .._errors import InvalidArgumentsError, UnknownSubagentError
+from .._checks import builtin, check_text, describe, is_a
+from .._errors import InvalidArgumentsError, LimitExceededError, UnknownSubagentError
+from .._json import CanonicalJson
+from .._schema import SchemaSpec
 from .._status import RunStatus
 from ._fail_closed import Evicted
+from ._run import Run
 
 if TYPE_CHECKING:
     from .._subagent import Subagent
     from ._parent_host import ParentHost
-    from ._run import Run
 
-__all__ = ["child_named", "replaceable"]
+__all__ = ["admit", "child_named", "replaceable"]
+
+
+def admit(
+    host: ParentHost,
+    name: str,
+    task: str,
+    final_schema: SchemaSpec | None,
+    replaces: str | None,
+    history: CanonicalJson | None = None,
+    task_field: str = "task",
+    *,
+    foreground: bool = False,
+) -> Run:
+    """Validate and admit one run of *host*'s parent, all or nothing, without checkpointing.
+
+    The run takes its place in the scheduler's queue now. Without a store
+    its admission is durable at once (it may start before this returns);
+    with one, :meth:`ParentHost.record_admission` makes it so.
+
+    Args:
+        host: the admitting parent's host.
+        name: the child to run.
+        task: the run's task (or a continuation's message, see *task_field*).
+        final_schema: what the result must satisfy (``None``: the child's).
+        replaces: the run this one replaces, as the caller gave it.
+        history: the conversation a continuation carries on.
+        task_field: the argument's name in errors about *task*.
+        foreground: whether the caller waits for the run.
+
+    Raises:
+        UnknownSubagentError, InvalidArgumentsError: a bad argument (named).
+        LimitExceededError: ``max_depth`` or ``max_live_runs`` would be exceeded.
+    """
+    registry = host.registry
+    config = registry.config
+    children = host.children
+    subagent = children.get(name) if type(name) is str else None
+    if subagent is None:
+        subagent = child_named(children, name)  # raises, naming what is allowed
+    task = check_text(task_field, task, max_chars=config.max_task_chars)
+    schema = (
+        registry.schemas_of[subagent.name]
+        if final_schema is None
+        else registry.compile_schema(final_schema)
+    )
+    if replaces is not None:
+        replaces = replaceable(host, replaces)
+    depth = host.depth + 1
+    if depth > config.max_depth:
+        raise LimitExceededError(
+            f"delegating from {host.owner!r} would start a run at depth {depth}, deeper "
+            f"than Config.max_depth={config.max_depth}; do this work here instead",
+            subagent=name,
+        )
+    if registry.live_count >= config.max_live_runs:
+        raise LimitExceededError(
+            f"the runtime already has {registry.live_count} live runs, the most "
+            f"Config.max_live_runs allows; wait for some to finish and try again",
+            subagent=name,
+        )
+    run = Run(
+        registry.run_ids.new(),
+        host,
+        host.owner,
+        subagent,
+        task,
+        schema,
+        history,
+        replaces,
+        depth,
+        registry.timeouts[subagent.name],
+        foreground,
+    )
+    # Into the runtime (Registry.withdraw undoes it).
+    registry.runs[run.run_id] = run
+    registry.live_count += 1
+    events = registry.events
+    if events is not None:
+        events.admitted(run)
+    host.live[run.run_id] = run
+    # In admission order ("oldest first"); a run whose admission is still
+    # being recorded is left out of the checks until its caller has its id.
+    host.ledger.add(run)
+    host.scheduler.admit(run)
+    return run
 
 
 def child_named(children: Mapping[str, Subagent], name: object) -> Subagent:

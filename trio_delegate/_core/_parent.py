@@ -21,19 +21,17 @@ from typing import TYPE_CHECKING, ClassVar, Final, final
 
 import trio
 
-from .._checks import check_bool, check_seconds, check_text, describe, is_a
+from .._checks import check_bool, check_seconds, describe, is_a
 from .._construction import NoPublicConstructor
 from .._errors import (
     InvalidArgumentsError,
-    LimitExceededError,
     UnknownRunError,
 )
-from .._json import CanonicalJson
 from .._results import CancelAck, RunHandle, RunResult
 from .._schema import SchemaSpec
 from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun
-from ._admission import child_named, replaceable
+from ._admission import admit
 from ._parent_host import ParentHost
 from ._run import CancelReason, Run, State
 from ._settlements import SettledRuns
@@ -161,7 +159,7 @@ class Parent(metaclass=NoPublicConstructor):
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._host.check_usable()
-        run = self._admit(name, task, final_schema, replaces, foreground=True)
+        run = admit(self._host, name, task, final_schema, replaces, foreground=True)
         if run.state is _ADMITTING:
             await self._host.record_admission(run)
         return await self._foreground(run)
@@ -187,7 +185,7 @@ class Parent(metaclass=NoPublicConstructor):
         """
         await trio.lowlevel.checkpoint()
         self._host.check_usable()
-        run = self._admit(name, task, final_schema, replaces)
+        run = admit(self._host, name, task, final_schema, replaces)
         if run.state is _ADMITTING:
             await self._host.record_admission(run)
         return run.admission_ack()
@@ -244,8 +242,15 @@ class Parent(metaclass=NoPublicConstructor):
                 f"run {run_id} is still {earlier.status.value}; only a finished run can be "
                 "continued: wait for it first"
             )
-        run = self._admit(
-            name, message, final_schema, None, carried, "message", foreground=not background
+        run = admit(
+            self._host,
+            name,
+            message,
+            final_schema,
+            None,
+            carried,
+            "message",
+            foreground=not background,
         )
         run.continues = run_id
         if run.state is _ADMITTING:
@@ -404,77 +409,6 @@ class Parent(metaclass=NoPublicConstructor):
         children = {name: sub.description for name, sub in self._children.items()}
         binding = ToolsBinding(self, children, registry.config, registry.events, host.check_usable)
         return registry.surfaces.tools(binding)
-
-    # -- admission -------------------------------------------------------------
-
-    def _admit(
-        self,
-        name: str,
-        task: str,
-        final_schema: SchemaSpec | None,
-        replaces: str | None,
-        history: CanonicalJson | None = None,
-        task_field: str = "task",
-        *,
-        foreground: bool = False,
-    ) -> Run:
-        """Validate and admit one run, all or nothing, without checkpointing.
-
-        The run takes its place in the scheduler's queue now. Without a store
-        its admission is durable at once (it may start before this returns);
-        with one, :meth:`ParentHost.record_admission` makes it so.
-        """
-        registry = self._registry
-        config = registry.config
-        subagent = self._children.get(name) if type(name) is str else None
-        if subagent is None:
-            subagent = child_named(self._children, name)  # raises, naming what is allowed
-        task = check_text(task_field, task, max_chars=config.max_task_chars)
-        schema = (
-            registry.schemas_of[subagent.name]
-            if final_schema is None
-            else registry.compile_schema(final_schema)
-        )
-        if replaces is not None:
-            replaces = replaceable(self._host, replaces)
-        depth = self._depth + 1
-        if depth > config.max_depth:
-            raise LimitExceededError(
-                f"delegating from {self._owner!r} would start a run at depth {depth}, deeper "
-                f"than Config.max_depth={config.max_depth}; do this work here instead",
-                subagent=name,
-            )
-        if registry.live_count >= config.max_live_runs:
-            raise LimitExceededError(
-                f"the runtime already has {registry.live_count} live runs, the most "
-                f"Config.max_live_runs allows; wait for some to finish and try again",
-                subagent=name,
-            )
-        run = Run(
-            registry.run_ids.new(),
-            self._host,
-            self._owner,
-            subagent,
-            task,
-            schema,
-            history,
-            replaces,
-            depth,
-            registry.timeouts[subagent.name],
-            foreground,
-        )
-        # Into the runtime (Registry.withdraw undoes it).
-        registry.runs[run.run_id] = run
-        registry.live_count += 1
-        events = registry.events
-        if events is not None:
-            events.admitted(run)
-        self._live[run.run_id] = run
-        # In admission order ("oldest first"); a run whose admission is still
-        # being recorded is left out of the checks until its caller has its id.
-        self._ledger.add(run)
-        self._scheduler.admit(run)
-        return run
 
     async def _foreground(self, run: Run) -> RunResult:
         """Wait for foreground *run*; if the caller is cancelled, cancel and join it first."""

@@ -3,7 +3,7 @@
 The :class:`Runtime` is the public face and the :class:`Parent` the
 delegating side; both reach the runtime's state only through this object's
 fields and methods. A run enters ``runs`` and ``live_count`` in one place,
-``Parent._admit``, leaves ``live_count`` for retention in one place,
+``admit``, leaves ``live_count`` for retention in one place,
 ``ParentHost.run_committed``, and an admission is undone by
 :meth:`Registry.withdraw`; a lookup by id, after retention's expiry, is
 :meth:`Registry.lookup`.
@@ -127,7 +127,7 @@ class Registry:
     # -- runs ------------------------------------------------------------------
 
     def withdraw(self, run: Run) -> None:
-        """Undo live *run*'s admission (``Parent._admit``): its caller gets an error and
+        """Undo live *run*'s admission (``admit``): its caller gets an error and
         no run id."""
         del self.runs[run.run_id]
         self.live_count -= 1
