@@ -170,16 +170,31 @@ def config(tmp_path: Path) -> Path:
 
 
 def bare_sdk_modules(first: dict[str, Any]) -> list[str]:
-    """The SDK's modules a bare SDK server has loaded once it answered *first*."""
-    done = subprocess.run(
+    """The SDK's modules a bare SDK server has loaded once it answered *first*.
+
+    Its input stays open until the answer came: a server whose input ends
+    may drop a request still in hand (it did for ``server/discover``).
+    """
+    process = subprocess.Popen(
         [PY, "-c", BARE],
-        input=json.dumps(first).encode() + b"\n",
-        capture_output=True,
-        timeout=GUARD_SECONDS,
-        check=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    assert b'"result"' in done.stdout, done.stdout
-    loaded = done.stderr.decode().split()
+    assert process.stdin is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
+    try:
+        process.stdin.write(json.dumps(first).encode() + b"\n")
+        process.stdin.flush()
+        answer = read_line(process.stdout, "bare answer")
+        assert b'"result"' in answer, answer
+        # Ends its input, then reads what is left within the guard.
+        _, errors = process.communicate(timeout=GUARD_SECONDS)
+        assert process.returncode == 0, errors
+    finally:
+        end(process)
+    loaded = errors.decode().split()
     return [name for name in loaded if name.split(".")[0] in SDK]
 
 
