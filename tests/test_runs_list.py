@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import trio_delegate as td
 from trio_delegate._tools import MAX_LISTED_RUNS
@@ -341,3 +343,38 @@ async def test_a_closed_runtime_refuses_the_tool_whatever_the_arguments(
         tools = parent.tools()
     with pytest.raises(td.RuntimeClosedError):
         await tools.call("list_subagent_runs", {"bogus": 1})
+
+
+#: What a drawn run does: never ends, completes, fails, or is cancelled at once.
+_KIND_NAMES = ("idle", "quick", "broken", "cancelled")
+_KINDS = st.sampled_from(_KIND_NAMES)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, MAX_LISTED_RUNS + 5), st.lists(_KINDS, max_size=30))
+def test_the_listing_is_parent_runs_live_first_then_newest_ended(
+    done_first: int, kinds: list[str]
+) -> None:
+    async def main() -> None:
+        config = td.Config(fail_closed=False, max_concurrent_runs=4)
+        async with open_parent(*SUBAGENTS, config=config) as parent:
+            admitted = [(await parent.delegate("quick", "quick")).run_id for _ in range(done_first)]
+            for kind in kinds:
+                handle = await parent.start("idle" if kind == "cancelled" else kind, kind)
+                if kind == "cancelled":
+                    parent.cancel(handle.run_id)
+                admitted.append(handle.run_id)
+            await trio.sleep(3)  # every quick and broken run that could start has ended
+            runs = parent.runs()
+            assert [h.run_id for h in runs] == admitted
+            live = [h for h in runs if not h.status.is_terminal]
+            ended = [h for h in runs if h.status.is_terminal]
+            expected = [*live, *reversed(ended)][:MAX_LISTED_RUNS]
+            answer = await parent.tools().call("list_subagent_runs", {})
+            assert [(e["run_id"], e["status"]) for e in answer["runs"]] == [
+                (h.run_id, h.status.value) for h in expected
+            ]
+            assert answer["omitted"] == len(runs) - len(expected)
+            assert all(entry["task_summary"] in _KIND_NAMES for entry in answer["runs"])
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
