@@ -37,11 +37,16 @@ def sleeping(seconds: float, value: Any = "done") -> Runner:
 
 
 def raising(exc: BaseException, after: float = 0.0) -> Runner:
-    """A runner that sleeps *after* seconds, then raises *exc*."""
+    """A runner that sleeps *after* seconds, then raises *exc*.
+
+    Each raise starts a fresh traceback: raised again as it is, one instance
+    would chain every earlier raise's frames, and with them every run that
+    raised it, for as long as the instance lives (a module's constant does).
+    """
 
     async def runner(ctx: td.ChildContext) -> Any:
         await trio.sleep(after)
-        raise exc
+        raise exc.with_traceback(None)
 
     return runner
 
