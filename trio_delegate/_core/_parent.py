@@ -31,7 +31,9 @@ from .._results import CancelAck, RunHandle, RunResult
 from .._schema import SchemaSpec
 from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun
+from .._usage import Usage
 from ._admission import admit
+from ._meter import usage_of
 from ._parent_host import ParentHost
 from ._run import CancelReason, Run, State
 from ._settlements import SettledRuns
@@ -40,6 +42,7 @@ from ._surfaces import ToolsBinding
 if TYPE_CHECKING:
     from .._subagent import Subagent
     from .._tools import DelegationTools
+    from .._usage import Budget
     from ._registry import Registry
 
 __all__ = ["Parent", "ParentHost", "abandon", "open_parent_host"]
@@ -401,6 +404,27 @@ class Parent(metaclass=NoPublicConstructor):
         self._host.check_usable()
         return self._settlements.unobserved()
 
+    def usage(self, run_id: str | None = None) -> Usage:
+        """What was spent (contract §20): by every run this parent started (nested
+        runs included), or by one run of its owner and its nested runs.
+
+        Readable after the parent and its runtime closed: a host reads the bill then.
+
+        Args:
+            run_id: one run of this parent's owner; ``None`` for all of the
+                parent's runs.
+
+        Raises:
+            UnknownRunError, ExpiredRunError, InvalidArgumentsError: as for
+                :meth:`status`.
+        """
+        if run_id is None:
+            return usage_of(self._host.spent)
+        found = self._registry.lookup(run_id, self._owner)
+        if isinstance(found, StoredRun):
+            return Usage()
+        return usage_of(found.spent)
+
     def tools(self) -> DelegationTools:
         """The model-facing delegation tools bound to this parent (contract §10)."""
         host = self._host
@@ -463,13 +487,19 @@ def open_parent_host(
     children: Mapping[str, Subagent],
     depth: int,
     nursery: trio.Nursery,
+    *,
+    budget: Budget | None = None,
+    enclosing: Run | None = None,
 ) -> ParentHost:
     """Open a parent of *registry*'s runtime whose runs live in *nursery*.
 
     Returns its host: what the runtime (or the run that holds a nested
-    parent) needs of it; ``.parent`` is the public object.
+    parent) needs of it; ``.parent`` is the public object. *budget* is the
+    parent's (contract §20); *enclosing* the run that holds a nested one.
     """
-    host = ParentHost(registry, owner, children, depth, nursery)
+    if budget is not None:
+        registry.meter.budgeted = True
+    host = ParentHost(registry, owner, children, depth, nursery, budget, enclosing)
     host.parent = Parent._create(host)
     registry.register(host)
     return host

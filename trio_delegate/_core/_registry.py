@@ -25,6 +25,7 @@ from .._stores._protocol import StoredRun
 from .._subagent import result_schema, task_name
 from ._grace import Grace
 from ._ids import RunIds
+from ._meter import Meter
 from ._retention import Retention, expired_error
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Registry:
         retention: the terminal runs kept, and tombstones of evicted ones.
         grace: the watchdog that decides runs whose runners do not stop
             (contract §18).
+        meter: what every run spent, and the runtime's budget (contract §20).
         timeouts: each subagent's child deadline in seconds (or ``None``).
         schemas_of: each subagent's compiled ``final_schema`` (or ``None``).
         task_names: the Trio task name of each subagent's runs.
@@ -72,6 +74,7 @@ class Registry:
         "events",
         "grace",
         "live_count",
+        "meter",
         "now",
         "parents",
         "persistence",
@@ -120,6 +123,9 @@ class Registry:
         )
         # Decides runs whose runners do not stop (contract §18).
         self.grace = Grace(config.cancel_grace_seconds, self.now)
+        self.meter = Meter(
+            config.runtime_budget, any(sub.budget is not None for sub in subagents.values())
+        )
         # Checked schemas of host types passed per call (types are few and
         # long-lived; mappings from a model are checked on every call).
         self.schemas: dict[type, ResultSchema] = {}

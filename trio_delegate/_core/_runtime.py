@@ -22,9 +22,11 @@ from .._json import text_problem
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord
 from .._subagent import Subagent
+from .._usage import Budget, Usage, check_budget
 from ._adoption import adopted
 from ._groups import open_transparent_nursery
 from ._ids import new_runtime_id
+from ._meter import usage_of
 from ._parent import Parent, open_parent_host
 from ._persistence import Persistence, WriteStats
 from ._registry import Registry
@@ -99,8 +101,17 @@ class Runtime(metaclass=NoPublicConstructor):
         """How many runs are pending or running in the whole runtime."""
         return self._registry.live_count
 
+    @property
+    def usage(self) -> Usage:
+        """What every run of the runtime spent (contract §20); readable after close."""
+        return usage_of(self._registry.meter.spent)
+
     def open_parent(
-        self, owner: str = "root", *, subagents: Iterable[str] | None = None
+        self,
+        owner: str = "root",
+        *,
+        subagents: Iterable[str] | None = None,
+        budget: Budget | None = None,
     ) -> AbstractAsyncContextManager[Parent]:
         """Open a top-level parent for one conversation or session.
 
@@ -108,6 +119,8 @@ class Runtime(metaclass=NoPublicConstructor):
             owner: the parent's id, unique among the runtime's open parents.
             subagents: the names of its direct children; ``None`` for every
                 registered subagent.
+            budget: the most all of its runs may spend together (contract
+                §20), or ``None`` for no limit.
 
         Leaving the block normally is a claim of completion: live runs are
         cancelled and joined, then ``UnresolvedDelegationError`` is raised if
@@ -115,19 +128,21 @@ class Runtime(metaclass=NoPublicConstructor):
         exception cancels and joins, and lets the exception through unmasked.
 
         Raises:
-            InvalidArgumentsError: a malformed owner, or one that is open already.
+            InvalidArgumentsError: a malformed owner or budget, or an owner that
+                is open already.
             UnknownSubagentError: *subagents* names an unregistered subagent.
             RuntimeClosedError: the runtime is closed.
         """
-        return self._parent_block(owner, subagents)
+        return self._parent_block(owner, subagents, budget)
 
     @asynccontextmanager
     async def _parent_block(
-        self, owner: str, subagents: Iterable[str] | None
+        self, owner: str, subagents: Iterable[str] | None, budget: Budget | None
     ) -> AsyncIterator[Parent]:
         await trio.lowlevel.checkpoint()
         self._check_open()
         owner = _check_owner(owner)
+        budget = check_budget("budget", budget)
         children = self._children_for(subagents)
         registry = self._registry
         if owner in registry.parents:
@@ -136,7 +151,7 @@ class Runtime(metaclass=NoPublicConstructor):
                 "unique among open parents: close it first or choose another owner"
             )
         assert self._nursery is not None
-        host = open_parent_host(registry, owner, children, 0, self._nursery)
+        host = open_parent_host(registry, owner, children, 0, self._nursery, budget=budget)
         try:
             yield host.parent
         except BaseException:
