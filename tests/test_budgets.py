@@ -576,3 +576,81 @@ async def test_costs_roll_up_as_exact_decimals(
             await parent.delegate("w", "go")
             assert parent.usage().cost_usd == 1.0
         assert rt.usage.cost_usd == 1.0
+
+
+# -- model-facing tools ----------------------------------------------------------
+
+
+async def test_status_and_wait_tools_add_usage_only_when_there_is_any(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runner = spender(tokens(3, 0.5), then=5)
+    subagents = [td.Subagent("w", runner), td.Subagent("q", returning({"x": 1}))]
+    async with td.open_runtime(subagents) as rt, rt.open_parent() as parent:
+        tools = parent.tools()
+        quiet = await tools.call("delegate_task", {"subagent": "q", "task": "go"})
+        assert "usage" not in quiet
+        assert "usage" not in await tools.call("subagent_status", {"run_id": quiet["run_id"]})
+        started = await tools.call(
+            "delegate_task", {"subagent": "w", "task": "go", "background": True}
+        )
+        assert "usage" not in started
+        await trio.sleep(2)
+        expected = {
+            "requests": 1,
+            "input_tokens": 3,
+            "output_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "reasoning_output_tokens": 0,
+            "cost_usd": 0.5,
+        }
+        status = await tools.call("subagent_status", {"run_id": started["run_id"]})
+        assert status["usage"] == expected
+        timed_out = await tools.call("wait_subagent", {"run_id": started["run_id"], "timeout": 1})
+        assert (timed_out["status"], timed_out["usage"]) == ("running", expected)
+        done = await tools.call("wait_subagent", {"run_id": started["run_id"]})
+        assert (done["final_result"], done["usage"]) == ("done", expected)
+
+
+# -- stores ----------------------------------------------------------------------
+
+
+async def test_a_memory_store_keeps_usage_with_the_terminal_record(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+    config = td.Config(retention_seconds=1)
+    subagents = [td.Subagent("w", spender(tokens(3, 0.25), then=0)), td.Subagent("q", returning(1))]
+    async with (
+        td.open_runtime(subagents, config=config, store=store) as rt,
+        rt.open_parent() as parent,
+    ):
+        result = await parent.delegate("w", "go")
+        quiet = await parent.delegate("q", "go")
+        await trio.sleep(5)  # both evicted from memory: answered from the store
+        assert parent.status(result.run_id).usage == tokens(3, 0.25)
+        assert parent.usage(result.run_id) == tokens(3, 0.25)
+        assert parent.status(quiet.run_id).usage is None
+    record = await store.get(result.run_id)
+    assert record is not None
+    assert record.usage == tokens(3, 0.25)
+    # After a restart, too.
+    async with td.open_runtime(subagents, store=store) as rt, rt.open_parent() as parent:
+        assert parent.status(result.run_id).usage == tokens(3, 0.25)
+        assert parent.usage(result.run_id) == tokens(3, 0.25)
+        assert parent.usage() == td.Usage()  # this parent started nothing
+
+
+async def test_a_sqlite_store_keeps_usage_in_the_terminal_record(tmp_path: Any) -> None:
+    async def reporting(ctx: td.ChildContext) -> td.Output:
+        return td.Output("done", usage=tokens(3, 0.25))
+
+    store = td.SQLiteStore(tmp_path / "runs.db")
+    subagents = [td.Subagent("w", reporting)]
+    async with td.open_runtime(subagents, store=store) as rt, rt.open_parent() as parent:
+        result = await parent.delegate("w", "go")
+    async with td.open_runtime(subagents, store=store) as rt, rt.open_parent() as parent:
+        waited = await parent.wait(result.run_id)
+        assert waited == result
+        assert parent.status(result.run_id).usage == tokens(3, 0.25)

@@ -276,7 +276,9 @@ class Parent(metaclass=NoPublicConstructor):
         self._host.check_usable()
         found = self._registry.lookup(run_id, self._owner)
         if isinstance(found, StoredRun):
-            return RunHandle(run_id, found.subagent, found.status)
+            return RunHandle(
+                run_id=run_id, subagent=found.subagent, status=found.status, usage=found.usage
+            )
         return found.handle()
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunResult | RunHandle:
@@ -422,7 +424,7 @@ class Parent(metaclass=NoPublicConstructor):
             return usage_of(self._host.spent)
         found = self._registry.lookup(run_id, self._owner)
         if isinstance(found, StoredRun):
-            return Usage()
+            return found.usage or Usage()
         return usage_of(found.spent)
 
     def tools(self) -> DelegationTools:

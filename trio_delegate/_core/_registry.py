@@ -12,7 +12,7 @@ fields and methods. A run enters ``runs`` and ``live_count`` in one place,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ._run import Run
     from ._surfaces import Surfaces
 
-__all__ = ["Registry"]
+__all__ = ["MAX_OWNER_CHARS", "Registry", "check_owner"]
 
 
 @final
@@ -226,3 +226,29 @@ class Registry:
                 compiled = self.schemas[spec] = compile_result_schema(spec, max_nesting=nesting)
             return compiled
         return compile_result_schema(spec, max_nesting=nesting)
+
+
+#: The longest top-level owner accepted.
+MAX_OWNER_CHARS = 256
+
+
+def check_owner(owner: Any) -> str:
+    """*owner* as a plain ``str``, if it is a valid top-level owner."""
+    owner = builtin(owner)
+    if (
+        not is_a(owner, str)
+        or not owner.strip()
+        or len(owner) > MAX_OWNER_CHARS
+        or not owner.isprintable()
+        or text_problem(owner) is not None
+    ):
+        raise InvalidArgumentsError(
+            f"owner must be a non-empty printable string of at most {MAX_OWNER_CHARS} "
+            f"characters, got {describe(owner)}"
+        )
+    if "/" in owner:
+        raise InvalidArgumentsError(
+            f"owner {describe(owner)} contains '/', which is reserved for the parents of "
+            "nested runs ('<owner>/<run_id>'); choose an owner without '/'"
+        )
+    return owner

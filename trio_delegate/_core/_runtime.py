@@ -18,7 +18,6 @@ from .._errors import (
     RuntimeClosedError,
     UnknownSubagentError,
 )
-from .._json import text_problem
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord
 from .._subagent import Subagent
@@ -29,7 +28,7 @@ from ._ids import new_runtime_id
 from ._meter import usage_of
 from ._parent import Parent, open_parent_host
 from ._persistence import Persistence, WriteStats
-from ._registry import Registry
+from ._registry import Registry, check_owner
 from ._run import CancelReason
 from ._trio_run import RunGuard, require_trio
 
@@ -47,8 +46,6 @@ __all__ = [
     "open_runtime",
     "unstopped_runs",
 ]
-
-_MAX_OWNER_CHARS = 256
 
 
 @final
@@ -141,7 +138,7 @@ class Runtime(metaclass=NoPublicConstructor):
     ) -> AsyncIterator[Parent]:
         await trio.lowlevel.checkpoint()
         self._check_open()
-        owner = _check_owner(owner)
+        owner = check_owner(owner)
         budget = check_budget("budget", budget)
         children = self._children_for(subagents)
         registry = self._registry
@@ -372,28 +369,6 @@ def _is_store(value: Any) -> bool:
         return isinstance(value, ResultStore)
     except Exception:
         return False
-
-
-def _check_owner(owner: Any) -> str:
-    """*owner* as a plain ``str``, if it is a valid top-level owner."""
-    owner = builtin(owner)
-    if (
-        not is_a(owner, str)
-        or not owner.strip()
-        or len(owner) > _MAX_OWNER_CHARS
-        or not owner.isprintable()
-        or text_problem(owner) is not None
-    ):
-        raise InvalidArgumentsError(
-            f"owner must be a non-empty printable string of at most {_MAX_OWNER_CHARS} "
-            f"characters, got {describe(owner)}"
-        )
-    if "/" in owner:
-        raise InvalidArgumentsError(
-            f"owner {describe(owner)} contains '/', which is reserved for the parents of "
-            "nested runs ('<owner>/<run_id>'); choose an owner without '/'"
-        )
-    return owner
 
 
 def _check_subagents(subagents: Any) -> dict[str, Subagent]:

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Final, final
 
+import attrs
+
 from .._converter import converter
 from .._errors import StoreError
 from .._json import CanonicalJson
@@ -145,6 +147,7 @@ def encode_state(record: RunRecord) -> str:
                     "started_at": record.started_at,
                     "deadline_at": record.deadline_at,
                     "ended_at": record.ended_at,
+                    **_usage_of(record),
                 }
             )
         )
@@ -158,10 +161,20 @@ def encode_state(record: RunRecord) -> str:
                 "started_at": record.started_at,
                 "deadline_at": record.deadline_at,
                 "ended_at": record.ended_at,
+                **_usage_of(record),
             }
         )
     )
     return f'{{"final_result":{_text_of(result)},"transcript":{_text_of(transcript)},{rest[1:]}'
+
+
+def _usage_of(record: RunRecord) -> dict[str, Any]:
+    """The ``usage`` key of a state document, only when the run reported any (contract
+    §20): a record without it reads as it did before usage was kept."""
+    usage = record.usage
+    if usage is None:
+        return {}
+    return {"usage": attrs.asdict(usage)}
 
 
 def _text_of(value: Any) -> str:
