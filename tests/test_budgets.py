@@ -177,7 +177,13 @@ async def test_output_usage_stops_other_runs_in_its_scope_but_never_its_own_run(
         await trio.sleep(1)
         return td.Output("mine", usage=tokens(50))
 
-    subagents = [td.Subagent("f", finisher), td.Subagent("w", spender(then=1_000))]
+    # Its result is checked against a schema after it returned: the check
+    # awaits, where a cancellation of its own would land.
+    schema = {"type": "string"}
+    subagents = [
+        td.Subagent("f", finisher, final_schema=schema),
+        td.Subagent("w", spender(then=1_000)),
+    ]
     async with (
         td.open_runtime(subagents, config=LENIENT) as rt,
         rt.open_parent(budget=td.Budget(max_input_tokens=10)) as parent,
