@@ -668,3 +668,26 @@ async def test_a_sqlite_store_keeps_usage_in_the_terminal_record(tmp_path: Any) 
         waited = await parent.wait(result.run_id)
         assert waited == result
         assert parent.status(result.run_id).usage == tokens(3, 0.25)
+
+
+async def test_a_run_stopped_by_its_own_budget_is_resolved_by_a_replacement(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def once_over(ctx: td.ChildContext) -> str:
+        if ctx.task == "big":
+            ctx.add_usage(tokens(50))
+            await trio.sleep_forever()
+        ctx.add_usage(tokens(5))
+        return "small enough"
+
+    limited = td.Subagent("w", once_over, budget=td.Budget(max_input_tokens=10))
+    async with td.open_runtime([limited]) as rt, rt.open_parent() as parent:
+        first = await parent.start("w", "big")
+        await cancelled_cause(parent, first.run_id)
+        with pytest.raises(td.UnresolvedDelegationError, match="a budget stop cancelled it"):
+            parent.check_resolved()
+        # Only the run's own scope was stopped: its parent admits a replacement.
+        result = await parent.delegate("w", "small", replaces=first.run_id)
+        assert result.final_result == "small enough"
+        parent.check_resolved()
+        assert parent.usage() == td.Usage(requests=2, input_tokens=55)

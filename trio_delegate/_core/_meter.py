@@ -37,6 +37,8 @@ class Tally:
     Attributes:
         stopped: the error of the budget stop that ended this scope, once it
             was stopped; it stays stopped for its lifetime.
+        own: a run's tally only: what the run reported itself, without its
+            nested runs (its span tells that), made at its first own report.
     """
 
     __slots__ = (
@@ -45,6 +47,7 @@ class Tally:
         "cost",
         "input",
         "output",
+        "own",
         "reasoning",
         "requests",
         "stopped",
@@ -59,6 +62,7 @@ class Tally:
         self.reasoning = 0
         self.cost = _ZERO
         self.stopped: BudgetExceededError | None = None
+        self.own: Tally | None = None
 
     def add(self, usage: Usage) -> None:
         """Add *usage*, each count saturating at 2**63-1."""
@@ -175,6 +179,12 @@ class Meter:
             answer, with nothing made) when none.
         """
         crossed: list[tuple[str, object, Tally, Passed]] | None = None
+        own = run.spent
+        if own is None:
+            own = run.spent = Tally()
+        if own.own is None:
+            own.own = Tally()
+        own.own.add(usage)
         node: Run | None = run
         while node is not None:
             tally = node.spent
