@@ -656,7 +656,9 @@ async def test_a_memory_store_keeps_usage_with_the_terminal_record(
         assert parent.usage() == td.Usage()  # this parent started nothing
 
 
-async def test_a_sqlite_store_keeps_usage_in_the_terminal_record(tmp_path: Any) -> None:
+async def test_a_sqlite_store_keeps_usage_in_the_terminal_record_and_answers_it_on_restart(
+    tmp_path: Any,
+) -> None:
     async def reporting(ctx: td.ChildContext) -> td.Output:
         return td.Output("done", usage=tokens(3, 0.25))
 
@@ -665,6 +667,8 @@ async def test_a_sqlite_store_keeps_usage_in_the_terminal_record(tmp_path: Any) 
     async with td.open_runtime(subagents, store=store) as rt, rt.open_parent() as parent:
         result = await parent.delegate("w", "go")
     async with td.open_runtime(subagents, store=store) as rt, rt.open_parent() as parent:
+        # Known from the store since the runtime attached: its usage too.
+        assert parent.usage(result.run_id) == tokens(3, 0.25)
         waited = await parent.wait(result.run_id)
         assert waited == result
         assert parent.status(result.run_id).usage == tokens(3, 0.25)

@@ -33,6 +33,7 @@ from .._converter import converter
 from .._errors import StoreError
 from .._json import CanonicalJson
 from .._status import RunStatus
+from .._usage import Usage
 from ._protocol import (
     INVALID_RESULT,
     RUN_FAILED,
@@ -56,6 +57,7 @@ __all__ = [
     "encode_state",
     "fold",
     "status_of",
+    "stored_usage",
     "with_head",
 ]
 
@@ -175,6 +177,18 @@ def _usage_of(record: RunRecord) -> dict[str, Any]:
     if usage is None:
         return {}
     return {"usage": attrs.asdict(usage)}
+
+
+def stored_usage(text: object) -> Usage | None:
+    """The usage a state document held, from its JSON *text* (a database read it
+    out); ``None`` when there is none, or it is not usage this package wrote."""
+    if not isinstance(text, str):
+        return None
+    try:
+        usage: Usage = converter.structure(json.loads(text), Usage)
+    except Exception:
+        return None  # a damaged row reads as one without usage; reading it says more
+    return usage
 
 
 def _text_of(value: Any) -> str:
