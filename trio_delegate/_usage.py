@@ -21,12 +21,12 @@ from ._errors import InvalidArgumentsError
 
 __all__ = [
     "COUNTS",
+    "EXACT",
     "LIMITS",
     "MAX_COUNT",
     "Budget",
     "Usage",
     "add_costs",
-    "add_exact",
     "check_budget",
     "check_usage",
     "cost_decimal",
@@ -57,7 +57,7 @@ LIMITS: Final = (
 
 # Exact enough for any sum of float costs: a float's shortest form has at most
 # 17 significant digits and exponents from -324 to 308.
-_EXACT: Final = decimal.Context(
+EXACT: Final = decimal.Context(
     prec=1000, Emax=10_000, Emin=-10_000, traps=[decimal.InvalidOperation]
 )
 _ZERO: Final = decimal.Decimal(0)
@@ -83,12 +83,7 @@ def add_costs(first: float, second: float) -> float:
         return first
     if not first:
         return second
-    return cost_float(_EXACT.add(cost_decimal(first), cost_decimal(second)))
-
-
-def add_exact(total: decimal.Decimal, value: float) -> decimal.Decimal:
-    """*total* plus *value* (a checked cost), exactly."""
-    return _EXACT.add(total, cost_decimal(value))
+    return cost_float(EXACT.add(cost_decimal(first), cost_decimal(second)))
 
 
 def _count(field: str, allow_none: bool) -> Any:

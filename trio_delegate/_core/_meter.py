@@ -15,7 +15,8 @@ from __future__ import annotations
 import decimal
 from typing import TYPE_CHECKING, Final, final
 
-from .._usage import MAX_COUNT, Budget, Usage, add_exact, cost_decimal, cost_float
+from .._usage import EXACT as _EXACT
+from .._usage import MAX_COUNT, Budget, Usage, cost_decimal, cost_float
 
 if TYPE_CHECKING:
     from .._errors import BudgetExceededError
@@ -64,8 +65,9 @@ class Tally:
         self.stopped: BudgetExceededError | None = None
         self.own: Tally | None = None
 
-    def add(self, usage: Usage) -> None:
-        """Add *usage*, each count saturating at 2**63-1."""
+    def add(self, usage: Usage, cost: decimal.Decimal | None) -> None:
+        """Add *usage*, each count saturating at 2**63-1; its cost is *cost*, the
+        exact decimal of ``usage.cost_usd`` (``None`` for none), made once per report."""
         value = self.requests + usage.requests
         self.requests = value if value <= MAX_COUNT else MAX_COUNT
         value = self.input + usage.input_tokens
@@ -78,8 +80,8 @@ class Tally:
         self.cache_creation = value if value <= MAX_COUNT else MAX_COUNT
         value = self.reasoning + usage.reasoning_output_tokens
         self.reasoning = value if value <= MAX_COUNT else MAX_COUNT
-        if usage.cost_usd:
-            self.cost = add_exact(self.cost, usage.cost_usd)
+        if cost is not None:
+            self.cost = _EXACT.add(self.cost, cost)
 
     def usage(self) -> Usage:
         """What was spent, as a value."""
@@ -135,7 +137,9 @@ class Tally:
                 None if limit is None else max(limit - spent, 0)
                 for _, limit, spent in self._counts(budget)
             ),
-            None if cost is None else cost_float(max(cost_decimal(cost) - self.cost, _ZERO)),
+            None
+            if cost is None
+            else cost_float(max(_EXACT.subtract(cost_decimal(cost), self.cost), _ZERO)),
         )
 
     def _counts(self, budget: Budget) -> tuple[tuple[str, int | None, int], ...]:
@@ -179,18 +183,19 @@ class Meter:
             answer, with nothing made) when none.
         """
         crossed: list[tuple[str, object, Tally, Passed]] | None = None
+        cost = cost_decimal(usage.cost_usd) if usage.cost_usd else None
         own = run.spent
         if own is None:
             own = run.spent = Tally()
         if own.own is None:
             own.own = Tally()
-        own.own.add(usage)
+        own.own.add(usage, cost)
         node: Run | None = run
         while node is not None:
             tally = node.spent
             if tally is None:
                 tally = node.spent = Tally()
-            tally.add(usage)
+            tally.add(usage, cost)
             budget = node.subagent.budget
             if budget is not None and tally.stopped is None:
                 passed = tally.passed(budget)
@@ -201,7 +206,7 @@ class Meter:
             tally = host.spent
             if tally is None:
                 tally = host.spent = Tally()
-            tally.add(usage)
+            tally.add(usage, cost)
             budget = host.budget
             if budget is not None and tally.stopped is None:
                 passed = tally.passed(budget)
@@ -210,7 +215,7 @@ class Meter:
                     crossed.append(("parent", host, tally, passed))
             node = host.enclosing
         tally = self.spent
-        tally.add(usage)
+        tally.add(usage, cost)
         budget = self.budget
         if budget is not None and tally.stopped is None:
             passed = tally.passed(budget)
