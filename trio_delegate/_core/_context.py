@@ -23,7 +23,12 @@ class ChildContext:
     One is made for every run, so it is a plain class with read-only
     properties over private slots: a frozen attrs class would set each field
     through its checked ``__setattr__``. It can be built directly to test a
-    runner alone.
+    runner alone (its usage reports are then checked and dropped, and
+    :meth:`remaining` is ``None``).
+
+    A runner reports what it spent with :meth:`add_usage` and reads what its
+    budgets leave with :meth:`remaining` (contract §20), from the run's own
+    Trio task (a worker thread hands its usage back to it).
 
     Attributes:
         run_id: the run's id.
