@@ -5,7 +5,7 @@
 
 The key comes from ``ANTHROPIC_API_KEY``; ``ANTHROPIC_BASE_URL`` points the
 client at another endpoint (a proxy, a gateway, a local fake), and
-``ANTHROPIC_MODEL`` picks the model. The model sees the five delegation tools
+``ANTHROPIC_MODEL`` picks the model. The model sees the delegation tools
 (``parent.tools().anthropic_tools()``); each tool call it makes goes to
 ``tools.call``, and its answer, or the error's payload, goes back as the
 ``tool_result``. The loop ends when the model answers in text; leaving the

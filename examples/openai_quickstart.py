@@ -5,7 +5,7 @@
 
 The key comes from ``OPENAI_API_KEY``; ``OPENAI_BASE_URL`` points the client
 at another endpoint (a proxy, Azure, a local server), and ``OPENAI_MODEL``
-picks the model. The model sees the five delegation tools in strict mode
+picks the model. The model sees the delegation tools in strict mode
 (``parent.tools().openai_responses_tools()``); each ``function_call`` goes to
 ``tools.call``, and its answer, or the error's payload, goes back as the
 ``function_call_output``. The loop ends when the model answers in text;

@@ -613,6 +613,7 @@ TOOL_NAMES: Final = (
     "wait_subagent",
     "cancel_subagent",
     "continue_subagent",
+    "list_subagent_runs",
 )
 
 
@@ -638,6 +639,7 @@ def tool_calls(subagents: tuple[str, ...]) -> st.SearchStrategy[tuple[Any, Any]]
             {"run_id": run_id, "message": text},
             optional={"final_schema": schema, "background": background},
         ),
+        "list_subagent_runs": st.fixed_dictionaries({}),
     }
     extra = st.dictionaries(hostile_text(2), value, min_size=1, max_size=2)
     names = hostile_text(2) | odd_objects | st.none()

@@ -401,6 +401,7 @@ def check_offered(fake: FakeResponses) -> None:
             "wait_subagent",
             "cancel_subagent",
             "continue_subagent",
+            "list_subagent_runs",
         ]
     )
 

@@ -408,6 +408,10 @@ async def open_session(
                 assert isinstance(normal, td.RunResult), normal
                 assert normal.final_result == "still works"
                 await session.attempt("unobserved", parent.unobserved)
+                listed = await session.attempt("runs", parent.runs)
+                assert type(listed) is tuple, listed
+                assert all(type(handle) is td.RunHandle for handle in listed), listed
+                assert len({handle.run_id for handle in listed}) == len(listed), listed
             assert runtime.live_runs == 0
             # Every run of the parent settled once, in its stream.
             assert normal.run_id in settled
@@ -613,7 +617,10 @@ class ToolCall:
         label = self.name if type(self.name) is str else type(self.name).__name__
         tools = session.parent.tools()
         answer = await session.attempt(f"tools.call({label!r})", tools.call, self.name, arguments)
-        if isinstance(answer, dict):
+        if isinstance(answer, dict) and "runs" in answer:  # list_subagent_runs
+            assert set(answer) == {"runs", "omitted"}, answer
+            assert all(isinstance(entry["run_id"], str) for entry in answer["runs"]), answer
+        elif isinstance(answer, dict):
             assert isinstance(answer.get("run_id"), str), answer
         return answer
 

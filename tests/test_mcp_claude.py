@@ -47,6 +47,7 @@ async def test_config_for_claude_agent_options_drives_the_hosts_parent() -> None
             "mcp__delegate__wait_subagent",
             "mcp__delegate__cancel_subagent",
             "mcp__delegate__continue_subagent",
+            "mcp__delegate__list_subagent_runs",
         ]
         # the options object accepts it as it is
         options = claude_agent_sdk.ClaudeAgentOptions(

@@ -27,6 +27,7 @@ TOOLS = (
     "wait_subagent",
     "cancel_subagent",
     "continue_subagent",
+    "list_subagent_runs",
 )
 
 
@@ -111,13 +112,15 @@ async def test_tools_are_the_parents_delegation_tools(mode: str) -> None:
         assert tool.input_schema == expected[tool.name].parameters
         assert tool.annotations is not None
     read_only = {tool.name: tool.annotations.read_only_hint for tool in listed if tool.annotations}
-    # status and waits need no approval; delegating runs whatever a subagent does
+    # status, waits and the listing need no approval; delegating runs whatever a
+    # subagent does
     assert read_only == {
         "delegate_task": None,
         "subagent_status": True,
         "wait_subagent": True,
         "cancel_subagent": False,
         "continue_subagent": None,
+        "list_subagent_runs": True,
     }
 
 

@@ -145,6 +145,7 @@ async def test_every_tool_over_a_real_stdio_connection(config: Path) -> None:
                 "wait_subagent",
                 "cancel_subagent",
                 "continue_subagent",
+                "list_subagent_runs",
             ]
 
             # foreground, text and JSON results

@@ -23,6 +23,7 @@ TOOLS = {
     "wait_subagent",
     "cancel_subagent",
     "continue_subagent",
+    "list_subagent_runs",
 }
 
 

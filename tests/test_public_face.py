@@ -16,6 +16,7 @@ PARENT_NAMES = {
     "continue_run",
     "delegate",
     "owner",
+    "runs",
     "settled",
     "start",
     "status",

@@ -285,6 +285,7 @@ class Snapshot:
     looked_up: bool
     unobserved: dict[int, tuple[td.RunHandle, ...]]
     delivered: dict[int, list[td.RunHandle]]
+    listed: dict[int, tuple[td.RunHandle, ...]]
     #: ``(requests, input_tokens)`` of ``Runtime.usage`` and of each parent's
     #: ``usage()``, readable after close (contract §20).
     spent: tuple[int, int]
@@ -310,6 +311,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.runtime: tdt.Entered[td.Runtime] | None = None
         self.blocks: dict[int, tdt.Entered[td.Parent]] = {}
         self.parent_numbers: dict[td.Parent, int] = {}
+        self.owners: dict[int, str] = {}
         self.run_ids: dict[int, str] = {}
         self.numbers: dict[str, int] = {}
         self.tasks = 0
@@ -452,6 +454,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         assert expected.parent is not None
         self.blocks[expected.parent] = block
         self.parent_numbers[block.value] = expected.parent
+        self.owners[expected.parent] = owner
         self.check("open_parent", expected, block.value)
         self.follow_settlements(expected.parent, block.value)
         return ParentRef(expected.parent, owner)
@@ -730,6 +733,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         statuses: dict[int, td.RunHandle | td.DelegationError] = {}
         verdicts: dict[int, td.DelegationError | None] = {}
         unobserved: dict[int, tuple[td.RunHandle, ...]] = {}
+        listed: dict[int, tuple[td.RunHandle, ...]] = {}
         looked_up = False
         for number, block in self.blocks.items():
             if not block.is_open or self.m.closed:
@@ -749,6 +753,7 @@ class RuntimeMachine(RuleBasedStateMachine):
             else:
                 verdicts[number] = None
             unobserved[number] = parent.unobserved()
+            listed[number] = parent.runs()
         assert self.runtime is not None
         total = self.runtime.value.usage
         spent_by = {}
@@ -764,6 +769,7 @@ class RuntimeMachine(RuleBasedStateMachine):
             looked_up,
             unobserved,
             {number: list(handles) for number, handles in self.settlements.items()},
+            listed,
             (total.requests, total.input_tokens),
             spent_by,
         )
@@ -790,6 +796,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         if not m.closed:
             assert snap.live_runs == m.live_runs, (snap.live_runs, m.live_runs)
         self.check_settlements(snap)
+        self.check_listing(snap)
         assert snap.spent == m.spent(), f"runtime usage: {snap.spent} != {m.spent()}"
         for parent, spent in snap.spent_by.items():
             assert spent == m.spent(parent), f"usage of parent {parent}: {spent}"
@@ -821,6 +828,31 @@ class RuntimeMachine(RuleBasedStateMachine):
             assert sorted(listed) == sorted(m.unobserved(parent)), (parent, listed)
             ends = [m.ended_at(run) or 0.0 for run in listed]
             assert ends == sorted(ends), f"unobserved of parent {parent} out of order"
+
+    def check_listing(self, snap: Snapshot) -> None:
+        """contract §17: ``parent.runs()`` lists runs of the parent's owner in admission
+        order, each as a lookup finds it; every run of the parent a lookup finds in
+        memory is listed (without a store, every run a lookup finds at all; with
+        one, an evicted run is answered from the store and not listed)."""
+        assert self.setup is not None
+        m = self.m
+        for parent, handles in snap.listed.items():
+            numbers = [self.numbers.get(handle.run_id, -1) for handle in handles]
+            assert -1 not in numbers, f"parent {parent} listed a run nobody was told of"
+            assert numbers == sorted(set(numbers)), f"parent {parent} listed {numbers}"
+            owner = self.owners[parent]
+            for run in numbers:
+                started_by = m.run_parent(run)
+                assert started_by is not None
+                assert self.owners[started_by] == owner, (parent, run, started_by)
+            by_number = dict(zip(numbers, handles, strict=True))
+            for run, looked_up in snap.statuses.items():
+                if m.run_parent(run) != parent:
+                    continue
+                if not isinstance(looked_up, td.RunHandle):
+                    assert run not in by_number, (parent, run, looked_up)
+                elif run in by_number or self.setup.store == "none":
+                    assert by_number.get(run) == looked_up, (parent, run, looked_up)
 
     def check_without_model(self, snap: Snapshot) -> None:
         assert self.setup is not None

@@ -20,6 +20,7 @@ TOOL_NAMES = (
     "wait_subagent",
     "cancel_subagent",
     "continue_subagent",
+    "list_subagent_runs",
 )
 
 

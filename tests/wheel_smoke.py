@@ -7,7 +7,7 @@ this to seconds), check the description it installed (no checkout commands;
 the install line), and in an empty folder run what a new user runs: the demo,
 the README's script, ``trio-delegate init``, and ``trio-delegate serve
 --config subagents.toml``, which must answer ``initialize`` and
-``tools/list`` with the five delegation tools. Nothing comes from the
+``tools/list`` with the delegation tools. Nothing comes from the
 checkout but the wheel: no ``docs/``, no ``examples/``.
 
 Run directly: ``.venv/bin/python tests/wheel_smoke.py``. Exits 1 naming the
@@ -37,6 +37,7 @@ TOOLS = {
     "wait_subagent",
     "cancel_subagent",
     "continue_subagent",
+    "list_subagent_runs",
 }
 # A hang guard only: each step takes seconds.
 STEP_TIMEOUT_SECONDS = 180

@@ -9,6 +9,7 @@ they cannot drift apart.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, final
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_ARGUMENTS_CHARS",
     "MAX_ARGUMENT_VALUES",
+    "MAX_LISTED_RUNS",
     "DelegationTools",
     "ToolDefinition",
     "run_payload",
@@ -41,6 +43,8 @@ __all__ = [
 
 #: Longest run id accepted from a model (ours are 36 characters).
 _MAX_RUN_ID_CHARS: Final = 128
+#: Most runs ``list_subagent_runs`` lists in one answer; it counts the rest.
+MAX_LISTED_RUNS: Final = 100
 #: Longest arguments accepted as JSON text: room for the longest task, escaped,
 #: and the largest schema.
 MAX_ARGUMENTS_CHARS: Final = 8 * 1024 * 1024
@@ -139,6 +143,14 @@ _CONTINUE_TEXT = (
     "delegate_task, in the foreground or with background=true."
 )
 
+_LIST_TEXT = (
+    "List your subagent runs that are still going or recently finished, to find a run_id "
+    "you no longer have. Returns {runs: [{run_id, subagent, status, task_summary}], "
+    f"omitted}}: at most {MAX_LISTED_RUNS} runs, those still going first, then finished ones "
+    "newest first; omitted counts the runs left out. Listing does not observe a run: call "
+    "wait_subagent on each finished run to read its result or error. Takes no parameters."
+)
+
 
 @final
 class DelegationTools(metaclass=NoPublicConstructor):
@@ -153,6 +165,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
         "_check_usable",
         "_children",
         "_events",
+        "_listing",
         "_max_nesting",
         "_parent",
         "_tools",
@@ -167,6 +180,8 @@ class DelegationTools(metaclass=NoPublicConstructor):
         self._children = dict(binding.children)
         # The runtime's observer: a tool call's span, when runs are traced.
         self._events = binding.events
+        # The parent's runs, bounded, with their task summaries.
+        self._listing = binding.listing
         self._max_nesting = config.max_nesting_depth
         max_task = config.max_task_chars
         tools = (
@@ -236,6 +251,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
                 ),
                 self._continue_subagent,
             ),
+            _Tool("list_subagent_runs", _LIST_TEXT, (), self._list_subagent_runs),
         )
         self._tools = {tool.name: tool for tool in tools}
 
@@ -425,6 +441,16 @@ class DelegationTools(metaclass=NoPublicConstructor):
         )
         return run_payload(answer)
 
+    async def _list_subagent_runs(self, args: dict[str, Any]) -> dict[str, Any]:
+        listing = self._listing(MAX_LISTED_RUNS)
+        runs = []
+        for listed in listing.runs:
+            entry = _handle_payload(listed.handle)
+            entry["task_summary"] = listed.task_summary
+            runs.append(entry)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return {"runs": runs, "omitted": listing.omitted}
+
     # -- schemas and checks -----------------------------------------------------------
 
     def _children_text(self) -> str:
@@ -468,8 +494,16 @@ class DelegationTools(metaclass=NoPublicConstructor):
         """Check every argument; raise once, naming every problem."""
         problems: list[str] = []
         known = {param.name for param in tool.params}
+        if not known and args:
+            # Named once, with the first few keys: each would read the same.
+            shown = ", ".join(describe(key) for key in itertools.islice(args, 5))
+            more = f" and {len(args) - 5} more" if len(args) > 5 else ""
+            problems.append(
+                f"{tool.name} takes no parameters, got {shown}{more}; call it with an "
+                "empty object {}"
+            )
         for key in args:
-            if key not in known:
+            if known and key not in known:
                 problems.append(
                     f"{describe(key)} is not a parameter of {tool.name}; its parameters are: "
                     f"{', '.join(p.name for p in tool.params)}"

@@ -16,6 +16,7 @@ parent and runtime are open before it acts and again after every
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar, Final, final
 
@@ -33,6 +34,7 @@ from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun
 from .._usage import Usage
 from ._admission import admit
+from ._listing import list_runs
 from ._meter import usage_of
 from ._parent_host import ParentHost
 from ._run import CancelReason, Run, State
@@ -406,6 +408,22 @@ class Parent(metaclass=NoPublicConstructor):
         self._host.check_usable()
         return self._settlements.unobserved()
 
+    def runs(self) -> tuple[RunHandle, ...]:
+        """This parent's runs that are live or still retained, in admission order (contract §17).
+
+        A snapshot, by owner as every lookup is (contract §8): runs an
+        earlier parent of the same owner started are listed while retention
+        holds them. A run whose admission is still being recorded is not
+        listed (its caller does not have its id yet), nor one retention
+        evicted, nor one known only from a store. Not observation: a run
+        seen only here is still unresolved (contract §7).
+
+        Raises:
+            RuntimeClosedError: this parent or its runtime is closed.
+        """
+        self._host.check_usable()
+        return tuple(run.handle() for run in self._host.listed())
+
     def usage(self, run_id: str | None = None) -> Usage:
         """What was spent (contract §20): by every run this parent started (nested
         runs included), or by one run of its owner and its nested runs.
@@ -433,7 +451,14 @@ class Parent(metaclass=NoPublicConstructor):
         host.check_usable()
         registry = self._registry
         children = {name: sub.description for name, sub in self._children.items()}
-        binding = ToolsBinding(self, children, registry.config, registry.events, host.check_usable)
+        binding = ToolsBinding(
+            parent=self,
+            children=children,
+            config=registry.config,
+            events=registry.events,
+            check_usable=host.check_usable,
+            listing=functools.partial(list_runs, host),
+        )
         return registry.surfaces.tools(binding)
 
     async def _foreground(self, run: Run) -> RunResult:

@@ -273,6 +273,14 @@ class ParentHost:
         run.foreground = False
         self.settlements.untold(run, run.status is _COMPLETED)
 
+    def listed(self) -> list[Run]:
+        """This parent's runs, live or retained, in admission order (``Parent.runs``).
+
+        By owner, as every lookup is (contract §8). A run whose admission is
+        still being recorded is left out: its caller does not have its id yet.
+        """
+        return self.registry.runs_of(self.owner, self.announcing)
+
     # -- whether it can be used ------------------------------------------------------
 
     def check_usable(self) -> None:

@@ -11,7 +11,7 @@ fields and methods. A run enters ``runs`` and ``live_count`` in one place,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any, final
 
 import trio
@@ -179,6 +179,20 @@ class Registry:
             "runtimes are not valid here)",
             run_id=run_id if len(run_id) <= 128 else None,
         )
+
+    def runs_of(self, owner: str, hidden: Container[str]) -> list[Run]:
+        """The runs of *owner* in memory, live or retained, in admission order
+        (``Parent.runs``, contract §17), but those whose ids are *hidden*.
+
+        Retention expires what it must first, as :meth:`lookup` does: a run
+        listed is one a lookup finds. It reads every run the runtime holds
+        (at most ``max_live_runs + retention_max_runs``) and costs nothing on
+        the way in: ``runs`` is in admission order already.
+        """
+        self.retention.expire(self.now())
+        return [
+            run for run in self.runs.values() if run.owner == owner and run.run_id not in hidden
+        ]
 
     async def lookup_in_store(
         self, run_id: str, owner: str, unknown: UnknownRunError, check: Callable[[], None]

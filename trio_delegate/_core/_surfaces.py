@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .._config import Config
     from .._tools import DelegationTools
     from ._events import RunEvents
+    from ._listing import RunListing
     from ._parent import Parent
 
 __all__ = ["Surfaces", "ToolsBinding"]
@@ -36,6 +37,8 @@ class ToolsBinding:
         events: the runtime's observer of runs (``None`` when nothing observes them).
         check_usable: raises ``RuntimeClosedError`` once the parent or its runtime
             is closed: the tools check it before each use (contract §8).
+        listing: at most *limit* of the parent's runs, live ones first, with
+            their task summaries (``list_subagent_runs``, contract §17).
     """
 
     parent: Parent
@@ -43,6 +46,7 @@ class ToolsBinding:
     config: Config
     events: RunEvents | None
     check_usable: Callable[[], None]
+    listing: Callable[[int], RunListing]
 
 
 class Surfaces(Protocol):

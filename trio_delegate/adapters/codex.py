@@ -1,7 +1,7 @@
 """Codex both ways: the delegation tools for Codex, and Codex threads as subagents.
 
 **Parent side.** Codex takes tools through MCP: it starts ``trio-delegate
-serve`` from its ``config.toml`` and offers the five tools to its model as
+serve`` from its ``config.toml`` and offers the delegation tools to its model as
 one namespace, ``mcp__<name>``. :func:`config_toml` renders that entry (what
 ``trio-delegate mcp-config codex`` prints), with absolute paths and the
 settings ``codex exec`` needs to call the tools::

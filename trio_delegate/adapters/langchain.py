@@ -1,6 +1,6 @@
 """LangChain: the delegation tools for an agent, and an agent as a subagent.
 
-Parent side — a Trio-owned parent's five tools as LangChain tools::
+Parent side — a Trio-owned parent's delegation tools as LangChain tools::
 
     import trio_delegate as td
     from langchain.agents import create_agent
@@ -70,7 +70,7 @@ __all__ = ["history_messages", "runner", "tools"]
 
 
 def tools(parent: Parent) -> list[BaseTool]:
-    """The parent's five delegation tools as LangChain tools.
+    """The parent's delegation tools as LangChain tools.
 
     Hand them to ``create_agent(model, tools(parent))`` or ``model.bind_tools``.
     They run on the parent through the asyncio bridge; run the agent from
@@ -81,8 +81,8 @@ def tools(parent: Parent) -> list[BaseTool]:
 
     Returns:
         ``delegate_task``, ``subagent_status``, ``wait_subagent``,
-        ``cancel_subagent`` and ``continue_subagent``, each with the JSON
-        Schema of contract §10 as its ``args_schema``.
+        ``cancel_subagent``, ``continue_subagent`` and ``list_subagent_runs``,
+        each with the JSON Schema of contract §10 as its ``args_schema``.
 
     Raises:
         RuntimeClosedError: *parent* is closed.

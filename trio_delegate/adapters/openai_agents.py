@@ -1,6 +1,6 @@
 """OpenAI Agents: the delegation tools for an agent, and an agent as a subagent.
 
-Parent side — a Trio-owned parent's five tools as function tools::
+Parent side — a Trio-owned parent's delegation tools as function tools::
 
     import trio_delegate as td
     from agents import Agent, Runner
@@ -95,7 +95,7 @@ def delegation_error_text(ctx: RunContextWrapper[Any], error: Exception) -> str:
 def tools(
     parent: Parent, *, failure_error_function: ToolErrorFunction = delegation_error_text
 ) -> list[Tool]:
-    """The parent's five delegation tools as OpenAI Agents function tools.
+    """The parent's delegation tools as OpenAI Agents function tools.
 
     Hand them to ``Agent(tools=tools(parent))``. They run on the parent
     through the asyncio bridge; run the agent from Trio with
@@ -109,9 +109,9 @@ def tools(
 
     Returns:
         ``delegate_task``, ``subagent_status``, ``wait_subagent``,
-        ``cancel_subagent`` and ``continue_subagent`` as ``FunctionTool``s
-        (typed as the SDK's ``Tool``, what ``Agent(tools=...)`` takes); each
-        returns its result as JSON text.
+        ``cancel_subagent``, ``continue_subagent`` and ``list_subagent_runs`` as
+        ``FunctionTool``s (typed as the SDK's ``Tool``, what ``Agent(tools=...)``
+        takes); each returns its result as JSON text.
 
     Raises:
         RuntimeClosedError: *parent* is closed.

@@ -1,6 +1,6 @@
 """Pydantic AI: the delegation tools for an agent, and an agent as a subagent.
 
-Parent side — a Trio-owned parent's five tools as a toolset::
+Parent side — a Trio-owned parent's delegation tools as a toolset::
 
     import trio_delegate as td
     from pydantic_ai import Agent
@@ -82,7 +82,7 @@ __all__ = ["history_messages", "runner", "settled_notices", "toolset"]
 
 
 def toolset(parent: Parent, *, id: str | None = None) -> FunctionToolset[Any]:
-    """The parent's five delegation tools as a Pydantic AI toolset.
+    """The parent's delegation tools as a Pydantic AI toolset.
 
     Pass it as ``Agent(..., toolsets=[toolset(parent)])`` (or to one run's
     ``toolsets=``). Each tool takes the JSON Schema of contract §10 and runs
@@ -95,7 +95,8 @@ def toolset(parent: Parent, *, id: str | None = None) -> FunctionToolset[Any]:
 
     Returns:
         a toolset holding ``delegate_task``, ``subagent_status``,
-        ``wait_subagent``, ``cancel_subagent`` and ``continue_subagent``.
+        ``wait_subagent``, ``cancel_subagent``, ``continue_subagent`` and
+        ``list_subagent_runs``.
 
     Raises:
         RuntimeClosedError: *parent* is closed.

@@ -94,7 +94,7 @@ DEFAULT_INSTRUCTIONS: Final = (
     "with delegate_task(replaces=<run_id>). A foreground call that runs too long comes "
     "back as {run_id, subagent, status} instead of a result: it is then background work, "
     "so call wait_subagent on it. Runs belong to this connection and are cancelled when "
-    "it ends."
+    "it ends. If you lose a run_id, list_subagent_runs lists your runs."
 )
 
 #: How long a foreground call may run before it answers with the running
@@ -115,8 +115,8 @@ _LOG_LEVELS: Final[tuple[str, ...]] = get_args(mcp_types.LoggingLevel)
 _FOREGROUND_TOOLS: Final = ("delegate_task", "continue_subagent")
 
 #: Hints for clients' approval policies. Delegating runs whatever the
-#: subagent does, so it claims nothing; status and waits change nothing
-#: outside the server; a cancel only stops a run of this connection.
+#: subagent does, so it claims nothing; status, waits and the listing change
+#: nothing outside the server; a cancel only stops a run of this connection.
 _ANNOTATIONS: Final = {
     "delegate_task": mcp_types.ToolAnnotations(title="Delegate a task to a subagent"),
     "subagent_status": mcp_types.ToolAnnotations(
@@ -133,6 +133,12 @@ _ANNOTATIONS: Final = {
         open_world_hint=False,
     ),
     "continue_subagent": mcp_types.ToolAnnotations(title="Continue a subagent's conversation"),
+    "list_subagent_runs": mcp_types.ToolAnnotations(
+        title="List subagent runs",
+        read_only_hint=True,
+        idempotent_hint=True,
+        open_world_hint=False,
+    ),
 }
 
 
