@@ -625,6 +625,9 @@ async def test_status_and_wait_tools_add_usage_only_when_there_is_any(
         assert (timed_out["status"], timed_out["usage"]) == ("running", expected)
         done = await tools.call("wait_subagent", {"run_id": started["run_id"]})
         assert (done["final_result"], done["usage"]) == ("done", expected)
+        listed = await tools.call("list_subagent_runs", {})
+        usages = {entry["run_id"]: entry.get("usage") for entry in listed["runs"]}
+        assert usages == {quiet["run_id"]: None, started["run_id"]: expected}
 
 
 # -- stores ----------------------------------------------------------------------
@@ -695,3 +698,27 @@ async def test_a_run_stopped_by_its_own_budget_is_resolved_by_a_replacement(
         assert result.final_result == "small enough"
         parent.check_resolved()
         assert parent.usage() == td.Usage(requests=2, input_tokens=55)
+
+
+async def test_remaining_counts_the_budgets_of_the_runs_above_a_nested_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[td.Budget | None] = []
+
+    async def leaf(ctx: td.ChildContext) -> str:
+        seen.append(ctx.remaining())
+        return "leaf"
+
+    async def boss(ctx: td.ChildContext) -> str:
+        assert ctx.parent is not None
+        ctx.add_usage(td.Usage(requests=3))
+        await ctx.parent.delegate("leaf", "go")
+        return "boss"
+
+    subagents = [
+        td.Subagent("boss", boss, children=("leaf",), budget=td.Budget(max_requests=5)),
+        td.Subagent("leaf", leaf, budget=td.Budget(max_requests=10, max_output_tokens=7)),
+    ]
+    async with td.open_runtime(subagents) as rt, rt.open_parent() as parent:
+        await parent.delegate("boss", "go")
+    assert seen == [td.Budget(max_requests=2, max_output_tokens=7)]
