@@ -659,13 +659,19 @@ async def test_a_memory_store_keeps_usage_with_the_terminal_record(
         assert parent.usage() == td.Usage()  # this parent started nothing
 
 
-async def test_a_sqlite_store_keeps_usage_in_the_terminal_record_and_answers_it_on_restart(
-    tmp_path: Any,
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_database_store_keeps_usage_in_the_terminal_record_and_answers_it_on_restart(
+    kind: str, tmp_path: Any, request: pytest.FixtureRequest
 ) -> None:
     async def reporting(ctx: td.ChildContext) -> td.Output:
         return td.Output("done", usage=tokens(3, 0.25))
 
-    store = td.SQLiteStore(tmp_path / "runs.db")
+    store: td.ResultStore
+    if kind == "sqlite":
+        store = td.SQLiteStore(tmp_path / "runs.db")
+    else:
+        server = request.getfixturevalue("pg_server")
+        store = td.PostgresStore(server.dsn(), schema=request.getfixturevalue("pg_schema"))
     subagents = [td.Subagent("w", reporting)]
     async with td.open_runtime(subagents, store=store) as rt, rt.open_parent() as parent:
         result = await parent.delegate("w", "go")
