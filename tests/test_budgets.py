@@ -664,7 +664,10 @@ async def test_a_database_store_keeps_usage_in_the_terminal_record_and_answers_i
     kind: str, tmp_path: Any, request: pytest.FixtureRequest
 ) -> None:
     async def reporting(ctx: td.ChildContext) -> td.Output:
-        return td.Output("done", usage=tokens(3, 0.25))
+        # A result with braces and a decoy "usage" key, longer than the tail
+        # a database reads the usage from.
+        decoy = {"usage": {"requests": 99}, "text": "}" * 1_000}
+        return td.Output(decoy, usage=tokens(3, 0.25))
 
     store: td.ResultStore
     if kind == "sqlite":
