@@ -79,7 +79,7 @@ def test_value_types_have_the_contract_fields() -> None:
         "task_summary",
         "final_result",
     ]
-    assert [f.name for f in attrs.fields(td.RunHandle)] == ["run_id", "subagent", "status"]
+    assert [f.name for f in attrs.fields(td.RunHandle)] == ["run_id", "subagent", "status", "usage"]
     assert [f.name for f in attrs.fields(td.CancelAck)] == [
         "run_id",
         "cancel_requested",

@@ -55,6 +55,15 @@ EXPECTED: dict[str, list[str]] = {
     "testing.md#3": ["10 random lifecycles agreed with the model"],
     # The digest of a whole trace changes with any change to what is traced.
     "testing.md#4": [r"\d+ trace lines, twice the same: sha256 [0-9a-f]{64}"],
+    "usage.md#0": [
+        "researcher may spend 1500",
+        "1000 tokens for notes on topic A",
+        "researcher may spend 500",
+        "writer cancelled: parent max_total_tokens 1500 2000",
+        "refused: parent budget spent",
+        re.escape("parent spent 2000 tokens, $ 0.006"),
+        "runtime spent 2 requests",
+    ],
     "tools.md#0": [
         re.escape("delegate_task ok {'run_id': '")
         + f"({RUN})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 import trio
@@ -16,7 +17,7 @@ S = td.RunStatus
 GRACE = 7.0
 
 
-def _config(**kwargs: object) -> td.Config:
+def _config(**kwargs: Any) -> td.Config:
     return td.Config(cancel_grace_seconds=GRACE, fail_closed=False, **kwargs)
 
 

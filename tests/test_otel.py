@@ -735,3 +735,68 @@ async def test_the_documented_trace(
     found = BLOCK.findall(DOC.read_text())
     assert found, f"docs/observability.md shows no trace; it should show:\n{rendered}"
     assert found[0] == rendered
+
+
+async def test_a_run_span_carries_the_usage_the_run_reported_itself(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    async def leaf(ctx: td.ChildContext) -> str:
+        ctx.add_usage(td.Usage(input_tokens=7, cache_read_input_tokens=2, cost_usd=0.5))
+        return "leaf"
+
+    async def boss(ctx: td.ChildContext) -> td.Output:
+        assert ctx.parent is not None
+        await ctx.parent.delegate("leaf", "go")
+        usage = td.Usage(requests=1, input_tokens=5, output_tokens=3, reasoning_output_tokens=1)
+        return td.Output("boss", usage=usage)
+
+    async def quiet(ctx: td.ChildContext) -> str:
+        return "quiet"
+
+    subs = [
+        td.Subagent("boss", boss, children=("leaf",)),
+        td.Subagent("leaf", leaf),
+        td.Subagent("quiet", quiet),
+    ]
+    async with td.open_runtime(subs) as rt, rt.open_parent() as parent:
+        await parent.delegate("boss", "go")
+        await parent.delegate("quiet", "go")
+    boss_span = otel.one("invoke_agent boss")
+    # Its own report only: the nested run's span carries the nested run's.
+    assert {
+        key: value for key, value in (boss_span.attributes or {}).items() if "usage" in key
+    } == {
+        "gen_ai.usage.input_tokens": 5,
+        "gen_ai.usage.output_tokens": 3,
+        "gen_ai.usage.cache_read.input_tokens": 0,
+        "gen_ai.usage.cache_creation.input_tokens": 0,
+        "gen_ai.usage.reasoning.output_tokens": 1,
+        "trio_delegate.usage.requests": 1,
+        "trio_delegate.usage.cost_usd": 0.0,
+    }
+    leaf_span = otel.one("invoke_agent leaf")
+    assert attribute(leaf_span, "gen_ai.usage.input_tokens") == 7
+    assert attribute(leaf_span, "gen_ai.usage.cache_read.input_tokens") == 2
+    assert attribute(leaf_span, "trio_delegate.usage.cost_usd") == 0.5
+    assert attribute(otel.one("invoke_agent quiet"), "gen_ai.usage.input_tokens") is None
+
+
+async def test_a_budget_stop_is_the_cancel_reason_of_a_span(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    async def spend(ctx: td.ChildContext) -> str:
+        ctx.add_usage(td.Usage(input_tokens=50))
+        await trio.sleep_forever()
+        return "never"  # pragma: no cover
+
+    config = td.Config(fail_closed=False)
+    budget = td.Budget(max_input_tokens=10)
+    async with (
+        td.open_runtime([td.Subagent("spend", spend)], config=config) as rt,
+        rt.open_parent(budget=budget) as parent,
+    ):
+        with pytest.raises(td.RunCancelledError):
+            await parent.delegate("spend", "go")
+    span = otel.one("invoke_agent spend")
+    assert attribute(span, "trio_delegate.cancel_reason") == "budget"
+    assert attribute(span, "gen_ai.usage.input_tokens") == 50

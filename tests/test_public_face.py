@@ -9,7 +9,7 @@ import pytest
 import trio_delegate as td
 from tests.helpers import open_parent, returning, sub
 
-#: Contract §2 and §17: the only public names of Parent and Runtime.
+#: Contract §2, §17 and §20: the only public names of Parent and Runtime.
 PARENT_NAMES = {
     "cancel",
     "check_resolved",
@@ -23,9 +23,10 @@ PARENT_NAMES = {
     "subagents",
     "tools",
     "unobserved",
+    "usage",
     "wait",
 }
-RUNTIME_NAMES = {"config", "live_runs", "open_parent", "store", "subagents"}
+RUNTIME_NAMES = {"config", "live_runs", "open_parent", "store", "subagents", "usage"}
 
 
 def _public(value: object) -> set[str]:

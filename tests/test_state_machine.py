@@ -169,10 +169,12 @@ LEAF_STEPS = st.one_of(
     SLEEP,
     st.just(tdt.Checkpoint()),
     st.builds(tdt.Shielded, st.integers(0, 5)),
+    # Usage reports (contract §20), added up the tree.
+    st.builds(tdt.Spend, st.integers(0, 1_000)),
 )
 
 
-PlanStep = tdt.Sleep | tdt.Checkpoint | tdt.Shielded | tdt.WaitStarted | Nested
+PlanStep = tdt.Sleep | tdt.Checkpoint | tdt.Shielded | tdt.Spend | tdt.WaitStarted | Nested
 
 
 def _plans(nested: st.SearchStrategy[Plan] | None) -> st.SearchStrategy[Plan]:
@@ -284,6 +286,10 @@ class Snapshot:
     unobserved: dict[int, tuple[td.RunHandle, ...]]
     delivered: dict[int, list[td.RunHandle]]
     listed: dict[int, tuple[td.RunHandle, ...]]
+    #: ``(requests, input_tokens)`` of ``Runtime.usage`` and of each parent's
+    #: ``usage()``, readable after close (contract §20).
+    spent: tuple[int, int]
+    spent_by: dict[int, tuple[int, int]]
 
 
 class RuntimeMachine(RuleBasedStateMachine):
@@ -749,6 +755,11 @@ class RuntimeMachine(RuleBasedStateMachine):
             unobserved[number] = parent.unobserved()
             listed[number] = parent.runs()
         assert self.runtime is not None
+        total = self.runtime.value.usage
+        spent_by = {}
+        for number, block in self.blocks.items():
+            usage = block.value.usage()
+            spent_by[number] = (usage.requests, usage.input_tokens)
         return Snapshot(
             trio.current_time(),
             self.runtime.value.live_runs,
@@ -759,6 +770,8 @@ class RuntimeMachine(RuleBasedStateMachine):
             unobserved,
             {number: list(handles) for number, handles in self.settlements.items()},
             listed,
+            (total.requests, total.input_tokens),
+            spent_by,
         )
 
     @invariant()
@@ -784,6 +797,9 @@ class RuntimeMachine(RuleBasedStateMachine):
             assert snap.live_runs == m.live_runs, (snap.live_runs, m.live_runs)
         self.check_settlements(snap)
         self.check_listing(snap)
+        assert snap.spent == m.spent(), f"runtime usage: {snap.spent} != {m.spent()}"
+        for parent, spent in snap.spent_by.items():
+            assert spent == m.spent(parent), f"usage of parent {parent}: {spent}"
         assert snap.trace == m.trace.lines(), _trace_diff(snap.trace, m.trace.lines())
         self.check_without_model(snap)
 

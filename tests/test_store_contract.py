@@ -115,6 +115,19 @@ async def test_what_is_read_equals_what_was_written(kit: StoreKit) -> None:
     assert await reader.list_runs(limit=1) == [live]
 
 
+async def test_a_terminal_record_keeps_its_usage(kit: StoreKit) -> None:
+    writer, reader = kit.handle(), kit.handle()
+    me = runtime_id()
+    usage = td.Usage(requests=2**63 - 1, input_tokens=7, reasoning_output_tokens=1, cost_usd=0.1)
+    spent = record(me, td.RunStatus.CANCELLED, error_message="by a budget stop", usage=usage)
+    quiet = record(me, td.RunStatus.COMPLETED, final_result=1)
+    await writer.write([spent, quiet])
+    assert await reader.get(spent.run_id) == spent
+    read = await reader.get(quiet.run_id)
+    assert read is not None
+    assert read.usage is None
+
+
 async def test_a_terminal_record_never_changes(kit: StoreKit) -> None:
     store = kit.handle()
     me = runtime_id()

@@ -12,6 +12,7 @@ from . import lowlevel as lowlevel
 from ._config import INHERIT, Config
 from ._core import ChildContext, Parent, Runtime, SettledRuns
 from ._errors import (
+    BudgetExceededError,
     DelegationError,
     ExpiredRunError,
     InvalidArgumentsError,
@@ -39,11 +40,14 @@ from ._stores._sqlite import SQLiteStore
 from ._subagent import Subagent
 from ._surfaces import open_runtime
 from ._tools import DelegationTools, ToolDefinition
+from ._usage import Budget, Usage
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "INHERIT",
+    "Budget",
+    "BudgetExceededError",
     "CancelAck",
     "ChangeBatch",
     "ChildContext",
@@ -82,6 +86,7 @@ __all__ = [
     "UnknownSubagentError",
     "UnresolvedDelegationError",
     "UnresolvedRun",
+    "Usage",
     "open_runtime",
 ]
 

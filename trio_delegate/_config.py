@@ -9,6 +9,7 @@ import attrs
 
 from ._checks import builtin, check_bool, check_int, check_seconds
 from ._json import DEFAULT_MAX_NESTING, MAX_NESTING_LIMIT
+from ._usage import Budget, check_budget
 
 __all__ = ["INHERIT", "Config", "InheritType", "TimeoutSetting"]
 
@@ -56,6 +57,10 @@ def _seconds_at_least_zero(name: str) -> Any:
     return check
 
 
+def _budget(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_budget("Config.runtime_budget", value)
+
+
 def _boolean(name: str) -> Any:
     def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         check_bool(f"Config.{name}", value)
@@ -93,6 +98,8 @@ class Config:
             runner has not returned: ``cancelled`` (or ``timed_out``) with a
             reason saying the runner did not stop; what the runner returns
             later is dropped and logged.
+        runtime_budget: the most all runs of the runtime may spend together
+            (contract §20), or ``None`` for no limit.
     """
 
     subagent_timeout_seconds: float | None = attrs.field(
@@ -132,3 +139,4 @@ class Config:
         converter=builtin,
         validator=_seconds_above_zero("cancel_grace_seconds"),
     )
+    runtime_budget: Budget | None = attrs.field(default=None, validator=_budget)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CommandFailedError",
     "ConfigError",
+    "BudgetExceededError",
     "DelegationError",
     "ExpiredRunError",
     "InvalidArgumentsError",
@@ -182,6 +183,46 @@ class RunTimedOutError(DelegationError, TimeoutError):
 
 class LimitExceededError(DelegationError):
     """A configured limit (live runs, depth, result size) was exceeded."""
+
+
+class BudgetExceededError(LimitExceededError):
+    """A scope (a run, a parent, the runtime) spent more than its budget allows
+    (contract §20).
+
+    The cause of the ``RunCancelledError`` of each run a budget stop
+    cancelled, and what admission in a stopped or spent scope raises.
+
+    Attributes:
+        scope: ``"run"``, ``"parent"`` or ``"runtime"``.
+        limit: the budget's field that was passed (``"max_total_tokens"``).
+        limit_value: that field's value.
+        spent: what the scope had spent of it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        scope: str,
+        limit: str,
+        limit_value: int | float,
+        spent: int | float,
+        run_id: str | None = None,
+        subagent: str | None = None,
+    ) -> None:
+        super().__init__(message, run_id=run_id, subagent=subagent)
+        self.scope = scope
+        self.limit = limit
+        self.limit_value = limit_value
+        self.spent = spent
+
+    def _payload_extra(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "limit": self.limit,
+            "limit_value": self.limit_value,
+            "spent": self.spent,
+        }
 
 
 class RuntimeClosedError(DelegationError, RuntimeError):

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext
 
     from ._core import CancelReason, Outcome, Run
+    from ._usage import Usage
 
 __all__ = ["INSTRUMENTATION_NAME", "Telemetry", "open_telemetry"]
 
@@ -257,6 +258,17 @@ def _record_exception(
             stacktrace = ""
         attributes["exception.stacktrace"] = stacktrace
     span.add_event("exception", attributes, timestamp)
+
+
+def _usage_attributes(attributes: dict[str, Any], usage: Usage) -> None:
+    """Add *usage* to a run span's *attributes*, as the GenAI conventions name it."""
+    attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
+    attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
+    attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_input_tokens
+    attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_creation_input_tokens
+    attributes["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_output_tokens
+    attributes["trio_delegate.usage.requests"] = usage.requests
+    attributes["trio_delegate.usage.cost_usd"] = usage.cost_usd
 
 
 def _failure(outcome: Outcome, timeout: float | None) -> tuple[str, str]:
@@ -513,6 +525,11 @@ class Telemetry:
         }
         if run.continues is not None:
             ending_attributes["trio_delegate.continues"] = run.continues
+        spent = run.spent
+        if spent is not None and spent.own is not None:
+            # What the run reported itself (contract §20); its nested runs'
+            # spans carry theirs, so a trace's sums count each report once.
+            _usage_attributes(ending_attributes, spent.own.usage())
         span.set_attributes(ending_attributes)
         outcome = run.outcome
         end = self._ns(now)

@@ -7,6 +7,7 @@ from typing import Any, final
 import attrs
 
 from ._status import RunStatus
+from ._usage import Usage, check_usage
 
 __all__ = ["CancelAck", "Output", "RunHandle", "RunResult"]
 
@@ -34,11 +35,16 @@ class RunResult:
 class RunHandle:
     """A live or terminal run's status: an admission ack, a snapshot, or the
     "still running" answer of a timed wait. Never a result.
+
+    Attributes:
+        usage: what the run and its nested runs spent so far (contract §20),
+            or ``None`` when nothing was reported.
     """
 
     run_id: str
     subagent: str
     status: RunStatus
+    usage: Usage | None = None
 
 
 @final
@@ -69,6 +75,11 @@ def _freeze_transcript(value: Any) -> tuple[Any, ...] | None:
     return tuple(value)
 
 
+def _check_usage(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        check_usage("Output.usage", value)
+
+
 @final
 @attrs.frozen
 class Output:
@@ -78,9 +89,15 @@ class Output:
         final_result: the run's final result.
         transcript: the run's whole conversation as JSON-ready entries
             (including the history it was given), kept for continuation.
+        usage: what the runner spent (contract §20), counted when it returns,
+            whether its result then passes validation or not.
+
+    Raises:
+        InvalidArgumentsError: *usage* is neither a :class:`Usage` nor ``None``.
     """
 
     final_result: Any
     transcript: tuple[Any, ...] | None = attrs.field(
         default=None, converter=_freeze_transcript, kw_only=True
     )
+    usage: Usage | None = attrs.field(default=None, kw_only=True, validator=_check_usage)

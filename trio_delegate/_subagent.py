@@ -14,6 +14,7 @@ from ._config import INHERIT, TimeoutSetting
 from ._errors import InvalidArgumentsError
 from ._json import text_problem
 from ._schema import ResultSchema, SchemaSpec, compile_result_schema
+from ._usage import Budget, check_budget
 
 if TYPE_CHECKING:
     from ._core import ChildContext
@@ -116,6 +117,10 @@ def _check_children(instance: Subagent, attribute: attrs.Attribute[Any], value: 
         seen.add(child)
 
 
+def _check_budget(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_budget(f"Subagent.budget of {instance.name!r}", value)
+
+
 @final
 @attrs.frozen
 class Subagent:
@@ -132,6 +137,8 @@ class Subagent:
             structured into it).
         children: names of subagents this one may delegate to through
             ``ctx.parent``.
+        budget: the most each run may spend, itself and everything it
+            delegates (contract §20), or ``None`` for no limit.
 
     Raises:
         InvalidArgumentsError: when any field is malformed.
@@ -149,6 +156,7 @@ class Subagent:
     children: tuple[str, ...] = attrs.field(
         default=(), kw_only=True, converter=_to_children, validator=_check_children
     )
+    budget: Budget | None = attrs.field(default=None, kw_only=True, validator=_check_budget)
     # Checked once, here, so a malformed schema fails at definition time and
     # runs that use the default do not check it again.
     # The name of each run's Trio task, made once rather than once per run.

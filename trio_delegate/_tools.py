@@ -21,10 +21,11 @@ from ._checks import builtin, check_seconds, describe, is_a, is_mapping
 from ._construction import NoPublicConstructor
 from ._converter import to_json_ready
 from ._core import ToolsBinding
-from ._errors import InvalidArgumentsError, UnknownSubagentError
+from ._errors import DelegationError, InvalidArgumentsError, UnknownSubagentError
 from ._json import JsonProblem, TooDeep, check_nesting, parse, text_problem
 from ._results import CancelAck, RunHandle, RunResult
 from ._schema import MAX_SCHEMA_BYTES
+from ._usage import Usage
 
 if TYPE_CHECKING:
     from ._core import Parent
@@ -37,6 +38,7 @@ __all__ = [
     "ToolDefinition",
     "run_payload",
     "traced_call",
+    "usage_payload",
 ]
 
 #: Longest run id accepted from a model (ours are 36 characters).
@@ -411,7 +413,19 @@ class DelegationTools(metaclass=NoPublicConstructor):
         return answer
 
     async def _wait_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
-        return run_payload(await self._parent.wait(args["run_id"], timeout=args.get("timeout")))
+        parent = self._parent
+        answer = await parent.wait(args["run_id"], timeout=args.get("timeout"))
+        payload = run_payload(answer)
+        if isinstance(answer, RunResult):
+            # The envelope tells what the run spent too (contract §20), though
+            # RunResult does not: it is read from the run's status, at once.
+            try:
+                usage = parent.status(answer.run_id).usage
+            except DelegationError:  # evicted at once (retention_seconds=0, say)
+                usage = None
+            if usage is not None:
+                payload["usage"] = usage_payload(usage)
+        return payload
 
     async def _cancel_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
         answer = _ack_payload(self._parent.cancel(args["run_id"]))
@@ -680,7 +694,28 @@ def _result_payload(result: RunResult) -> dict[str, Any]:
 
 
 def _handle_payload(handle: RunHandle) -> dict[str, Any]:
-    return {"run_id": handle.run_id, "subagent": handle.subagent, "status": handle.status.value}
+    payload: dict[str, Any] = {
+        "run_id": handle.run_id,
+        "subagent": handle.subagent,
+        "status": handle.status.value,
+    }
+    usage = handle.usage
+    if usage is not None:  # only when the run reported any (contract §20)
+        payload["usage"] = usage_payload(usage)
+    return payload
+
+
+def usage_payload(usage: Usage) -> dict[str, Any]:
+    """What a run spent, as the tools give it: every field of its :class:`Usage`."""
+    return {
+        "requests": usage.requests,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+        "reasoning_output_tokens": usage.reasoning_output_tokens,
+        "cost_usd": usage.cost_usd,
+    }
 
 
 def _ack_payload(ack: CancelAck) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from .._schema import SchemaSpec
 from .._status import RunStatus
 from ._fail_closed import Evicted
 from ._run import Run
+from ._spending import check_admission
 
 if TYPE_CHECKING:
     from .._subagent import Subagent
@@ -55,6 +56,8 @@ def admit(
     Raises:
         UnknownSubagentError, InvalidArgumentsError: a bad argument (named).
         LimitExceededError: ``max_depth`` or ``max_live_runs`` would be exceeded.
+        BudgetExceededError: a scope the run would be in was stopped by its
+            budget, or has a limit with nothing left (contract §20).
     """
     registry = host.registry
     config = registry.config
@@ -83,6 +86,8 @@ def admit(
             f"Config.max_live_runs allows; wait for some to finish and try again",
             subagent=name,
         )
+    if registry.meter.budgeted:
+        check_admission(host)
     run = Run(
         registry.run_ids.new(),
         host,

@@ -6,10 +6,14 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, final
 
+from .._usage import Budget, Usage, check_usage
+from ._spending import remaining, report
+
 if TYPE_CHECKING:
     from ._parent import Parent
+    from ._run import Run
 
-__all__ = ["ChildContext"]
+__all__ = ["ChildContext", "bind"]
 
 
 @final
@@ -19,7 +23,12 @@ class ChildContext:
     One is made for every run, so it is a plain class with read-only
     properties over private slots: a frozen attrs class would set each field
     through its checked ``__setattr__``. It can be built directly to test a
-    runner alone.
+    runner alone (its usage reports are then checked and dropped, and
+    :meth:`remaining` is ``None``).
+
+    A runner reports what it spent with :meth:`add_usage` and reads what its
+    budgets leave with :meth:`remaining` (contract §20), from the run's own
+    Trio task (a worker thread hands its usage back to it).
 
     Attributes:
         run_id: the run's id.
@@ -37,6 +46,7 @@ class ChildContext:
         "_final_schema",
         "_history",
         "_parent",
+        "_run",
         "_run_id",
         "_subagent",
         "_task",
@@ -59,6 +69,9 @@ class ChildContext:
         self._history = history
         self._deadline = deadline
         self._parent = parent
+        # The run it reports usage for; None for a context built to test a
+        # runner alone, whose reports are checked and dropped.
+        self._run: Run | None = None
 
     def __repr__(self) -> str:
         return (
@@ -94,3 +107,34 @@ class ChildContext:
     @property
     def parent(self) -> Parent | None:
         return self._parent
+
+    def add_usage(self, usage: Usage) -> None:
+        """Report what the runner spent (contract §20): it counts for this run and
+        every scope above it (its parent, the runs and parents above, the runtime).
+
+        A report that takes a scope past its budget stops that scope: this run
+        is cancelled with it when it is in it. A report after the run settled
+        is dropped.
+
+        Args:
+            usage: what was spent since the last report.
+
+        Raises:
+            InvalidArgumentsError: *usage* is not a :class:`Usage`.
+        """
+        check_usage("usage", usage)
+        run = self._run
+        if run is not None:
+            report(run, usage)
+
+    def remaining(self) -> Budget | None:
+        """The tightest remaining limits over every budgeted scope that contains
+        this run, clamped at 0, or ``None`` when no scope has a budget."""
+        run = self._run
+        return None if run is None else remaining(run)
+
+
+def bind(ctx: ChildContext, run: Run) -> ChildContext:
+    """Make *ctx* report its usage for *run*."""
+    ctx._run = run
+    return ctx

@@ -29,9 +29,10 @@ from .._results import Output
 from .._schema import SchemaMismatch
 from .._status import RunStatus
 from .._threads import run_sync
-from ._context import ChildContext
+from ._context import ChildContext, bind
 from ._groups import open_transparent_nursery
 from ._run import Outcome, completed, failed
+from ._spending import report
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -87,7 +88,7 @@ async def execute(run: Run, host: ParentHost) -> None:
 def _context(run: Run, nested: Parent | None = None) -> ChildContext:
     schema = run.schema
     history = run.history
-    return ChildContext(
+    ctx = ChildContext(
         run.run_id,
         run.subagent.name,
         run.task,
@@ -97,6 +98,7 @@ def _context(run: Run, nested: Parent | None = None) -> ChildContext:
         run.deadline,
         nested,
     )
+    return bind(ctx, run)
 
 
 async def _call_with_nested_parent(run: Run, host: ParentHost) -> Any:
@@ -208,6 +210,11 @@ def _check(run: Run, config: Config, value: Any) -> Outcome | _Deferred:
         return _COMPLETED_NULL  # a runner that only acts: one shared outcome
     entries = None
     if isinstance(value, Output):
+        usage = value.usage
+        if usage is not None:
+            # Counted whether the result then passes its checks or not; it can
+            # stop other runs in its scopes, never this one (contract §20).
+            report(run, usage, returned=True)
         value, entries = value.final_result, value.transcript
     if schema is not None:
         value = schema.prepare(value)

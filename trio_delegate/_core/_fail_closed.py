@@ -135,6 +135,13 @@ def _entry(record: Run | Evicted) -> UnresolvedRun:
             f"cancelled it: await parent.wait({record.run_id!r}) before leaving the "
             "parent's async with block"
         )
+    elif (
+        record.status is RunStatus.CANCELLED
+        and outcome is not None
+        and outcome.reason is CancelReason.BUDGET
+    ):
+        # Its replacement would need budget the stopped scope no longer has.
+        why = f"a budget stop cancelled it: {outcome.error}"
     else:
         why = _why(record.run_id, record.status)
     return UnresolvedRun(record.run_id, record.subagent.name, record.status.value, why)

@@ -226,14 +226,13 @@ class Grace:
         """Decide *run* without its runner, which has not stopped."""
         # cancelled or timed_out exactly as if the runner had stopped (contract §3).
         interrupted = run.interrupted()
-        outcome = Outcome(
-            interrupted.status,
-            error=RunnerDidNotStop(
-                f"its runner did not stop within the {self.seconds:g} s grace after its "
-                "cancellation, Config.cancel_grace_seconds, and the run was decided without it"
-            ),
-            reason=interrupted.reason,
+        error = RunnerDidNotStop(
+            f"its runner did not stop within the {self.seconds:g} s grace after its "
+            "cancellation, Config.cancel_grace_seconds, and the run was decided without it"
         )
+        # A budget stop's error stays reachable as the cause (contract §20).
+        error.__cause__ = interrupted.error
+        outcome = Outcome(interrupted.status, error=error, reason=interrupted.reason)
         self._abandoned[run] = now
         self.watching = True
         logger.warning(

@@ -32,8 +32,10 @@ from .._results import CancelAck, RunHandle, RunResult
 from .._schema import SchemaSpec
 from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun
+from .._usage import Usage
 from ._admission import admit
 from ._listing import list_runs
+from ._meter import usage_of
 from ._parent_host import ParentHost
 from ._run import CancelReason, Run, State
 from ._settlements import SettledRuns
@@ -42,6 +44,7 @@ from ._surfaces import ToolsBinding
 if TYPE_CHECKING:
     from .._subagent import Subagent
     from .._tools import DelegationTools
+    from .._usage import Budget
     from ._registry import Registry
 
 __all__ = ["Parent", "ParentHost", "abandon", "open_parent_host"]
@@ -275,7 +278,9 @@ class Parent(metaclass=NoPublicConstructor):
         self._host.check_usable()
         found = self._registry.lookup(run_id, self._owner)
         if isinstance(found, StoredRun):
-            return RunHandle(run_id, found.subagent, found.status)
+            return RunHandle(
+                run_id=run_id, subagent=found.subagent, status=found.status, usage=found.usage
+            )
         return found.handle()
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunResult | RunHandle:
@@ -419,6 +424,27 @@ class Parent(metaclass=NoPublicConstructor):
         self._host.check_usable()
         return tuple(run.handle() for run in self._host.listed())
 
+    def usage(self, run_id: str | None = None) -> Usage:
+        """What was spent (contract §20): by every run this parent started (nested
+        runs included), or by one run of its owner and its nested runs.
+
+        Readable after the parent and its runtime closed: a host reads the bill then.
+
+        Args:
+            run_id: one run of this parent's owner; ``None`` for all of the
+                parent's runs.
+
+        Raises:
+            UnknownRunError, ExpiredRunError, InvalidArgumentsError: as for
+                :meth:`status`.
+        """
+        if run_id is None:
+            return usage_of(self._host.spent)
+        found = self._registry.lookup(run_id, self._owner)
+        if isinstance(found, StoredRun):
+            return found.usage or Usage()
+        return usage_of(found.spent)
+
     def tools(self) -> DelegationTools:
         """The model-facing delegation tools bound to this parent (contract §10)."""
         host = self._host
@@ -488,13 +514,19 @@ def open_parent_host(
     children: Mapping[str, Subagent],
     depth: int,
     nursery: trio.Nursery,
+    *,
+    budget: Budget | None = None,
+    enclosing: Run | None = None,
 ) -> ParentHost:
     """Open a parent of *registry*'s runtime whose runs live in *nursery*.
 
     Returns its host: what the runtime (or the run that holds a nested
-    parent) needs of it; ``.parent`` is the public object.
+    parent) needs of it; ``.parent`` is the public object. *budget* is the
+    parent's (contract §20); *enclosing* the run that holds a nested one.
     """
-    host = ParentHost(registry, owner, children, depth, nursery)
+    if budget is not None:
+        registry.meter.budgeted = True
+    host = ParentHost(registry, owner, children, depth, nursery, budget, enclosing)
     host.parent = Parent._create(host)
     registry.register(host)
     return host

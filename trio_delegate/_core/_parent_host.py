@@ -28,6 +28,8 @@ from ._settlements import Settlements
 
 if TYPE_CHECKING:
     from .._subagent import Subagent
+    from .._usage import Budget
+    from ._meter import Tally
     from ._parent import Parent
     from ._registry import Registry
 
@@ -63,15 +65,20 @@ class ParentHost:
             do not have their ids yet, so no check lists them and no stream
             tells of them (the parent's to know, not the run's).
         closed, closed_at: whether (and when) the parent began to close.
+        spent, budget: what its runs spent (made at the first report) and its
+            budget (contract §20).
+        enclosing: the run whose ``ctx.parent`` this is, for a nested parent.
     """
 
     __slots__ = (
         "announcing",
+        "budget",
         "children",
         "closed",
         "closed_at",
         "config",
         "depth",
+        "enclosing",
         "events",
         "grace",
         "ledger",
@@ -86,6 +93,7 @@ class ParentHost:
         "run_evicted",
         "scheduler",
         "settlements",
+        "spent",
     )
 
     parent: Parent
@@ -97,8 +105,13 @@ class ParentHost:
         children: Mapping[str, Subagent],
         depth: int,
         nursery: trio.Nursery,
+        budget: Budget | None = None,
+        enclosing: Run | None = None,
     ) -> None:
         self.registry = registry
+        self.budget = budget
+        self.enclosing = enclosing
+        self.spent: Tally | None = None
         self.owner = owner
         self.children = children
         self.depth = depth
@@ -311,7 +324,7 @@ class ParentHost:
         registry = self.registry
         children = {name: registry.subagents[name] for name in run.subagent.children}
         return open_parent_host(
-            registry, f"{self.owner}/{run.run_id}", children, run.depth, nursery
+            registry, f"{self.owner}/{run.run_id}", children, run.depth, nursery, enclosing=run
         )
 
     def close_now(self, reason: CancelReason = CancelReason.PARENT_CLOSED) -> None:

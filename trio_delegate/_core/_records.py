@@ -142,6 +142,7 @@ class Records:
             deadline_at=run.deadline_at,
             continues=continues,
             result_type=run.schema.type_tag if run.schema is not None else None,
+            usage=run.usage() if outcome is not None else None,
         )
 
     # -- other runtimes sharing the store (contract §16) ------------------------------

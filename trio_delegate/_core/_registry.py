@@ -12,7 +12,7 @@ fields and methods. A run enters ``runs`` and ``live_count`` in one place,
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Mapping
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
@@ -25,6 +25,7 @@ from .._stores._protocol import StoredRun
 from .._subagent import result_schema, task_name
 from ._grace import Grace
 from ._ids import RunIds
+from ._meter import Meter
 from ._retention import Retention, expired_error
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from ._run import Run
     from ._surfaces import Surfaces
 
-__all__ = ["Registry"]
+__all__ = ["MAX_OWNER_CHARS", "Registry", "check_owner"]
 
 
 @final
@@ -57,6 +58,7 @@ class Registry:
         retention: the terminal runs kept, and tombstones of evicted ones.
         grace: the watchdog that decides runs whose runners do not stop
             (contract §18).
+        meter: what every run spent, and the runtime's budget (contract §20).
         timeouts: each subagent's child deadline in seconds (or ``None``).
         schemas_of: each subagent's compiled ``final_schema`` (or ``None``).
         task_names: the Trio task name of each subagent's runs.
@@ -72,6 +74,7 @@ class Registry:
         "events",
         "grace",
         "live_count",
+        "meter",
         "now",
         "parents",
         "persistence",
@@ -120,6 +123,9 @@ class Registry:
         )
         # Decides runs whose runners do not stop (contract §18).
         self.grace = Grace(config.cancel_grace_seconds, self.now)
+        self.meter = Meter(
+            config.runtime_budget, any(sub.budget is not None for sub in subagents.values())
+        )
         # Checked schemas of host types passed per call (types are few and
         # long-lived; mappings from a model are checked on every call).
         self.schemas: dict[type, ResultSchema] = {}
@@ -234,3 +240,29 @@ class Registry:
                 compiled = self.schemas[spec] = compile_result_schema(spec, max_nesting=nesting)
             return compiled
         return compile_result_schema(spec, max_nesting=nesting)
+
+
+#: The longest top-level owner accepted.
+MAX_OWNER_CHARS = 256
+
+
+def check_owner(owner: Any) -> str:
+    """*owner* as a plain ``str``, if it is a valid top-level owner."""
+    owner = builtin(owner)
+    if (
+        not is_a(owner, str)
+        or not owner.strip()
+        or len(owner) > MAX_OWNER_CHARS
+        or not owner.isprintable()
+        or text_problem(owner) is not None
+    ):
+        raise InvalidArgumentsError(
+            f"owner must be a non-empty printable string of at most {MAX_OWNER_CHARS} "
+            f"characters, got {describe(owner)}"
+        )
+    if "/" in owner:
+        raise InvalidArgumentsError(
+            f"owner {describe(owner)} contains '/', which is reserved for the parents of "
+            "nested runs ('<owner>/<run_id>'); choose an owner without '/'"
+        )
+    return owner

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from .._config import Config
     from .._schema import ResultSchema
     from .._subagent import Subagent
+    from .._usage import Budget, Usage
+    from ._meter import Tally
 
 __all__ = [
     "CancelReason",
@@ -84,6 +86,7 @@ class CancelReason(enum.Enum):
         "because its runtime's lease on the shared store ran out (its process was stopped "
         "or cut off for longer than the lease)"
     )
+    BUDGET = "by a budget stop"
 
 
 class IllegalMove(AssertionError):
@@ -341,7 +344,8 @@ class Outcome:
         else:
             return None, None
         if self.error is not None:
-            # Decided without its runner, which did not stop (contract §18).
+            # Decided without its runner, which did not stop (contract §18),
+            # or stopped by a budget (§20): the error says which.
             message = f"{message} ({safe_message(self.error)})"
         return None, message
 
@@ -370,6 +374,12 @@ class RunHost(Protocol):
     #: Whether decided outcomes are recorded (by a store); when not, a run
     #: commits its decision itself, at once.
     records: bool
+
+    #: What the parent's runs spent (contract §20), once one reported; its
+    #: budget; and the run that holds it, for a nested parent.
+    spent: Tally | None
+    budget: Budget | None
+    enclosing: Run | None
 
     def now(self) -> float:
         """The Trio clock."""
@@ -403,6 +413,7 @@ class Run:
 
     __slots__ = (
         "admitted_at",
+        "cancel_cause",
         "cancel_reason",
         "cancel_requested_at",
         "continues",
@@ -421,6 +432,7 @@ class Run:
         "run_id",
         "schema",
         "scope",
+        "spent",
         "started_at",
         "state",
         "subagent",
@@ -476,6 +488,10 @@ class Run:
         # (retention's clock). Neither decides a move: the state does.
         self.cancel_requested_at: float | None = None
         self.cancel_reason: CancelReason | None = None
+        # A budget stop's error (contract §20): the cause its cancellation names.
+        self.cancel_cause: BaseException | None = None
+        # What it and its nested runs spent, made at its first report (§20).
+        self.spent: Tally | None = None
         self.ended_at: float | None = None
         # Wall clock, for stores shared with other runtimes (contract §16).
         self.started_at: str | None = None
@@ -516,8 +532,19 @@ class Run:
         """Pending or running with nothing decided: it may still start, be cancelled, end."""
         return self.state.live
 
+    def usage(self) -> Usage | None:
+        """What it and its nested runs spent (contract §20); ``None`` if nothing was reported."""
+        spent = self.spent
+        return None if spent is None else spent.usage()
+
     def handle(self) -> RunHandle:
-        return RunHandle(self.run_id, self.subagent.name, self.state.status)
+        spent = self.spent
+        return RunHandle(
+            run_id=self.run_id,
+            subagent=self.subagent.name,
+            status=self.state.status,
+            usage=None if spent is None else spent.usage(),
+        )
 
     def admission_ack(self) -> RunHandle:
         """The admission acknowledgment: ``running`` once it has started, else ``pending``.
@@ -527,10 +554,11 @@ class Run:
         admission found it (contract §4).
         """
         return RunHandle(
-            self.run_id,
-            self.subagent.name,
+            run_id=self.run_id,
+            subagent=self.subagent.name,
             # A run that started has its cancel scope, kept once it ended.
-            _STARTED if self.scope is not None else _NOT_STARTED,
+            status=_STARTED if self.scope is not None else _NOT_STARTED,
+            usage=self.usage(),
         )
 
     def result(self) -> RunResult:
@@ -601,13 +629,16 @@ class Run:
         self.scope = trio.CancelScope(deadline=self.deadline)
         return self.scope
 
-    def request_cancel(self, now: float, reason: CancelReason) -> bool:
+    def request_cancel(
+        self, now: float, reason: CancelReason, cause: BaseException | None = None
+    ) -> bool:
         """Ask the run to stop. Returns whether it was live.
 
         A pending run is cancelled at once (and never starts); a running one
         has its cancel scope cancelled and stays ``running`` until its task
-        ends. The first request's time and reason are kept (repeats are
-        idempotent). A run whose outcome is decided is not changed.
+        ends. The first request's time, reason and *cause* (a budget stop's
+        error) are kept (repeats are idempotent). A run whose outcome is
+        decided is not changed.
         """
         state = self.state
         if state.terminal:
@@ -615,12 +646,13 @@ class Run:
         if self.cancel_requested_at is None:
             self.cancel_requested_at = now
             self.cancel_reason = reason
+            self.cancel_cause = cause
             self.host.run_cancel_requested(self, reason)
             state = self.state
         if not state.live:
             return True
         if state is not _RUNNING:  # pending (or admitting): it ends now
-            self.decide(Outcome(RunStatus.CANCELLED, reason=reason))
+            self.decide(Outcome(RunStatus.CANCELLED, error=self.cancel_cause, reason=reason))
         else:
             assert self.scope is not None
             self.scope.cancel()
@@ -635,6 +667,7 @@ class Run:
         parent as the run that holds it ended), at the time they did.
         """
         requested, reason = self.cancel_requested_at, self.cancel_reason
+        cause = self.cancel_cause
         if requested is None:
             closing = self.host.closing_time()
             if closing is not None:
@@ -644,7 +677,7 @@ class Run:
                 # parent is about to close, now.
                 requested, reason = self.host.now(), CancelReason.PARENT_CLOSED
         if requested < self.deadline:
-            return Outcome(RunStatus.CANCELLED, reason=reason)
+            return Outcome(RunStatus.CANCELLED, error=cause, reason=reason)
         return _TIMED_OUT
 
     def decide(self, outcome: Outcome) -> bool:

@@ -18,16 +18,17 @@ from .._errors import (
     RuntimeClosedError,
     UnknownSubagentError,
 )
-from .._json import text_problem
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord
 from .._subagent import Subagent
+from .._usage import Budget, Usage, check_budget
 from ._adoption import adopted
 from ._groups import open_transparent_nursery
 from ._ids import new_runtime_id
+from ._meter import usage_of
 from ._parent import Parent, open_parent_host
 from ._persistence import Persistence, WriteStats
-from ._registry import Registry
+from ._registry import Registry, check_owner
 from ._run import CancelReason
 from ._trio_run import RunGuard, require_trio
 
@@ -45,8 +46,6 @@ __all__ = [
     "open_runtime",
     "unstopped_runs",
 ]
-
-_MAX_OWNER_CHARS = 256
 
 
 @final
@@ -99,8 +98,17 @@ class Runtime(metaclass=NoPublicConstructor):
         """How many runs are pending or running in the whole runtime."""
         return self._registry.live_count
 
+    @property
+    def usage(self) -> Usage:
+        """What every run of the runtime spent (contract §20); readable after close."""
+        return usage_of(self._registry.meter.spent)
+
     def open_parent(
-        self, owner: str = "root", *, subagents: Iterable[str] | None = None
+        self,
+        owner: str = "root",
+        *,
+        subagents: Iterable[str] | None = None,
+        budget: Budget | None = None,
     ) -> AbstractAsyncContextManager[Parent]:
         """Open a top-level parent for one conversation or session.
 
@@ -108,6 +116,8 @@ class Runtime(metaclass=NoPublicConstructor):
             owner: the parent's id, unique among the runtime's open parents.
             subagents: the names of its direct children; ``None`` for every
                 registered subagent.
+            budget: the most all of its runs may spend together (contract
+                §20), or ``None`` for no limit.
 
         Leaving the block normally is a claim of completion: live runs are
         cancelled and joined, then ``UnresolvedDelegationError`` is raised if
@@ -115,19 +125,21 @@ class Runtime(metaclass=NoPublicConstructor):
         exception cancels and joins, and lets the exception through unmasked.
 
         Raises:
-            InvalidArgumentsError: a malformed owner, or one that is open already.
+            InvalidArgumentsError: a malformed owner or budget, or an owner that
+                is open already.
             UnknownSubagentError: *subagents* names an unregistered subagent.
             RuntimeClosedError: the runtime is closed.
         """
-        return self._parent_block(owner, subagents)
+        return self._parent_block(owner, subagents, budget)
 
     @asynccontextmanager
     async def _parent_block(
-        self, owner: str, subagents: Iterable[str] | None
+        self, owner: str, subagents: Iterable[str] | None, budget: Budget | None
     ) -> AsyncIterator[Parent]:
         await trio.lowlevel.checkpoint()
         self._check_open()
-        owner = _check_owner(owner)
+        owner = check_owner(owner)
+        budget = check_budget("budget", budget)
         children = self._children_for(subagents)
         registry = self._registry
         if owner in registry.parents:
@@ -136,7 +148,7 @@ class Runtime(metaclass=NoPublicConstructor):
                 "unique among open parents: close it first or choose another owner"
             )
         assert self._nursery is not None
-        host = open_parent_host(registry, owner, children, 0, self._nursery)
+        host = open_parent_host(registry, owner, children, 0, self._nursery, budget=budget)
         try:
             yield host.parent
         except BaseException:
@@ -357,28 +369,6 @@ def _is_store(value: Any) -> bool:
         return isinstance(value, ResultStore)
     except Exception:
         return False
-
-
-def _check_owner(owner: Any) -> str:
-    """*owner* as a plain ``str``, if it is a valid top-level owner."""
-    owner = builtin(owner)
-    if (
-        not is_a(owner, str)
-        or not owner.strip()
-        or len(owner) > _MAX_OWNER_CHARS
-        or not owner.isprintable()
-        or text_problem(owner) is not None
-    ):
-        raise InvalidArgumentsError(
-            f"owner must be a non-empty printable string of at most {_MAX_OWNER_CHARS} "
-            f"characters, got {describe(owner)}"
-        )
-    if "/" in owner:
-        raise InvalidArgumentsError(
-            f"owner {describe(owner)} contains '/', which is reserved for the parents of "
-            "nested runs ('<owner>/<run_id>'); choose an owner without '/'"
-        )
-    return owner
 
 
 def _check_subagents(subagents: Any) -> dict[str, Subagent]:

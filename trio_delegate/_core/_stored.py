@@ -94,7 +94,7 @@ class StoredRuns:
 
     def remember(self, run: Run) -> None:
         """*run* left memory (retention): keep what lookups need to find it in the store."""
-        self._remember(run.run_id, StoredRun(run.owner, run.subagent.name, run.status))
+        self._remember(run.run_id, StoredRun(run.owner, run.subagent.name, run.status, run.usage()))
         schema = run.schema
         if schema is not None and schema.target is not None and run.status is RunStatus.COMPLETED:
             self._schemas[run.run_id] = schema
@@ -109,7 +109,10 @@ class StoredRuns:
         remembered when retention evicted them).
         """
         if record.runtime_id != self.runtime_id:
-            self._remember(record.run_id, StoredRun(record.owner, record.subagent, record.status))
+            self._remember(
+                record.run_id,
+                StoredRun(record.owner, record.subagent, record.status, record.usage),
+            )
 
     def find(self, run_id: str, owner: str) -> StoredRun | None:
         """The stored terminal run *run_id* if it belongs to *owner*."""
@@ -174,7 +177,7 @@ class StoredRuns:
         if record is None or record.owner != owner:
             raise unknown
         self.found(record)  # status and cancel know it from now on
-        return StoredRun(record.owner, record.subagent, record.status)
+        return StoredRun(record.owner, record.subagent, record.status, record.usage)
 
     async def carried(self, run_id: str, check: _Check) -> tuple[str, CanonicalJson]:
         """The subagent and whole conversation of stored run *run_id*, for a continuation.
@@ -293,7 +296,12 @@ class StoredRuns:
             now = trio.current_time()
             overdue = record.deadline_at is not None and time.time() >= record.deadline_at
             if ends is not None and now >= ends and not overdue:
-                return RunHandle(run_id, record.subagent, record.status)
+                return RunHandle(
+                    run_id=run_id,
+                    subagent=record.subagent,
+                    status=record.status,
+                    usage=record.usage,
+                )
             pause = self.store.poll_interval
             if ends is not None and not overdue:
                 pause = min(pause, ends - now)

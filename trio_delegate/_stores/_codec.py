@@ -27,10 +27,13 @@ from collections.abc import Sequence
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Final, final
 
+import attrs
+
 from .._converter import converter
 from .._errors import StoreError
 from .._json import CanonicalJson
 from .._status import RunStatus
+from .._usage import Usage
 from ._protocol import (
     INVALID_RESULT,
     RUN_FAILED,
@@ -54,6 +57,7 @@ __all__ = [
     "encode_state",
     "fold",
     "status_of",
+    "stored_usage",
     "with_head",
 ]
 
@@ -145,6 +149,7 @@ def encode_state(record: RunRecord) -> str:
                     "started_at": record.started_at,
                     "deadline_at": record.deadline_at,
                     "ended_at": record.ended_at,
+                    **_usage_of(record),
                 }
             )
         )
@@ -158,10 +163,32 @@ def encode_state(record: RunRecord) -> str:
                 "started_at": record.started_at,
                 "deadline_at": record.deadline_at,
                 "ended_at": record.ended_at,
+                **_usage_of(record),
             }
         )
     )
     return f'{{"final_result":{_text_of(result)},"transcript":{_text_of(transcript)},{rest[1:]}'
+
+
+def _usage_of(record: RunRecord) -> dict[str, Any]:
+    """The ``usage`` key of a state document, only when the run reported any (contract
+    §20): a record without it reads as it did before usage was kept."""
+    usage = record.usage
+    if usage is None:
+        return {}
+    return {"usage": attrs.asdict(usage)}
+
+
+def stored_usage(text: object) -> Usage | None:
+    """The usage a state document held, from its JSON *text* (a database read it
+    out); ``None`` when there is none, or it is not usage this package wrote."""
+    if not isinstance(text, str):
+        return None
+    try:
+        usage: Usage = converter.structure(json.loads(text), Usage)
+    except Exception:
+        return None  # a damaged row reads as one without usage; reading it says more
+    return usage
 
 
 def _text_of(value: Any) -> str:

@@ -125,7 +125,8 @@ class MemoryStore:
         for run_id, row in self._rows.items():
             if row.status.is_terminal:
                 record = row.decode()
-                terminal.append((run_id, StoredRun(record.owner, record.subagent, row.status)))
+                stored = StoredRun(record.owner, record.subagent, row.status, record.usage)
+                terminal.append((run_id, stored))
         return StoreSnapshot(tuple(terminal), marked)
 
     async def detach(self, runtime_id: str) -> None:

@@ -50,6 +50,7 @@ from ._codec import (
     encode_state,
     fold,
     status_of,
+    stored_usage,
     with_head,
 )
 from ._protocol import (
@@ -234,9 +235,13 @@ class _Sql:
             f"SELECT seq, {self.columns} FROM {{s}}.runs "
             "WHERE seq > %s AND seq <= %s AND writer IS DISTINCT FROM %s ORDER BY seq"
         )
+        # The usage a terminal record keeps (contract §20) is the last key of its
+        # state document when there is one, a flat object: read from its tail
+        # (braces written as \x7b and \x7d, which SQL.format would take).
         self.terminal = q(
-            "SELECT run_id, owner, subagent, status FROM {s}.runs "
-            "WHERE status NOT IN ('pending', 'running') ORDER BY pos"
+            "SELECT run_id, owner, subagent, status, "
+            "substring(right(state, 400) from '\"usage\":(\\x7b[^\\x7b\\x7d]*\\x7d)\\x7d$') "
+            "FROM {s}.runs WHERE status NOT IN ('pending', 'running') ORDER BY pos"
         )
         # A runtime is gone when no session holds its advisory lock, or its
         # lease has run out by the database's clock (or it has no row at all).
@@ -867,7 +872,7 @@ class PostgresStore(ThreadedStore):
     def _terminal(self, conn: psycopg.Connection[Any]) -> tuple[tuple[str, StoredRun], ...]:
         where = self._where
         terminal = []
-        for run_id, owner, subagent, status in conn.execute(self._sql.terminal):
+        for run_id, owner, subagent, status, usage in conn.execute(self._sql.terminal):
             if not is_run_id(run_id):
                 raise StoreError(
                     f"the store {where} holds a row whose run id {run_id!r} was not written "
@@ -875,7 +880,10 @@ class PostgresStore(ThreadedStore):
                     path=mask_dsn(self.dsn),
                 )
             stored = StoredRun(
-                _uncolumn(owner), _uncolumn(subagent), status_of(status, where, run_id)
+                _uncolumn(owner),
+                _uncolumn(subagent),
+                status_of(status, where, run_id),
+                stored_usage(usage),
             )
             terminal.append((run_id, stored))
         return tuple(terminal)

@@ -27,6 +27,7 @@ import attrs
 from .._checks import describe
 from .._errors import InvalidArgumentsError, StoreError
 from .._status import RunStatus
+from .._usage import Usage
 
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
@@ -206,6 +207,8 @@ class RunRecord:
             store holds it (rebuilt along the chain on read), not written
             again with each link: a chain is stored in space linear in its
             length (contract §12).
+        usage: what the run and its nested runs spent (contract §20), in its
+            terminal record; ``None`` when it reported nothing.
         result_type: for a run whose ``final_schema`` was an attrs class or
             dataclass, that type's tag (its name and a digest of its JSON
             Schema): data, never imported; a runtime structures the stored
@@ -234,16 +237,22 @@ class RunRecord:
     observed: bool = False
     continues: str | None = None
     result_type: str | None = None
+    usage: Usage | None = None
 
 
 @final
 @attrs.frozen
 class StoredRun:
-    """What a runtime keeps in memory about a terminal run found in its store."""
+    """What a runtime keeps in memory about a terminal run found in its store.
+
+    Attributes:
+        usage: what the run spent (contract §20), when its record says.
+    """
 
     owner: str
     subagent: str
     status: RunStatus
+    usage: Usage | None = None
 
 
 @final
@@ -440,7 +449,7 @@ def fold(records: Sequence[RunRecord]) -> list[RunRecord]:
 
 def terminal_index(records: Iterable[RunRecord]) -> tuple[tuple[str, StoredRun], ...]:
     return tuple(
-        (record.run_id, StoredRun(record.owner, record.subagent, record.status))
+        (record.run_id, StoredRun(record.owner, record.subagent, record.status, record.usage))
         for record in records
         if record.status.is_terminal
     )

@@ -45,6 +45,7 @@ from ._codec import (
     encode_record,
     encode_state,
     status_of,
+    stored_usage,
     with_head,
 )
 from ._liveness import RuntimeLock, lock_dir_for, runtime_is_gone
@@ -586,14 +587,20 @@ class SQLiteStore(ThreadedStore):
         """Every terminal run in the file, oldest admission first."""
         where = str(self.path)
         terminal = []
-        for run_id, owner, subagent, status in conn.execute(
-            "SELECT run_id, owner, subagent, status FROM runs "
+        for run_id, owner, subagent, status, usage in conn.execute(
+            # The usage a terminal record keeps (contract §20), read out of its
+            # state document by the database: the rest of it is not decoded here.
+            "SELECT run_id, owner, subagent, status, "
+            "CASE WHEN json_valid(state) THEN json_extract(state, '$.usage') END FROM runs "
             "WHERE status NOT IN (?, ?) ORDER BY rowid",
             _LIVE,
         ):
             if not (is_run_id(run_id) and isinstance(owner, str) and isinstance(subagent, str)):
                 raise _tampered(where, run_id)
-            terminal.append((run_id, StoredRun(owner, subagent, status_of(status, where, run_id))))
+            stored = StoredRun(
+                owner, subagent, status_of(status, where, run_id), stored_usage(usage)
+            )
+            terminal.append((run_id, stored))
         return tuple(terminal)
 
     def _mark_gone(self, conn: sqlite3.Connection) -> list[str]:

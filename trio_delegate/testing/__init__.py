@@ -50,6 +50,7 @@ from ._scripted import (
     ScriptStep,
     Shielded,
     Sleep,
+    Spend,
     Start,
     WaitStarted,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "ScriptStep",
     "Shielded",
     "Sleep",
+    "Spend",
     "Start",
     "WaitStarted",
     "Trace",

@@ -63,6 +63,7 @@ from ._scripted import (
     ScriptedRunner,
     Shielded,
     Sleep,
+    Spend,
     Start,
     WaitStarted,
 )
@@ -202,6 +203,8 @@ class _Parent:
     depth: int
     outer: _Run | None  # the run whose ctx.parent this is
     closed: bool = False
+    # What its runs spent (contract §20): requests, input tokens.
+    spent: tuple[int, int] = (0, 0)
     runs: list[_Run] = attrs.Factory(list)
     pending: deque[_Run] = attrs.Factory(deque)
     running: int = 0
@@ -320,6 +323,8 @@ class LifecycleModel:
         self._kept: deque[_Run] = deque()
         self._tombstones: OrderedDict[str, str] = OrderedDict()
         self._trace = Trace()
+        # What every run spent (contract §20): requests, input tokens.
+        self._spent = (0, 0)
         self._queue: deque[tuple[_Run, str]] = deque()
         self._queued: dict[str, int] = {}
         self._batch = 0
@@ -334,6 +339,14 @@ class LifecycleModel:
     def now(self) -> float:
         """The model's Trio clock time."""
         return self._now
+
+    def spent(self, parent: int | None = None) -> tuple[int, int]:
+        """``(requests, input_tokens)`` spent by top-level *parent*'s runs, nested
+        runs included (``Parent.usage()``), or by every run (``Runtime.usage``)
+        when *parent* is ``None`` (contract §20)."""
+        if parent is None:
+            return self._spent
+        return self._parents[parent].spent
 
     @property
     def live_runs(self) -> int:
@@ -1054,6 +1067,8 @@ class LifecycleModel:
                         run.mode = _Mode.WAIT_CHILD
                         run.waiting_on = admitted
                         return
+                case Spend(tokens=tokens):
+                    self._spend(run, tokens)
                 case WaitStarted():
                     if run.nested is None:
                         self._runner_end(run, ("raised", "RuntimeError"))
@@ -1062,6 +1077,19 @@ class LifecycleModel:
                     self._wait_started(run)
                     return
             run.pc += 1
+
+    def _spend(self, run: _Run, tokens: int) -> None:
+        """*run* reports one request of *tokens*: it counts for its parent, each run
+        and parent above it, and the runtime; dropped once the run settled."""
+        if run.terminal:
+            return
+        parent: _Parent | None = run.parent
+        while parent is not None:
+            requests, spent = parent.spent
+            parent.spent = (requests + 1, spent + tokens)
+            parent = parent.outer.parent if parent.outer is not None else None
+        requests, spent = self._spent
+        self._spent = (requests + 1, spent + tokens)
 
     def _wait_started(self, run: _Run) -> None:
         """``parent.wait`` on each started run in turn (the WaitStarted step)."""

@@ -23,6 +23,8 @@ step                      behaviour
                           the foreground; its failure is raised
 ``WaitStarted()``         ``ctx.parent.wait`` on every run started so far, in
                           order; the first failure is raised
+``Spend(tokens)``         ``ctx.add_usage(Usage(requests=1, input_tokens=tokens))``
+                          (no checkpoint)
 ========================  ==================================================
 
 A script that runs out of steps returns ``None``. ``Script.cleanup`` seconds
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
+from .._usage import Usage
 from ._trace import Trace
 
 if TYPE_CHECKING:
@@ -54,6 +57,7 @@ __all__ = [
     "ScriptedRunner",
     "Shielded",
     "Sleep",
+    "Spend",
     "Start",
     "ScriptStep",
     "WaitStarted",
@@ -81,6 +85,22 @@ class Sleep:
 
     def describe(self) -> str:
         return f"sleep {self.seconds:g}"
+
+
+def _check_tokens(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"tokens must be an int >= 0, got {value!r}")
+
+
+@final
+@attrs.frozen
+class Spend:
+    """Report one request of *tokens* input tokens (``ctx.add_usage``; no checkpoint)."""
+
+    tokens: int = attrs.field(validator=_check_tokens)
+
+    def describe(self) -> str:
+        return f"spend {self.tokens}"
 
 
 @final
@@ -169,9 +189,22 @@ class WaitStarted:
 
 
 #: One step of a :class:`Script`.
-ScriptStep = Sleep | Checkpoint | Shielded | Return | Raise | Hang | Start | Delegate | WaitStarted
+ScriptStep = (
+    Sleep | Checkpoint | Shielded | Return | Raise | Hang | Start | Delegate | WaitStarted | Spend
+)
 
-_STEP_TYPES = (Sleep, Checkpoint, Shielded, Return, Raise, Hang, Start, Delegate, WaitStarted)
+_STEP_TYPES = (
+    Sleep,
+    Checkpoint,
+    Shielded,
+    Return,
+    Raise,
+    Hang,
+    Start,
+    Delegate,
+    WaitStarted,
+    Spend,
+)
 _FINAL_STEPS = (Return, Raise, Hang)
 
 
@@ -328,5 +361,7 @@ class _Player:
                     parent = self._parent(step)
                     for run_id in self.started:
                         await parent.wait(run_id)
+                case Spend(tokens=tokens):
+                    ctx.add_usage(Usage(requests=1, input_tokens=tokens))
         self.index = len(script.steps)
         return None
