@@ -31,6 +31,7 @@ from ._errors import (
 from ._public_names import show_under
 from ._results import CancelAck, Output, RunHandle, RunResult
 from ._runners._command import CommandFailedError, CommandRunner
+from ._runners._model import ModelRunner, model_runner
 from ._status import RunStatus
 from ._stores._memory import MemoryStore
 from ._stores._postgres import PostgresStore
@@ -57,6 +58,7 @@ __all__ = [
     "InvalidResultError",
     "LimitExceededError",
     "MemoryStore",
+    "ModelRunner",
     "Output",
     "Parent",
     "PostgresStore",
@@ -82,6 +84,7 @@ __all__ = [
     "UnknownSubagentError",
     "UnresolvedDelegationError",
     "UnresolvedRun",
+    "model_runner",
     "open_runtime",
 ]
 
