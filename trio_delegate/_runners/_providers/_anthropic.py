@@ -106,13 +106,16 @@ def _entry_block(block: Any) -> dict[str, Any]:
     Unicode) is kept as ``{}``: the model is told of the problem in the
     call's error result.
     """
-    entry: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
-    if block.type == "tool_use":
-        try:
-            encode(block.input, max_depth=64)
-        except (TypeError, JsonProblem):
-            entry["input"] = {}
-    return entry
+    if block.type != "tool_use":
+        entry: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
+        return entry
+    # Built by hand: pydantic's serializer gives up on input nested past its limit.
+    try:
+        encode(block.input, max_depth=64)
+        arguments = block.input
+    except (TypeError, JsonProblem):
+        arguments = {}
+    return {"type": "tool_use", "id": block.id, "name": block.name, "input": arguments}
 
 
 def _usage(usage: Any) -> ModelUsage:
