@@ -16,7 +16,7 @@ import trio.testing
 
 import trio_delegate as td
 
-from .fakes import Failure, Hold, Malformed, Reply, Turn, call, text
+from .fakes import Failure, Hold, Malformed, Reply, Step, Turn, call, text
 from .fakes._server import Call
 from .helpers import open_parent, open_parent_lenient
 from .model_support import ANTHROPIC, APIS, CHAT, RESPONSES, Api
@@ -35,7 +35,7 @@ def _error_type(api: Api) -> Any:
 async def test_rate_limits_and_server_errors_are_retried_on_the_trio_clock(
     api: Api, autojump_clock: trio.testing.MockClock
 ) -> None:
-    script = [
+    script: list[Step] = [
         Failure(429, "rate_limit_error", "slow down", retry_after="7"),
         Failure(500, "api_error", "oops"),
         Failure(529, "overloaded_error", "busy"),
@@ -57,7 +57,10 @@ async def test_rate_limits_and_server_errors_are_retried_on_the_trio_clock(
 async def test_retries_stop_after_max_retries_with_the_provider_s_error(
     api: Api, autojump_clock: trio.testing.MockClock
 ) -> None:
-    script = [Failure(503, "api_error", "down"), Failure(503, "api_error", "still down")]
+    script: list[Step] = [
+        Failure(503, "api_error", "down"),
+        Failure(503, "api_error", "still down"),
+    ]
     with api.fake(script) as fake:
         runner = api.runner(fake, max_retries=1)
         async with open_parent_lenient(td.Subagent("r", runner, timeout_seconds=None)) as parent:
@@ -75,7 +78,9 @@ async def test_retries_stop_after_max_retries_with_the_provider_s_error(
 async def test_a_retry_is_never_waited_for_past_the_run_s_deadline(
     api: Api, mock_clock: trio.testing.MockClock
 ) -> None:
-    script = [Failure(429, "rate_limit_error", "come back in a minute", retry_after="60")]
+    script: list[Step] = [
+        Failure(429, "rate_limit_error", "come back in a minute", retry_after="60")
+    ]
     with api.fake(script) as fake:
         runner = api.runner(fake)
         async with open_parent_lenient(td.Subagent("r", runner, timeout_seconds=10)) as parent:
@@ -91,7 +96,7 @@ async def test_a_retry_is_never_waited_for_past_the_run_s_deadline(
 async def test_a_request_the_api_refuses_fails_the_run_at_once_with_its_error(
     api: Api, mock_clock: trio.testing.MockClock
 ) -> None:
-    script = [Failure(400, "invalid_request_error", "no such model: nope")]
+    script: list[Step] = [Failure(400, "invalid_request_error", "no such model: nope")]
     with api.fake(script) as fake:
         async with open_parent_lenient(td.Subagent("r", api.runner(fake))) as parent:
             with pytest.raises(td.RunFailedError) as raised:
@@ -224,7 +229,7 @@ async def test_the_api_key_is_read_from_its_variable_and_never_shown(
 ) -> None:
     secret = "sk-test-do-not-show-0123456789"
     monkeypatch.setenv("TD_MODEL_TEST_KEY", secret)
-    script = [text("ok"), Failure(401, "authentication_error", "invalid x-api-key")]
+    script: list[Step] = [text("ok"), Failure(401, "authentication_error", "invalid x-api-key")]
     for api in APIS:
         with api.fake(script) as fake:
             runner = api.runner(fake, api_key_env="TD_MODEL_TEST_KEY")
@@ -255,11 +260,11 @@ async def test_a_missing_key_variable_fails_the_run_naming_it(
 async def test_a_lead_model_delegates_to_child_models_two_levels_deep(
     mock_clock: trio.testing.MockClock,
 ) -> None:
-    lead_script = [
+    lead_script: list[Step] = [
         call("delegate_task", subagent="mid", task="ask the leaf"),
         lambda turn: text("lead: " + turn.last.json()["final_result"]),
     ]
-    mid_script = [
+    mid_script: list[Step] = [
         call("delegate_task", subagent="leaf", task="leaf work"),
         lambda turn: text("mid: " + turn.last.json()["final_result"]),
     ]
@@ -287,7 +292,7 @@ async def test_a_lead_model_delegates_to_child_models_two_levels_deep(
 async def test_a_child_s_failure_reaches_the_lead_model_as_a_tool_error(
     mock_clock: trio.testing.MockClock,
 ) -> None:
-    lead_script = [
+    lead_script: list[Step] = [
         call("delegate_task", subagent="leaf", task="fail"),
         lambda turn: text(turn.last.json()["error"]["type"]),
     ]
@@ -313,7 +318,7 @@ async def test_a_child_s_failure_reaches_the_lead_model_as_a_tool_error(
 async def test_a_lead_model_that_leaves_its_child_s_failure_unresolved_fails_closed(
     mock_clock: trio.testing.MockClock,
 ) -> None:
-    lead_script = [
+    lead_script: list[Step] = [
         call("delegate_task", subagent="leaf", task="fail"),
         text("fine, though it failed"),
         text("fine anyway"),
@@ -326,11 +331,10 @@ async def test_a_lead_model_that_leaves_its_child_s_failure_unresolved_fails_clo
             td.Subagent("lead", ANTHROPIC.runner(lead), children=("leaf",)),
             td.Subagent("leaf", CHAT.runner(leaf)),
         ]
-        async with td.open_runtime(subagents) as rt:
-            async with rt.open_parent(subagents=["lead"]) as parent:
-                handle = await parent.start("lead", "try")
-                with pytest.raises(td.RunFailedError) as raised:
-                    await parent.wait(handle.run_id)
-                ok = await parent.delegate("lead", "again", replaces=handle.run_id)
+        async with td.open_runtime(subagents) as rt, rt.open_parent(subagents=["lead"]) as parent:
+            handle = await parent.start("lead", "try")
+            with pytest.raises(td.RunFailedError) as raised:
+                await parent.wait(handle.run_id)
+            ok = await parent.delegate("lead", "again", replaces=handle.run_id)
     assert isinstance(raised.value.__cause__, td.UnresolvedDelegationError)
     assert ok.final_result == "fine anyway"

@@ -9,7 +9,7 @@ import trio
 
 import trio_delegate as td
 
-from .fakes import Turn, call, text
+from .fakes import Step, Turn, call, text
 from .helpers import open_parent, open_parent_lenient
 from .model_support import APIS, Api
 
@@ -33,7 +33,11 @@ async def test_the_model_calls_tools_until_it_answers(api: Api) -> None:
         assert turn.last.text == "5"
         return call("shout", words="done")
 
-    script = [call("add", a=2, b=3), after_add, lambda turn: text(f"sum {turn.last.text}")]
+    script: list[Step] = [
+        call("add", a=2, b=3),
+        after_add,
+        lambda turn: text(f"sum {turn.last.text}"),
+    ]
     with api.fake(script) as fake:
         runner = api.runner(fake, instructions="Be brief.", tools=[add, shout])
         async with open_parent(td.Subagent("calc", runner)) as parent:
@@ -96,7 +100,7 @@ async def test_a_tool_s_schema_comes_from_its_signature(api: Api) -> None:
 
 def _result_flag(api: Api, body: dict[str, Any]) -> list[bool]:
     """The error flags of the tool results in a request (Anthropic only has one)."""
-    flags = []
+    flags: list[bool] = []
     for message in body.get("messages", ()):
         if api.api == "messages" and isinstance(message.get("content"), list):
             flags.extend(
@@ -128,7 +132,7 @@ async def test_a_failing_tool_call_reaches_the_model_as_an_error_and_the_loop_go
 
         return answer
 
-    script = [
+    script: list[Step] = [
         call("explode", reason="x"),
         step(call("nope", a=1)),
         step(call("add", a="not a number", b=2)),
@@ -202,12 +206,13 @@ async def test_a_structured_answer_that_breaks_the_schema_is_an_invalid_result(a
 
 @pytest.mark.parametrize("api", APIS, ids=lambda api: api.name)
 async def test_a_continuation_resumes_the_model_conversation_exactly(api: Api) -> None:
-    script = [call("add", a=1, b=2), text("three"), text("again three")]
+    script: list[Step] = [call("add", a=1, b=2), text("three"), text("again three")]
     with api.fake(script) as fake:
         runner = api.runner(fake, instructions="Sys.", tools=[add])
         async with open_parent(td.Subagent("c", runner)) as parent:
             first = await parent.delegate("c", "add 1 and 2")
             second = await parent.continue_run(first.run_id, "and again?")
+            assert isinstance(second, td.RunResult)
     assert second.final_result == "again three"
     key = "input" if api.api == "responses" else "messages"
     before = fake.turns[1].request.body[key]
@@ -223,7 +228,7 @@ async def test_a_continuation_resumes_the_model_conversation_exactly(api: Api) -
 
 @pytest.mark.parametrize("api", APIS, ids=lambda api: api.name)
 async def test_max_turns_bounds_model_calls_and_the_call_past_it_is_not_made(api: Api) -> None:
-    script = [call("add", a=1, b=1), call("add", a=2, b=2), text("never sent")]
+    script: list[Step] = [call("add", a=1, b=1), call("add", a=2, b=2), text("never sent")]
     with api.fake(script) as fake:
         runner = api.runner(fake, tools=[add], max_turns=2)
         async with open_parent_lenient(td.Subagent("m", runner)) as parent:
@@ -239,7 +244,7 @@ async def test_max_turns_bounds_model_calls_and_the_call_past_it_is_not_made(api
 async def test_each_turn_is_reported_with_its_tools_and_token_counts(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
-    script = [call("add", a=1, b=1), text("2")]
+    script: list[Step] = [call("add", a=1, b=1), text("2")]
     caplog.set_level("DEBUG", logger="trio_delegate.model")
     with api.fake(script) as fake:
         async with open_parent(td.Subagent("u", api.runner(fake, tools=[add]))) as parent:
