@@ -264,8 +264,8 @@ def _parse_model(model: Any) -> tuple[str, str]:
         )
     if importlib.util.find_spec(PROVIDERS[provider]) is None:
         raise InvalidArgumentsError(
-            f"model_runner(model={model!r}) needs the {provider} SDK: "
-            f"pip install 'trio-delegate[{provider}]'"
+            f"model_runner(model={model!r}) needs the {provider} SDK: install the "
+            f"[{provider}] extra of trio-delegate (or the {provider} package)"
         )
     return provider, name
 
