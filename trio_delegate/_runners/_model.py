@@ -363,11 +363,13 @@ def model_runner(
         model=name,
         instructions=instructions,
         tools=function_tools(tools),
-        max_turns=check_int("model_runner(max_turns=...)", max_turns, minimum=1),
+        max_turns=check_int("model_runner(max_turns=...)", max_turns, minimum=1, maximum=10_000),
         base_url=base_url,
         api_key_env=api_key_env,
         api=api,
-        max_tokens=check_int("model_runner(max_tokens=...)", max_tokens, minimum=1),
+        max_tokens=check_int(
+            "model_runner(max_tokens=...)", max_tokens, minimum=1, maximum=10_000_000
+        ),
         max_retries=check_int("model_runner(max_retries=...)", max_retries, minimum=0, maximum=100),
         request_timeout_seconds=check_seconds(
             "model_runner(request_timeout_seconds=...)",
