@@ -376,3 +376,44 @@ def module_function(value: Any) -> str:
     if not module_name or not attribute:
         raise Problem(f"must be 'module:function', got {cut(value)!r}", PYTHON_EXAMPLE)
     return value
+
+
+def module_functions(value: Any) -> tuple[str, ...]:
+    """A model subagent's tools: a list of ``module:function`` (imported later).
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
+    if not isinstance(value, list):
+        raise Problem(
+            f"must be a list of 'module:function' strings, got {toml_text(value)}",
+            'write e.g. tools = ["mytools:search"]',
+        )
+    for index, item in enumerate(value):
+        try:
+            module_function(item)
+        except Problem as problem:
+            raise Problem(problem.problem, problem.fix, at=(index,)) from None
+    return tuple(value)
+
+
+def model_api(value: Any) -> str:
+    """A model subagent's OpenAI API: ``"responses"`` or ``"chat"``.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
+    if value not in ("responses", "chat"):
+        raise Problem(f'must be "responses" or "chat", got {toml_text(value)}')
+    return str(value)
+
+
+def optional_text(value: Any) -> str:
+    """A string, possibly empty (``api_key_env = ""``: no key).
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
+    if not isinstance(value, str) or "\0" in value:
+        raise Problem(f"must be a string, got {toml_text(value)}")
+    return value
