@@ -18,7 +18,7 @@ import contextlib
 import importlib.util
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, final
 
 import attrs
@@ -29,6 +29,7 @@ from .._core import ChildContext
 from .._errors import InvalidArgumentsError, LimitExceededError
 from .._json import escape_text, parse, text_problem
 from .._results import Output
+from ._model_mcp import check_mcp_servers, open_mcp_tools
 from ._model_tools import FunctionTool, Toolbox, function_tools
 from ._providers import ModelReply, ModelUsage, Provider, user_entry
 
@@ -102,6 +103,7 @@ class ModelRunner:
         request_timeout_seconds: the longest one HTTP request may take
             (``None``: only the run's deadline bounds it).
         options: more request parameters (``temperature``...), sent as they are.
+        mcp_servers: the MCP servers whose tools the model is offered.
     """
 
     provider: str
@@ -116,6 +118,7 @@ class ModelRunner:
     max_retries: int
     request_timeout_seconds: float | None
     options: Mapping[str, Any]
+    mcp_servers: tuple[Any, ...] = ()
 
     async def __call__(self, ctx: ChildContext) -> Output:
         """Run the model's tool loop for one run.
@@ -129,10 +132,10 @@ class ModelRunner:
                 API error) when a model call failed for good.
         """
         delegation = ctx.parent.tools() if ctx.parent is not None else None
-        toolbox = Toolbox(self.tools, delegation)
         conversation = [_history_entry(entry) for entry in ctx.history]
         conversation.append(user_entry(ctx.task))
-        async with self._open_provider() as provider:
+        async with open_mcp_tools(self.mcp_servers) as remote, self._open_provider() as provider:
+            toolbox = Toolbox((*self.tools, *remote), delegation)
             for turn in range(1, self.max_turns + 1):
                 reply = await self._call(ctx, provider, conversation, toolbox)
                 report_turn(ctx, TurnReport(turn, tuple(c.name for c in reply.calls), reply.usage))
@@ -283,6 +286,7 @@ def model_runner(
     max_retries: int = 4,
     request_timeout_seconds: float | None = 600.0,
     options: Mapping[str, Any] | None = None,
+    mcp_servers: Sequence[Any] = (),
 ) -> ModelRunner:
     """The runner of a subagent that is a model with instructions and tools.
 
@@ -317,6 +321,11 @@ def model_runner(
             ``None``: only the run's deadline bounds it.
         options: more request parameters sent with every call as they are
             (``temperature``, ``thinking``, ``reasoning``...).
+        mcp_servers: MCP servers whose tools the model is offered beside
+            *tools*: anything ``mcp.Client`` connects to (an
+            ``mcp.StdioServerParameters``, a Streamable HTTP URL, an
+            ``MCPServer``). Each run connects to them and lists their tools;
+            the connections close when the run ends.
 
     Returns:
         the runner.
@@ -378,4 +387,5 @@ def model_runner(
             allow_none=True,
         ),
         options=dict(options or {}),
+        mcp_servers=check_mcp_servers(mcp_servers),
     )

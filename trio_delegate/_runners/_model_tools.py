@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import attrs
 
@@ -29,7 +29,7 @@ from .._tools import MAX_ARGUMENT_VALUES, MAX_ARGUMENTS_CHARS, ToolDefinition
 if TYPE_CHECKING:
     from .._tools import DelegationTools
 
-__all__ = ["FunctionTool", "ToolOutcome", "Toolbox", "function_tools"]
+__all__ = ["FunctionTool", "Tool", "ToolOutcome", "Toolbox", "function_tools", "tool_error"]
 
 #: What the providers accept as a tool name (the strictest of them).
 TOOL_NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
@@ -55,10 +55,25 @@ class ToolOutcome:
     is_error: bool = False
 
 
-def _error(kind: str, message: str) -> ToolOutcome:
+def tool_error(kind: str, message: str) -> ToolOutcome:
+    """An error outcome: ``{"error": {"type": kind, "message": message}}`` as text."""
     # The shape of DelegationError.to_payload(), so a model reads one error form.
     body = {"error": {"type": kind, "message": escape_text(message)}}
     return ToolOutcome(encode(body, max_depth=4)[0], is_error=True)
+
+
+class Tool(Protocol):
+    """A tool the model may call: a Python function, or a tool of an MCP server."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def definition(self) -> ToolDefinition: ...
+
+    async def call(self, arguments: dict[str, Any]) -> ToolOutcome:
+        """Call it with checked *arguments*; every failure is an error outcome."""
+        ...
 
 
 @final
@@ -89,7 +104,7 @@ class FunctionTool:
                 f"{'.'.join(str(part) for part in error['loc']) or '(arguments)'}: {error['msg']}"
                 for error in exc.errors(include_url=False, include_input=False)
             )
-            return _error(
+            return tool_error(
                 "invalid_arguments",
                 f"the arguments of tool {self.name!r} do not match its schema: {problems}; "
                 "call it again with arguments that do",
@@ -106,7 +121,7 @@ class FunctionTool:
         try:
             return ToolOutcome(encode(result, max_depth=64)[0])
         except (TypeError, JsonProblem) as exc:
-            return _error(
+            return tool_error(
                 "invalid_result",
                 f"tool {self.name!r} returned a value that is not JSON ({exc}); "
                 "its author must make it return JSON-ready data",
@@ -114,7 +129,7 @@ class FunctionTool:
 
 
 def _raised(name: str, exc: Exception) -> ToolOutcome:
-    return _error(
+    return tool_error(
         "tool_error",
         f"tool {name!r} raised {type(exc).__name__}: {exc}",
     )
@@ -185,17 +200,23 @@ class Toolbox:
 
     __slots__ = ("_delegation", "_delegation_names", "_functions", "definitions")
 
-    def __init__(
-        self, functions: Sequence[FunctionTool], delegation: DelegationTools | None
-    ) -> None:
+    def __init__(self, functions: Sequence[Tool], delegation: DelegationTools | None) -> None:
         """Args:
-            functions: the Python function tools.
+            functions: the Python function tools and the MCP servers' tools.
             delegation: the delegation tools of the run's nested parent, if any.
 
         Raises:
-            InvalidArgumentsError: a function tool has a delegation tool's name.
+            InvalidArgumentsError: two tools share a name, or one has a
+                delegation tool's name.
         """
-        self._functions = {tool.name: tool for tool in functions}
+        self._functions: dict[str, Tool] = {}
+        for tool in functions:
+            if tool.name in self._functions:
+                raise InvalidArgumentsError(
+                    f"two tools of this subagent are named {tool.name!r} (its functions and "
+                    "its MCP servers' tools share one namespace); rename one"
+                )
+            self._functions[tool.name] = tool
         self._delegation = delegation
         definitions = [tool.definition for tool in functions]
         self._delegation_names: frozenset[str] = frozenset()
@@ -228,7 +249,7 @@ class Toolbox:
         tool = self._functions.get(name)
         if tool is None:
             known = ", ".join(tool.name for tool in self.definitions) or "(none)"
-            return _error(
+            return tool_error(
                 "invalid_arguments",
                 f"there is no tool {describe(name)}; the tools are: {known}",
             )
@@ -251,7 +272,7 @@ def _read_arguments(name: str, arguments: Any) -> dict[str, Any] | ToolOutcome:
         return {}
     if is_a(arguments, str):
         if len(arguments) > MAX_ARGUMENTS_CHARS:
-            return _error(
+            return tool_error(
                 "invalid_arguments",
                 f"the arguments of tool {name!r} are {len(arguments)} characters long; "
                 f"at most {MAX_ARGUMENTS_CHARS} are allowed",
@@ -259,12 +280,12 @@ def _read_arguments(name: str, arguments: Any) -> dict[str, Any] | ToolOutcome:
         try:
             arguments = parse(arguments)
         except ValueError as exc:
-            return _error(
+            return tool_error(
                 "invalid_arguments",
                 f"the arguments of tool {name!r} are not a JSON object ({exc}); send them as one",
             )
     if not is_mapping(arguments):
-        return _error(
+        return tool_error(
             "invalid_arguments",
             f"the arguments of tool {name!r} must be a JSON object, got {describe(arguments)}",
         )
@@ -273,7 +294,7 @@ def _read_arguments(name: str, arguments: Any) -> dict[str, Any] | ToolOutcome:
         # valid Unicode is refused before any function sees it.
         encode(arguments, max_depth=64, max_items=MAX_ARGUMENT_VALUES)
     except (TypeError, JsonProblem) as exc:
-        return _error(
+        return tool_error(
             "invalid_arguments",
             f"the arguments of tool {name!r} are not acceptable JSON: {exc}",
         )
