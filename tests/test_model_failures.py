@@ -199,7 +199,13 @@ async def test_hostile_tool_calls_reach_the_model_as_errors(
         Call("shout", {}, raw='{"words": "\\ud800"}'),
     ]
     if api is not ANTHROPIC:  # Anthropic's tool input is always a JSON object
-        raw_calls += [Call("shout", {}, raw="{not json"), Call("shout", {}, raw="[1, 2]")]
+        raw_calls += [
+            Call("shout", {}, raw="{not json"),
+            Call("shout", {}, raw="[1, 2]"),
+            # The arguments' text itself holds a lone surrogate (sent as an escape
+            # in the response), so the conversation must not send it back as is.
+            Call("shout", {}, raw='{"words": "\ud800"}'),
+        ]
     script: list[Any] = [Reply(calls=(raw_calls[0],))]
     script += [then(Reply(calls=(raw,))) for raw in raw_calls[1:]]
     script.append(then(text("survived")))
