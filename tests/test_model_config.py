@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from mcp import StdioServerParameters
 
 import trio_delegate as td
 from trio_delegate._cli._main import main
@@ -121,3 +123,71 @@ def test_serve_exits_2_on_a_malformed_model_subagent(
     assert captured.out == ""
     assert "subagents[0].model" in captured.err
     assert "the provider 'gemini'" in captured.err
+
+
+SERVER = """
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("echo")
+
+@server.tool()
+def echo(text: str) -> str:
+    '''Echo the text.'''
+    return text
+
+server.run()
+"""
+
+
+def test_mcp_servers_of_a_model_subagent_are_read_from_the_file(tmp_path: Path) -> None:
+    body = LEAD.replace(
+        "max_turns = 7",
+        'max_turns = 7\nmcp_servers = [{ command = ["python3", "srv.py"], env = { A = "1" }, '
+        'cwd = "." }, { url = "https://example.com/mcp" }]',
+    )
+    loaded = load_server_config(write(tmp_path, body.replace("{url}", "http://127.0.0.1:9/v1")))
+    runner = loaded.subagents[0].runner
+    assert isinstance(runner, td.ModelRunner)
+    stdio, url = runner.mcp_servers
+    assert isinstance(stdio, StdioServerParameters)
+    assert (stdio.command, stdio.args, stdio.env) == ("python3", ["srv.py"], {"A": "1"})
+    assert Path(stdio.cwd or "") == tmp_path
+    assert url == "https://example.com/mcp"
+
+
+async def test_a_model_subagent_from_the_file_calls_its_mcp_server(tmp_path: Path) -> None:
+    (tmp_path / "echo_srv.py").write_text(SERVER)
+    script: list[Step] = [call("echo", text="hello"), lambda turn: text(turn.last.text)]
+    with RESPONSES.fake(script) as fake:
+        body = LEAD.replace(
+            "max_turns = 7",
+            f'max_turns = 7\nmcp_servers = [{{ command = ["{sys.executable}", "echo_srv.py"] }}]',
+        )
+        loaded = load_server_config(write(tmp_path, body.replace("{url}", fake.url + "/v1")))
+        async with td.open_runtime(loaded.subagents) as rt, rt.open_parent() as parent:
+            result = await parent.delegate("lead", "echo hello")
+    assert result.final_result == "hello"
+
+
+@pytest.mark.parametrize(
+    ("value", "key", "fragment"),
+    [
+        ('"srv"', "mcp_servers", "must be a list of tables"),
+        ("[{ env = {} }]", "mcp_servers[0]", "either command"),
+        ('[{ command = ["a"], url = "https://x" }]', "mcp_servers[0]", "either command"),
+        ('[{ command = "a b" }]', "mcp_servers[0].command", "must be a list of strings"),
+        ('[{ url = "ftp://x" }]', "mcp_servers[0].url", "http:// or https://"),
+        ('[{ command = ["a"], port = 3 }]', "mcp_servers[0].port", "unknown key"),
+        ('[{ command = ["a"], env = { A = 1 } }]', "mcp_servers[0].env", "table of strings"),
+        ('[{ url = "https://x", cwd = "." }]', "mcp_servers[0]", "env and cwd are for"),
+        ('[{ command = ["a"], cwd = "nowhere" }]', "mcp_servers[0].cwd", "not a directory"),
+    ],
+)
+def test_a_malformed_mcp_server_names_its_key(
+    tmp_path: Path, value: str, key: str, fragment: str
+) -> None:
+    body = LEAD.replace("max_turns = 7", f"max_turns = 7\nmcp_servers = {value}")
+    with pytest.raises(ConfigError) as info:
+        load_server_config(write(tmp_path, body.replace("{url}", "http://127.0.0.1:9/v1")))
+    assert info.value.key == f"subagents[0].{key}"
+    assert fragment in str(info.value)

@@ -211,6 +211,7 @@ def model_runner_of(table: ModelSubagent, base: Path) -> Runner:
     from .._runners._model import model_runner
 
     tools = [_import(spec, base, ("tools", index)) for index, spec in enumerate(table.tools)]
+    servers = [_mcp_server(server, base, index) for index, server in enumerate(table.mcp_servers)]
     try:
         return model_runner(
             table.model,
@@ -220,18 +221,53 @@ def model_runner_of(table: ModelSubagent, base: Path) -> Runner:
             base_url=table.base_url,
             api_key_env=table.api_key_env,
             api=table.api,  # type: ignore[arg-type]  # "responses" or "chat", checked when read
+            mcp_servers=servers,
         )
     except InvalidArgumentsError as exc:
         # The message names the argument: the key of the same name.
         named = next(
             (
                 name
-                for name in ("tools", "model", "instructions", "base_url", "api_key_env", "api")
+                for name in (
+                    "mcp_servers",
+                    "tools",
+                    "model",
+                    "instructions",
+                    "base_url",
+                    "api_key_env",
+                    "api",
+                )
                 if f"({name}=" in exc.message or f"{name}=..." in exc.message
             ),
             "model",
         )
         raise Problem(exc.message, "fix the value it names", at=(named,)) from None
+
+
+def _mcp_server(server: Mapping[str, Any], base: Path, index: int) -> Any:
+    """What ``mcp.Client`` connects to for one ``mcp_servers`` entry (checked when read).
+
+    Raises:
+        Problem: the mcp SDK is not installed, or the entry's ``cwd`` is no folder.
+    """
+    try:
+        from mcp import StdioServerParameters
+    except ImportError:
+        raise Problem(
+            "MCP servers need the mcp SDK, which is not installed",
+            "install the [mcp] extra of trio-delegate",
+            at=("mcp_servers",),
+        ) from None
+    if "url" in server:
+        return server["url"]
+    try:
+        cwd = _folder(base, server.get("cwd"))
+    except Problem as problem:
+        raise Problem(problem.problem, problem.fix, at=("mcp_servers", index, "cwd")) from None
+    program, *args = server["command"]
+    return StdioServerParameters(
+        command=program, args=args, env=dict(server["env"]) if "env" in server else None, cwd=cwd
+    )
 
 
 def _import(spec: str, base: Path, at: tuple[str | int, ...]) -> Any:

@@ -237,6 +237,11 @@ class ModelSubagent(_Subagent):
         fix='write e.g. api_key_env = "OPENAI_API_KEY", or "" for a server that needs no key',
     )
     api: str = key("responses", check=check.model_api, fix='write api = "responses" or "chat"')
+    mcp_servers: tuple[Mapping[str, Any], ...] = key(
+        (),
+        check=check.mcp_servers,
+        fix='write e.g. mcp_servers = [{ command = ["uvx", "mcp-server-fetch"] }]',
+    )
 
 
 SubagentSection = (
