@@ -27,7 +27,7 @@ import trio
 from .._checks import check_int, check_seconds, describe, is_a, is_mapping
 from .._core import ChildContext
 from .._errors import InvalidArgumentsError, LimitExceededError
-from .._json import escape_text, parse, text_problem
+from .._json import encode, escape_text, parse, text_problem
 from .._results import Output
 from ._model_mcp import check_mcp_servers, open_mcp_tools
 from ._model_tools import FunctionTool, Toolbox, function_tools
@@ -230,8 +230,6 @@ def _history_entry(entry: Any) -> Any:
     ):
         content = entry["content"]
         if not is_a(content, (str, list)):
-            from .._json import encode
-
             content = encode(content, max_depth=64)[0]
         return {"role": entry["role"], "content": content}
     return entry
