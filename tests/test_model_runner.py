@@ -257,3 +257,27 @@ async def test_each_turn_is_reported_with_its_tools_and_token_counts(
     # Anthropic counts the cache apart, the others within.
     expected = 15 if api.api == "messages" else 10
     assert f"input tokens {expected}, output tokens 5" in lines[0]
+
+
+@pytest.mark.parametrize("api", APIS, ids=lambda api: api.name)
+async def test_a_history_of_the_generic_form_becomes_the_conversation(api: Api) -> None:
+    # The history a run gets when the earlier run gave no transcript (contract §12):
+    # a structured result is sent as its JSON text.
+    history = (
+        {"role": "user", "content": "count"},
+        {"role": "assistant", "content": {"count": 2}},
+    )
+    with api.fake([text("3")]) as fake:
+        ctx = td.ChildContext("run_x", "c", "and one more?", history=history)
+        output = await api.runner(fake)(ctx)
+    key = "input" if api.api == "responses" else "messages"
+    assert fake.turns[0].request.body[key][-3:] == [
+        {"role": "user", "content": "count"},
+        {"role": "assistant", "content": '{"count":2}'},
+        {"role": "user", "content": "and one more?"},
+    ]
+    assert output.final_result == "3"
+    # The transcript is the whole conversation: the history, the message, the answer.
+    assert output.transcript is not None
+    assert list(output.transcript[:3]) == fake.turns[0].request.body[key][-3:]
+    assert len(output.transcript) == 4
