@@ -32,6 +32,7 @@ from ._errors import (
 from ._public_names import show_under
 from ._results import CancelAck, Output, RunHandle, RunResult
 from ._runners._command import CommandFailedError, CommandRunner
+from ._runners._model import ModelRunner, model_runner
 from ._status import RunStatus
 from ._stores._memory import MemoryStore
 from ._stores._postgres import PostgresStore
@@ -61,6 +62,7 @@ __all__ = [
     "InvalidResultError",
     "LimitExceededError",
     "MemoryStore",
+    "ModelRunner",
     "Output",
     "Parent",
     "PostgresStore",
@@ -87,6 +89,7 @@ __all__ = [
     "UnresolvedDelegationError",
     "UnresolvedRun",
     "Usage",
+    "model_runner",
     "open_runtime",
 ]
 

@@ -4,7 +4,8 @@ The file has a ``[runtime]`` table (any :class:`Config` field), a
 ``[server]`` table (how the MCP server answers) and one ``[[subagents]]``
 table per subagent, each either a command (``command = [...]``, see
 :class:`CommandRunner`), a Python runner (``python = "module:function"``)
-or an agent CLI (``kind = "claude"`` or ``kind = "codex"``), or runs on Temporal workers
+an agent CLI (``kind = "claude"`` or ``kind = "codex"``), a model with instructions and tools
+(``kind = "model"``, see :func:`~trio_delegate.model_runner`), or runs on Temporal workers
 (``kind = "temporal"``, with a ``[temporal]`` table saying where). Every problem is reported as one
 :class:`ConfigError` naming the file, the key (``subagents[1].command``) and
 the fix; relative paths are resolved against the file's directory.
@@ -36,6 +37,7 @@ from ._config_file._reading import MAX_CONFIG_BYTES, read_toml
 from ._config_file._resolve import (
     agent_runner,
     command_runner,
+    model_runner_of,
     python_runner,
     store_path,
     temporal_runner,
@@ -43,8 +45,10 @@ from ._config_file._resolve import (
 from ._config_file._sections import (
     DEFAULT_FOREGROUND_LIMIT_SECONDS,
     DEFAULT_PROGRESS_INTERVAL_SECONDS,
+    DELEGATING,
     CommandSubagent,
     FileSections,
+    ModelSubagent,
     PythonSubagent,
     SubagentSection,
     TemporalSettings,
@@ -201,9 +205,11 @@ def _subagent(
         runner = _at(path, at, table.name, python_runner, table.python, base)
     elif isinstance(table, TemporalSubagent):
         runner = _at(path, at, table.name, temporal_runner, table, temporal)
+    elif isinstance(table, ModelSubagent):
+        runner = _at(path, at, table.name, model_runner_of, table, base)
     else:
         runner = _at(path, at, table.name, agent_runner, table, base)
-    children = table.children if isinstance(table, PythonSubagent) else ()
+    children = table.children if isinstance(table, DELEGATING) else ()
     try:
         return Subagent(
             table.name,

@@ -13,15 +13,18 @@ from ._server import (
     Failure,
     FakeModelServer,
     Hold,
+    Malformed,
     Reply,
     Request,
     Step,
     ToolResult,
     Turn,
+    Usage,
     call,
     text,
 )
 from .anthropic import FakeAnthropic
+from .openai_chat import FakeChat
 from .openai_responses import FakeResponses
 
 __all__ = [
@@ -29,14 +32,17 @@ __all__ = [
     "Call",
     "Failure",
     "FakeAnthropic",
+    "FakeChat",
     "FakeModelServer",
     "FakeResponses",
     "Hold",
+    "Malformed",
     "Reply",
     "Request",
     "Step",
     "ToolResult",
     "Turn",
+    "Usage",
     "call",
     "text",
 ]

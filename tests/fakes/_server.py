@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import select
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, Self, final
@@ -20,6 +22,37 @@ import attrs
 #: How long stop() waits for the server thread.
 _JOIN_SECONDS: Final = 5.0
 
+#: How often a held request looks whether its client closed the connection.
+_WATCH_SECONDS: Final = 0.01
+
+#: Stands in a JSON body for a call's raw arguments until the body is written.
+_RAW = "\u0000raw-arguments-{}\u0000"
+
+
+def raw_placeholder(call: Call, index: int) -> Any:
+    """What a message body holds for *call*'s arguments: them, or a raw-text placeholder."""
+    return dict(call.arguments) if call.raw is None else _RAW.format(index)
+
+
+def _with_raw(body: dict[str, Any]) -> bytes:
+    """*body* as JSON, each raw-argument placeholder replaced by its verbatim text."""
+    raws: list[str] = body.pop("__raw__", [])
+    text = json.dumps(body)
+    for index, raw in enumerate(raws):
+        text = text.replace(json.dumps(_RAW.format(index)), raw)
+    return text.encode()
+
+
+def _closed(connection: socket.socket) -> bool:
+    """Whether the peer closed *connection* (it reads as ready with nothing to read)."""
+    ready, _, _ = select.select([connection], [], [], 0)
+    if not ready:
+        return False
+    try:
+        return connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
 
 @final
 @attrs.frozen
@@ -28,6 +61,9 @@ class Call:
 
     name: str
     arguments: Mapping[str, Any]
+    #: Sent in place of *arguments*, verbatim, when given: JSON text that is
+    #: hostile (too deep, not JSON at all) reaches the client as it is.
+    raw: str | None = None
 
 
 @final
@@ -37,6 +73,20 @@ class Reply:
 
     text: str = ""
     calls: tuple[Call, ...] = ()
+    #: The usage numbers the reply reports (a non-streamed reply; see :class:`Usage`).
+    usage: Usage | None = None
+
+
+@final
+@attrs.frozen
+class Usage:
+    """The token counts a non-streamed reply reports, in each API's own fields."""
+
+    input_tokens: int = 10
+    output_tokens: int = 5
+    cache_read_input_tokens: int = 3
+    cache_creation_input_tokens: int = 2
+    reasoning_output_tokens: int = 1
 
 
 @final
@@ -47,6 +97,16 @@ class Failure:
     status: int
     error_type: str
     message: str
+    #: The ``retry-after`` header sent with it, if any.
+    retry_after: str | None = None
+
+
+@final
+@attrs.frozen
+class Malformed:
+    """A step that answers 200 with a body that is not what the API sends."""
+
+    body: bytes = b"{ this is not json"
 
 
 @final
@@ -98,7 +158,7 @@ class Hold:
     """
 
 
-Answer = Reply | Failure | Hold
+Answer = Reply | Failure | Hold | Malformed
 Step = Answer | Callable[[Turn], Answer]
 
 
@@ -142,6 +202,8 @@ class FakeModelServer:
         self._released = threading.Event()
         #: Set when a held request has arrived.
         self.holding = threading.Event()
+        #: Set when the client closed the connection of a held request.
+        self.disconnected = threading.Event()
 
     @property
     def port(self) -> int:
@@ -193,18 +255,24 @@ class FakeModelServer:
         """The server-sent events that stream *reply*."""
         raise NotImplementedError
 
+    def message(self, body: Any, reply: Reply) -> dict[str, Any]:
+        """The JSON body of *reply* when the request did not ask for a stream."""
+        raise NotImplementedError
+
     def other(self, request: Request) -> tuple[int, Any]:
         """The answer to a request that is not a model request: status and JSON."""
         return 404, {"error": {"type": "not_found", "message": f"no {request.path} here"}}
 
     # -- serving ------------------------------------------------------------------------
 
-    def _answer(self, request: Request) -> tuple[int, str, bytes]:
+    def _answer(
+        self, request: Request, closed: Callable[[], bool] = lambda: False
+    ) -> tuple[int, str, bytes, dict[str, str]]:
         with self._lock:
             self.requests.append(request)
         if request.method != "POST" or request.path.partition("?")[0] != self.model_path:
             status, payload = self.other(request)
-            return status, "application/json", json.dumps(payload).encode()
+            return status, "application/json", json.dumps(payload).encode(), {}
         turn = Turn(request, self.tool_results(request.body))
         with self._lock:
             self.turns.append(turn)
@@ -212,27 +280,36 @@ class FakeModelServer:
         if step is None:
             return self._fail(f"request {len(self.turns)} came after the script ended")
         try:
-            reply = step if isinstance(step, Reply | Failure | Hold) else step(turn)
+            reply = step if isinstance(step, Reply | Failure | Hold | Malformed) else step(turn)
         except Exception as exc:
             return self._fail(f"step {len(self.turns)} failed: {type(exc).__name__}: {exc}")
         if isinstance(reply, Hold):
             self.holding.set()
-            self._released.wait()
+            # Watch the connection while held: a client that gives up closes it.
+            while not self._released.wait(_WATCH_SECONDS):
+                if closed():
+                    self.disconnected.set()
+                    return 499, "application/json", b"{}", {}
             reply = Reply(text="(released)")
+        if isinstance(reply, Malformed):
+            return 200, "application/json", reply.body, {}
         if isinstance(reply, Failure):
             error = {"type": "error", "error": {"type": reply.error_type, "message": reply.message}}
-            return reply.status, "application/json", json.dumps(error).encode()
+            headers = {} if reply.retry_after is None else {"retry-after": reply.retry_after}
+            return reply.status, "application/json", json.dumps(error).encode(), headers
+        if isinstance(request.body, dict) and not request.body.get("stream"):
+            return 200, "application/json", _with_raw(self.message(request.body, reply)), {}
         stream = "".join(
             f"event: {name}\ndata: {json.dumps(data)}\n\n"
             for name, data in self.events(request.body, reply)
         )
-        return 200, "text/event-stream", stream.encode()
+        return 200, "text/event-stream", stream.encode(), {}
 
-    def _fail(self, problem: str) -> tuple[int, str, bytes]:
+    def _fail(self, problem: str) -> tuple[int, str, bytes, dict[str, str]]:
         with self._lock:
             self.problems.append(problem)
         body = {"error": {"type": "invalid_request_error", "message": problem}}
-        return 400, "application/json", json.dumps(body).encode()
+        return 400, "application/json", json.dumps(body).encode(), {}
 
     def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
         fake = self
@@ -259,10 +336,14 @@ class FakeModelServer:
                 request = Request(
                     self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body
                 )
-                status, content_type, data = fake._answer(request)
+                status, content_type, data, headers = fake._answer(
+                    request, lambda: _closed(self.connection)
+                )
                 self.close_connection = True
                 try:
                     self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
                     self.send_header("content-type", content_type)
                     self.send_header("content-length", str(len(data)))
                     # One request per connection: nothing lingers after a client dies.

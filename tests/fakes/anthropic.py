@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ._server import FakeModelServer, Reply, ToolResult
+from ._server import FakeModelServer, Reply, ToolResult, Usage, raw_placeholder
 
 _REMINDERS = re.compile(r"(\s*<system-reminder>.*?</system-reminder>)+\s*$", re.DOTALL)
 
@@ -43,6 +43,40 @@ class FakeAnthropic(FakeModelServer):
                     ToolResult(block["tool_use_id"], inner, bool(block.get("is_error", False)))
                 )
         return tuple(results)
+
+    def message(self, body: Any, reply: Reply) -> dict[str, Any]:
+        content: list[dict[str, Any]] = []
+        if reply.text or not reply.calls:
+            content.append({"type": "text", "text": reply.text})
+        raws = []
+        for call in reply.calls:
+            if call.raw is not None:
+                raws.append(call.raw)
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": self.next_id("toolu"),
+                    "name": call.name,
+                    "input": raw_placeholder(call, len(raws) - 1),
+                }
+            )
+        usage = reply.usage or Usage()
+        return {
+            "id": self.next_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "claude-test"),
+            "content": content,
+            "stop_reason": "tool_use" if reply.calls else "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_read_input_tokens": usage.cache_read_input_tokens,
+                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+            },
+            "__raw__": raws,
+        }
 
     def events(self, body: Any, reply: Reply) -> Iterator[tuple[str, dict[str, Any]]]:
         yield (

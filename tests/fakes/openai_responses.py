@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ._server import FakeModelServer, Reply, ToolResult
+from ._server import FakeModelServer, Reply, ToolResult, Usage
 
 
 class FakeResponses(FakeModelServer):
@@ -37,6 +37,49 @@ class FakeResponses(FakeModelServer):
                 output = output.split("\nOutput:\n", 1)[1]
             results.append(ToolResult(item["call_id"], output, False))
         return tuple(results)
+
+    def message(self, body: Any, reply: Reply) -> dict[str, Any]:
+        output: list[dict[str, Any]] = []
+        if reply.text or not reply.calls:
+            output.append(
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "id": self.next_id("msg"),
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+                }
+            )
+        for call in reply.calls:
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": self.next_id("fc"),
+                    "call_id": self.next_id("call"),
+                    "name": call.name,
+                    "arguments": json.dumps(call.arguments) if call.raw is None else call.raw,
+                    "status": "completed",
+                }
+            )
+        usage = reply.usage or Usage()
+        return {
+            "id": self.next_id("resp"),
+            "object": "response",
+            "created_at": 0,
+            "model": body.get("model", "gpt-test"),
+            "status": "completed",
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": usage.input_tokens,
+                "input_tokens_details": {"cached_tokens": usage.cache_read_input_tokens},
+                "output_tokens": usage.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": usage.reasoning_output_tokens},
+                "total_tokens": usage.input_tokens + usage.output_tokens,
+            },
+        }
 
     def events(self, body: Any, reply: Reply) -> Iterator[tuple[str, dict[str, Any]]]:
         response_id = self.next_id("resp")

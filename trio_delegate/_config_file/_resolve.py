@@ -23,9 +23,23 @@ from .._stores._postgres import is_postgres_dsn
 from .._subagent import Runner, _is_async_callable
 from ._problems import Problem, cut
 from ._reading import special_kind
-from ._sections import DEFAULT, AgentSubagent, CommandSubagent, TemporalSettings, TemporalSubagent
+from ._sections import (
+    DEFAULT,
+    AgentSubagent,
+    CommandSubagent,
+    ModelSubagent,
+    TemporalSettings,
+    TemporalSubagent,
+)
 
-__all__ = ["agent_runner", "command_runner", "python_runner", "store_path", "temporal_runner"]
+__all__ = [
+    "agent_runner",
+    "command_runner",
+    "model_runner_of",
+    "python_runner",
+    "store_path",
+    "temporal_runner",
+]
 
 #: Where an agent CLI comes from when `program` is not given and it is not on
 #: PATH: the executables bundled in these Python packages.
@@ -176,6 +190,88 @@ def python_runner(spec: str, base: Path) -> Runner:
         Problem: the module does not import, lacks the name, or the name is
             not an async runner.
     """
+    value = _import(spec, base, ("python",))
+    if not _is_async_callable(value):
+        raise Problem(
+            f"{cut(spec)!r} is {describe(value)}, not an async runner",
+            "point it at `async def runner(ctx) -> result`",
+            at=("python",),
+        )
+    runner: Runner = value
+    return runner
+
+
+def model_runner_of(table: ModelSubagent, base: Path) -> Runner:
+    """A ``kind = "model"`` subagent's runner, its tools imported.
+
+    Raises:
+        Problem: a tool does not import or is no function a model can call,
+            or a key is malformed (the model, the address...), naming it.
+    """
+    from .._runners._model import model_runner
+
+    tools = [_import(spec, base, ("tools", index)) for index, spec in enumerate(table.tools)]
+    servers = [_mcp_server(server, base, index) for index, server in enumerate(table.mcp_servers)]
+    try:
+        return model_runner(
+            table.model,
+            instructions=table.instructions,
+            tools=tools,
+            max_turns=table.max_turns,
+            base_url=table.base_url,
+            api_key_env=table.api_key_env,
+            api=table.api,  # type: ignore[arg-type]  # "responses" or "chat", checked when read
+            mcp_servers=servers,
+        )
+    except InvalidArgumentsError as exc:
+        # The message names the argument: the key of the same name.
+        named = next(
+            (
+                name
+                for name in (
+                    "mcp_servers",
+                    "tools",
+                    "model",
+                    "instructions",
+                    "base_url",
+                    "api_key_env",
+                    "api",
+                )
+                if f"({name}=" in exc.message or f"{name}=..." in exc.message
+            ),
+            "model",
+        )
+        raise Problem(exc.message, "fix the value it names", at=(named,)) from None
+
+
+def _mcp_server(server: Mapping[str, Any], base: Path, index: int) -> Any:
+    """What ``mcp.Client`` connects to for one ``mcp_servers`` entry (checked when read).
+
+    Raises:
+        Problem: the mcp SDK is not installed, or the entry's ``cwd`` is no folder.
+    """
+    try:
+        from mcp import StdioServerParameters
+    except ImportError:
+        raise Problem(
+            "MCP servers need the mcp SDK, which is not installed",
+            "install the [mcp] extra of trio-delegate",
+            at=("mcp_servers",),
+        ) from None
+    if "url" in server:
+        return server["url"]
+    try:
+        cwd = _folder(base, server.get("cwd"))
+    except Problem as problem:
+        raise Problem(problem.problem, problem.fix, at=("mcp_servers", index, "cwd")) from None
+    program, *args = server["command"]
+    return StdioServerParameters(
+        command=program, args=args, env=dict(server["env"]) if "env" in server else None, cwd=cwd
+    )
+
+
+def _import(spec: str, base: Path, at: tuple[str | int, ...]) -> Any:
+    """What *spec* (``module:name``) names, imported; problems are said about the key *at*."""
     module_name, _, attribute = spec.partition(":")
     if str(base) not in sys.path:
         # Last, so a file next to the configuration never shadows an
@@ -188,24 +284,17 @@ def python_runner(spec: str, base: Path) -> Runner:
             f"cannot import {cut(module_name)!r}: {type(exc).__name__}: {cut(str(exc))}",
             f"check the module name; it is searched on PYTHONPATH, in the installed "
             f"packages and in {base}",
-            at=("python",),
+            at=at,
         ) from None
     for part in attribute.split("."):
         if not hasattr(value, part):
             raise Problem(
                 f"module {cut(module_name)!r} has no {cut(attribute)!r}",
                 "check the name after the colon",
-                at=("python",),
+                at=at,
             )
         value = getattr(value, part)
-    if not _is_async_callable(value):
-        raise Problem(
-            f"{cut(spec)!r} is {describe(value)}, not an async runner",
-            "point it at `async def runner(ctx) -> result`",
-            at=("python",),
-        )
-    runner: Runner = value
-    return runner
+    return value
 
 
 def temporal_runner(table: TemporalSubagent, settings: TemporalSettings | None) -> Runner:

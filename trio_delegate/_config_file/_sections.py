@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_PROGRESS_INTERVAL_SECONDS",
     "AgentSubagent",
     "CommandSubagent",
+    "ModelSubagent",
     "FileSections",
     "PythonSubagent",
     "RuntimeSection",
@@ -176,7 +177,8 @@ class AgentSubagent(_Subagent):
 
     kind: str = key(
         check=check.agent_kind,
-        fix='write kind = "claude" (Claude Code) or kind = "codex" (Codex)',
+        fix='write kind = "claude" (Claude Code), "codex" (Codex), "model" (a model with '
+        'instructions and tools) or "temporal"',
     )
     program: str | None = key(
         None, check=check.path_text, fix='write program = "/usr/local/bin/claude"'
@@ -207,7 +209,47 @@ class TemporalSubagent(_Subagent):
     )
 
 
-SubagentSection = CommandSubagent | PythonSubagent | AgentSubagent | TemporalSubagent
+@final
+@attrs.frozen(kw_only=True)
+class ModelSubagent(_Subagent):
+    """A model with instructions and tools (``kind = "model"``, ``td.model_runner``)."""
+
+    keys_say: ClassVar[str] = "a model subagent takes these keys"
+
+    kind: str = key(check=lambda value: value)  # "model": how it was picked
+    model: str = key(
+        check=check.non_empty_text,
+        fix='write e.g. model = "anthropic:claude-sonnet-4-5" or "openai:gpt-5"',
+        missing=("has no model", 'add model = "<provider>:<model id>", e.g. "openai:gpt-5"'),
+    )
+    instructions: str = key("", check=check.text, fix='write instructions = "the system prompt"')
+    tools: tuple[str, ...] = key(
+        (), check=check.module_functions, fix='write tools = ["module:function", ...]'
+    )
+    children: tuple[str, ...] = key((), check=check.names, fix='write children = ["name", ...]')
+    max_turns: int = key(20, check=check.positive_int, fix="write e.g. max_turns = 20")
+    base_url: str | None = key(
+        None, check=check.non_empty_text, fix='write e.g. base_url = "http://127.0.0.1:8000/v1"'
+    )
+    api_key_env: str | None = key(
+        None,
+        check=check.optional_text,
+        fix='write e.g. api_key_env = "OPENAI_API_KEY", or "" for a server that needs no key',
+    )
+    api: str = key("responses", check=check.model_api, fix='write api = "responses" or "chat"')
+    mcp_servers: tuple[Mapping[str, Any], ...] = key(
+        (),
+        check=check.mcp_servers,
+        fix='write e.g. mcp_servers = [{ command = ["uvx", "mcp-server-fetch"] }]',
+    )
+
+
+SubagentSection = (
+    CommandSubagent | PythonSubagent | AgentSubagent | TemporalSubagent | ModelSubagent
+)
+
+#: The subagents that may delegate: their children are checked against the file.
+DELEGATING: Final = (PythonSubagent, ModelSubagent)
 
 
 def _subagent(table: Any) -> SubagentSection:
@@ -233,16 +275,20 @@ def _subagent(table: Any) -> SubagentSection:
         raise Problem(
             "has neither command nor python nor kind",
             'add command = ["program", "arg", ...] (task on stdin, result on stdout), '
-            'python = "module:function" (an async runner) or kind = "claude" / "codex" '
-            "(an agent CLI)",
+            'python = "module:function" (an async runner), kind = "claude" / "codex" '
+            '(an agent CLI) or kind = "model" (a model with instructions and tools)',
         )
     picked: type[SubagentSection]
     if present == ["command"]:
         picked = CommandSubagent
     elif present == ["python"]:
         picked = PythonSubagent
+    elif table["kind"] == "temporal":
+        picked = TemporalSubagent
+    elif table["kind"] == "model":
+        picked = ModelSubagent
     else:
-        picked = TemporalSubagent if table["kind"] == "temporal" else AgentSubagent
+        picked = AgentSubagent
     return converter.structure(table, picked)
 
 
@@ -283,7 +329,7 @@ def _check_names(subagents: tuple[SubagentSection, ...]) -> None:
             )
         names[subagent.name] = index
     for index, subagent in enumerate(subagents):
-        children = subagent.children if isinstance(subagent, PythonSubagent) else ()
+        children = subagent.children if isinstance(subagent, DELEGATING) else ()
         for position, child in enumerate(children):
             if child not in names:
                 raise Problem(

@@ -376,3 +376,104 @@ def module_function(value: Any) -> str:
     if not module_name or not attribute:
         raise Problem(f"must be 'module:function', got {cut(value)!r}", PYTHON_EXAMPLE)
     return value
+
+
+def module_functions(value: Any) -> tuple[str, ...]:
+    """A model subagent's tools: a list of ``module:function`` (imported later).
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
+    if not isinstance(value, list):
+        raise Problem(
+            f"must be a list of 'module:function' strings, got {toml_text(value)}",
+            'write e.g. tools = ["mytools:search"]',
+        )
+    for index, item in enumerate(value):
+        try:
+            module_function(item)
+        except Problem as problem:
+            raise Problem(problem.problem, problem.fix, at=(index,)) from None
+    return tuple(value)
+
+
+def model_api(value: Any) -> str:
+    """A model subagent's OpenAI API: ``"responses"`` or ``"chat"``.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
+    if value not in ("responses", "chat"):
+        raise Problem(f'must be "responses" or "chat", got {toml_text(value)}')
+    return str(value)
+
+
+def optional_text(value: Any) -> str:
+    """A string, possibly empty (``api_key_env = ""``: no key).
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
+    if not isinstance(value, str) or "\0" in value:
+        raise Problem(f"must be a string, got {toml_text(value)}")
+    return value
+
+
+#: The keys of one ``mcp_servers`` entry of a model subagent.
+_MCP_SERVER_KEYS: Final = ("command", "url", "env", "cwd")
+
+
+def _http_url(value: Any) -> str:
+    url = non_empty_text(value)
+    if not url.startswith(("http://", "https://")):
+        raise Problem(f"must be an http:// or https:// URL, got {toml_text(url)}")
+    return url
+
+
+def mcp_servers(value: Any) -> tuple[dict[str, Any], ...]:
+    """A model subagent's MCP servers: tables of ``command`` (stdio) or ``url`` (HTTP).
+
+    Raises:
+        Problem: the value is not that, naming the entry and key.
+    """
+    fix = 'write e.g. mcp_servers = [{ command = ["uvx", "mcp-server-fetch"] }]'
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise Problem(f"must be a list of tables, got {toml_text(value)}", fix)
+    servers = []
+    for index, table in enumerate(value):
+        unknown = [name for name in table if name not in _MCP_SERVER_KEYS]
+        if unknown:
+            raise Problem(
+                f"has the unknown key {cut(unknown[0])!r}",
+                f"an MCP server takes these keys: {', '.join(_MCP_SERVER_KEYS)}",
+                at=(index, unknown[0]),
+            )
+        present = [name for name in ("command", "url") if name in table]
+        if len(present) != 1:
+            raise Problem(
+                "must have either command (a server run over stdio) or url (Streamable HTTP)",
+                fix,
+                at=(index,),
+            )
+        server: dict[str, Any] = {}
+        try:
+            if "command" in table:
+                server["command"] = command(table["command"])
+            else:
+                server["url"] = _http_url(table["url"])
+        except Problem as problem:
+            raise Problem(problem.problem, problem.fix, at=(index, present[0])) from None
+        for name, check in (("env", env), ("cwd", path_text)):
+            if name in table:
+                try:
+                    server[name] = check(table[name])
+                except Problem as problem:
+                    raise Problem(problem.problem, problem.fix, at=(index, name)) from None
+        if "url" in server and ("env" in server or "cwd" in server):
+            raise Problem(
+                "env and cwd are for a server run over stdio (command), not one at a url",
+                "remove them",
+                at=(index,),
+            )
+        servers.append(server)
+    return tuple(servers)
