@@ -537,13 +537,13 @@ class Run:
         spent = self.spent
         return None if spent is None else spent.usage()
 
-    def handle(self) -> RunHandle:
-        spent = self.spent
+    def handle(self, status: RunStatus | None = None) -> RunHandle:
+        """Its snapshot: its status (or *status*), with what it spent (contract §20)."""
         return RunHandle(
-            run_id=self.run_id,
-            subagent=self.subagent.name,
-            status=self.state.status,
-            usage=None if spent is None else spent.usage(),
+            self.run_id,
+            self.subagent.name,
+            self.state.status if status is None else status,
+            self.usage(),
         )
 
     def admission_ack(self) -> RunHandle:
@@ -553,13 +553,8 @@ class Run:
         time its caller woke (from its store's commit) is acknowledged as the
         admission found it (contract §4).
         """
-        return RunHandle(
-            run_id=self.run_id,
-            subagent=self.subagent.name,
-            # A run that started has its cancel scope, kept once it ended.
-            status=_STARTED if self.scope is not None else _NOT_STARTED,
-            usage=self.usage(),
-        )
+        # A run that started has its cancel scope, kept once it ended.
+        return self.handle(_STARTED if self.scope is not None else _NOT_STARTED)
 
     def result(self) -> RunResult:
         """The envelope of this completed run: a fresh copy of its result."""
