@@ -12,12 +12,15 @@ from . import lowlevel as lowlevel
 from ._config import INHERIT, Config
 from ._core import ChildContext, Parent, Runtime, SettledRuns
 from ._errors import (
+    AskTimeoutError,
     DelegationError,
     ExpiredRunError,
+    InputUnavailableError,
     InvalidArgumentsError,
     InvalidResultError,
     LimitExceededError,
     NotInTrioError,
+    QuestionDeclinedError,
     RunCancelledError,
     RunFailedError,
     RuntimeClosedError,
@@ -29,7 +32,7 @@ from ._errors import (
     UnresolvedRun,
 )
 from ._public_names import show_under
-from ._results import CancelAck, Output, RunHandle, RunResult
+from ._results import AnswerAck, CancelAck, Output, Progress, Question, RunHandle, RunResult
 from ._runners._command import CommandFailedError, CommandRunner
 from ._status import RunStatus
 from ._stores._memory import MemoryStore
@@ -44,6 +47,8 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "INHERIT",
+    "AnswerAck",
+    "AskTimeoutError",
     "CancelAck",
     "ChangeBatch",
     "ChildContext",
@@ -53,6 +58,7 @@ __all__ = [
     "DelegationError",
     "DelegationTools",
     "ExpiredRunError",
+    "InputUnavailableError",
     "InvalidArgumentsError",
     "InvalidResultError",
     "LimitExceededError",
@@ -60,6 +66,9 @@ __all__ = [
     "Output",
     "Parent",
     "PostgresStore",
+    "Progress",
+    "Question",
+    "QuestionDeclinedError",
     "RunCancelledError",
     "RunFailedError",
     "ResultStore",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from ._checks import MAX_ITEMS, builtin, check_seconds, describe, is_a, read_items
+from ._checks import MAX_ITEMS, builtin, check_bool, check_seconds, describe, is_a, read_items
 from ._config import INHERIT, TimeoutSetting
 from ._errors import InvalidArgumentsError
 from ._json import text_problem
@@ -85,6 +85,10 @@ def _check_timeout(instance: Subagent, attribute: attrs.Attribute[Any], value: A
         )
 
 
+def _check_asks(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_bool("Subagent.asks", value)
+
+
 def _compile_final_schema(instance: Subagent) -> ResultSchema | None:
     if instance.final_schema is None:
         return None
@@ -132,6 +136,8 @@ class Subagent:
             structured into it).
         children: names of subagents this one may delegate to through
             ``ctx.parent``.
+        asks: whether its runner may ask its parent questions with
+            ``ctx.ask`` (contract §19).
 
     Raises:
         InvalidArgumentsError: when any field is malformed.
@@ -149,6 +155,7 @@ class Subagent:
     children: tuple[str, ...] = attrs.field(
         default=(), kw_only=True, converter=_to_children, validator=_check_children
     )
+    asks: bool = attrs.field(default=False, kw_only=True, validator=_check_asks)
     # Checked once, here, so a malformed schema fails at definition time and
     # runs that use the default do not check it again.
     # The name of each run's Trio task, made once rather than once per run.

@@ -87,7 +87,7 @@ async def execute(run: Run, host: ParentHost) -> None:
 def _context(run: Run, nested: Parent | None = None) -> ChildContext:
     schema = run.schema
     history = run.history
-    return ChildContext(
+    context = ChildContext(
         run.run_id,
         run.subagent.name,
         run.task,
@@ -97,6 +97,8 @@ def _context(run: Run, nested: Parent | None = None) -> ChildContext:
         run.deadline,
         nested,
     )
+    context._run = run
+    return context
 
 
 async def _call_with_nested_parent(run: Run, host: ParentHost) -> Any:

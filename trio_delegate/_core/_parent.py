@@ -21,21 +21,29 @@ from typing import TYPE_CHECKING, ClassVar, Final, final
 
 import trio
 
-from .._checks import check_bool, check_seconds, describe, is_a
+from .._checks import check_bool, check_seconds, check_text, describe, is_a
 from .._construction import NoPublicConstructor
 from .._errors import (
     InvalidArgumentsError,
     UnknownRunError,
 )
-from .._results import CancelAck, RunHandle, RunResult
+from .._results import AnswerAck, CancelAck, Question, RunHandle, RunResult
 from .._schema import SchemaSpec
 from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun
 from ._admission import admit
 from ._parent_host import ParentHost
+from ._questions import (
+    answer_run,
+    check_on_input,
+    open_questions,
+    serve_foreground,
+    wait_or_question,
+)
 from ._run import CancelReason, Run, State
 from ._settlements import SettledRuns
 from ._surfaces import ToolsBinding
+from ._talk import OnInput, Talk
 
 if TYPE_CHECKING:
     from .._subagent import Subagent
@@ -141,11 +149,15 @@ class Parent(metaclass=NoPublicConstructor):
         *,
         final_schema: SchemaSpec | None = None,
         replaces: str | None = None,
+        on_input: OnInput | None = None,
     ) -> RunResult:
         """Run *task* on subagent *name* in the foreground and return its result.
 
         The run counts as observed. If the caller is cancelled while waiting,
         the child is cancelled and joined before the cancellation propagates.
+        Each question the child asks is passed to ``await on_input(question)``
+        in this task, and its return value is the answer (contract §19); an
+        exception from it propagates once the run is cancelled and joined.
 
         Raises:
             RunFailedError, RunCancelledError, RunTimedOutError: the run did not
@@ -159,7 +171,10 @@ class Parent(metaclass=NoPublicConstructor):
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._host.check_usable()
+        answerer = check_on_input(on_input)
         run = admit(self._host, name, task, final_schema, replaces, foreground=True)
+        if answerer is not None:
+            run.talk = Talk(answerer)
         if run.state is _ADMITTING:
             await self._host.record_admission(run)
         return await self._foreground(run)
@@ -197,6 +212,7 @@ class Parent(metaclass=NoPublicConstructor):
         *,
         final_schema: SchemaSpec | None = None,
         background: bool = False,
+        on_input: OnInput | None = None,
     ) -> RunResult | RunHandle:
         """Start a new run of the same subagent that carries a run's conversation on.
 
@@ -212,6 +228,8 @@ class Parent(metaclass=NoPublicConstructor):
                 subagent's).
             background: return an admission :class:`RunHandle` instead of
                 waiting for the :class:`RunResult`.
+            on_input: (foreground) answers the new run's questions, as for
+                :meth:`delegate`.
 
         Raises:
             InvalidArgumentsError: the run is still live, or a bad argument.
@@ -224,6 +242,7 @@ class Parent(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint_if_cancelled()
         self._host.check_usable()
         check_bool("background", background)
+        answerer = check_on_input(on_input)
         try:
             earlier = self._registry.lookup(run_id, self._owner)
         except UnknownRunError as unknown:
@@ -253,6 +272,8 @@ class Parent(metaclass=NoPublicConstructor):
             foreground=not background,
         )
         run.continues = run_id
+        if answerer is not None and not background:
+            run.talk = Talk(answerer)
         if run.state is _ADMITTING:
             await self._host.record_admission(run)
         if background:
@@ -288,7 +309,8 @@ class Parent(metaclass=NoPublicConstructor):
 
         Returns:
             the :class:`RunResult` of a completed run (now observed), or a
-            :class:`RunHandle` with the live status.
+            :class:`RunHandle` with the live status: as soon as the run waits
+            for an answer (``input_required``, its questions), whatever *timeout*.
 
         Raises:
             RunFailedError, RunCancelledError, RunTimedOutError: the run ended
@@ -316,6 +338,9 @@ class Parent(metaclass=NoPublicConstructor):
             return await self._wait_in_store(run_id, limit)
         if run.ended_at is not None:  # terminal
             await trio.lowlevel.checkpoint()
+        elif run.subagent.asks:
+            # It may need an answer: parent and child must not wait on each other.
+            await wait_or_question(run, limit)
         elif limit is None:
             await run.ending().wait()
         else:
@@ -359,6 +384,53 @@ class Parent(metaclass=NoPublicConstructor):
             return CancelAck(run_id, True, run.status)
         requested = run.request_cancel(self._registry.now(), CancelReason.REQUEST)
         return CancelAck(run.run_id, requested, run.status)
+
+    def answer(self, run_id: str, value: object, *, question_id: str | None = None) -> AnswerAck:
+        """Answer a question of a run (contract §19); synchronous.
+
+        Args:
+            run_id: a run of this parent's owner.
+            value: the answer; it must satisfy the question's schema.
+            question_id: the question (``None``: the run's oldest open one).
+
+        Returns:
+            an :class:`AnswerAck`; ``accepted`` is False when no such question
+            is open (answered, declined, withdrawn, or the run is terminal).
+
+        Raises:
+            InvalidArgumentsError: *value* does not satisfy the schema, or is
+                too large or deep (the question stays open).
+            UnknownRunError, ExpiredRunError, RuntimeClosedError: as for :meth:`status`.
+        """
+        return self._reply(run_id, question_id, value, False, "")
+
+    def decline(
+        self, run_id: str, *, question_id: str | None = None, reason: str = ""
+    ) -> AnswerAck:
+        """Decline a question of a run: its ``ask`` raises ``QuestionDeclinedError``
+        with *reason*. As :meth:`answer` otherwise."""
+        text = check_text(
+            "reason", reason, max_chars=self._registry.config.max_task_chars, allow_blank=True
+        )
+        return self._reply(run_id, question_id, None, True, text)
+
+    def questions(self) -> tuple[Question, ...]:
+        """A snapshot of the open questions of this parent's runs, oldest first.
+
+        Raises:
+            RuntimeClosedError: this parent or its runtime is closed.
+        """
+        self._host.check_usable()
+        return open_questions(self._live.values())
+
+    def _reply(
+        self, run_id: str, question_id: str | None, value: object, declined: bool, reason: str
+    ) -> AnswerAck:
+        self._host.check_usable()
+        run = self._registry.lookup(run_id, self._owner)
+        if isinstance(run, StoredRun):
+            return AnswerAck(run_id, question_id, False, run.status)
+        return answer_run(run, question_id, value, declined=declined, reason=reason)
 
     def check_resolved(self) -> None:
         """Check that every run this parent started is resolved (contract §7).
@@ -414,7 +486,10 @@ class Parent(metaclass=NoPublicConstructor):
         """Wait for foreground *run*; if the caller is cancelled, cancel and join it first."""
         done = run.done
         assert done is not None  # a foreground run's is made at admission
+        talk = run.talk
         try:
+            if talk is not None and talk.on_input is not None:
+                await serve_foreground(run, talk, talk.on_input)
             await done.wait()
         except BaseException:
             with trio.CancelScope(shield=True):

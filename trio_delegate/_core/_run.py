@@ -1,6 +1,6 @@
 """One run and every decision about its status (contract §3): the run state machine.
 
-A run is *live* (``admitting``, ``pending`` or ``running``), then *decided*
+A run is *live* (``admitting``, ``pending``, ``running`` or ``input_required``), then *decided*
 (its outcome is chosen, once: the first decision wins), then *committed*
 (terminal: its status changes, its waiters wake, and it never changes again). Between deciding and
 committing, a runtime with a store makes the outcome durable; a result that
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .._config import Config
     from .._schema import ResultSchema
     from .._subagent import Subagent
+    from ._talk import Talk
 
 __all__ = [
     "CancelReason",
@@ -109,6 +110,8 @@ class State(enum.Enum):
     ADMITTING = "admitting"
     PENDING = "pending"  # waiting for a slot
     RUNNING = "running"  # its runner has a slot
+    # running, and its runner waits for an answer to a question (contract §19)
+    INPUT_REQUIRED = "input_required"
     # decided, its outcome being recorded before it commits (with a store)
     DECIDED_PENDING = "decided_pending"  # decided before it started
     DECIDED_RUNNING = "decided_running"
@@ -139,6 +142,7 @@ for _state, _status, _live, _slot in (
     (State.ADMITTING, RunStatus.PENDING, True, False),
     (State.PENDING, RunStatus.PENDING, True, False),
     (State.RUNNING, RunStatus.RUNNING, True, True),
+    (State.INPUT_REQUIRED, RunStatus.INPUT_REQUIRED, True, True),
     (State.DECIDED_PENDING, RunStatus.PENDING, False, False),
     (State.DECIDED_RUNNING, RunStatus.RUNNING, False, True),
     (State.COMPLETED, RunStatus.COMPLETED, False, False),
@@ -184,8 +188,21 @@ MOVES: Final[dict[State, frozenset[State]]] = {
     ),
     State.RUNNING: frozenset(
         {
+            State.INPUT_REQUIRED,  # its runner asked a question (``_talk``)
             State.DECIDED_RUNNING,  # a result, being recorded
             State.COMPLETED,  # no store, or an ending recorded after it commits
+            State.FAILED,
+            State.CANCELLED,
+            State.TIMED_OUT,
+        }
+    ),
+    # Its last open question was answered, declined or withdrawn, or it ended
+    # (a runner that does not wait for its answer may still return or fail).
+    State.INPUT_REQUIRED: frozenset(
+        {
+            State.RUNNING,
+            State.DECIDED_RUNNING,
+            State.COMPLETED,
             State.FAILED,
             State.CANCELLED,
             State.TIMED_OUT,
@@ -212,12 +229,13 @@ del _state, _moves
 _ADMITTING: Final = State.ADMITTING
 _PENDING: Final = State.PENDING
 _RUNNING: Final = State.RUNNING
+_INPUT_REQUIRED: Final = State.INPUT_REQUIRED
 _WITHDRAWN: Final = State.WITHDRAWN
 _STARTED: Final = RunStatus.RUNNING
 _NOT_STARTED: Final = RunStatus.PENDING
 #: The state a live run waits for its record in once decided.
 State.ADMITTING.decided = State.PENDING.decided = State.DECIDED_PENDING
-State.RUNNING.decided = State.DECIDED_RUNNING
+State.RUNNING.decided = State.INPUT_REQUIRED.decided = State.DECIDED_RUNNING
 #: The terminal state of each final status (a StrEnum: it hashes in C).
 _COMMITTED: Final = {
     RunStatus.COMPLETED: State.COMPLETED,
@@ -424,6 +442,7 @@ class Run:
         "started_at",
         "state",
         "subagent",
+        "talk",
         "task",
         "telemetry",
         "timeout",
@@ -486,6 +505,9 @@ class Run:
         self.history_record: tuple[Any, ...] | None = None
         # What an observer keeps about the run (its span, say).
         self.telemetry: Any = None
+        # Its progress and questions (contract §19), made when its runner
+        # first reports or asks (``_talk``): most runs never do.
+        self.talk: Talk | None = None
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.subagent.name} {self.state.value}>"
@@ -517,7 +539,10 @@ class Run:
         return self.state.live
 
     def handle(self) -> RunHandle:
-        return RunHandle(self.run_id, self.subagent.name, self.state.status)
+        talk = self.talk
+        if talk is None:
+            return RunHandle(self.run_id, self.subagent.name, self.state.status)
+        return talk.handle(self)
 
     def admission_ack(self) -> RunHandle:
         """The admission acknowledgment: ``running`` once it has started, else ``pending``.
@@ -601,6 +626,15 @@ class Run:
         self.scope = trio.CancelScope(deadline=self.deadline)
         return self.scope
 
+    def asking(self, waiting: bool) -> None:
+        """``running ⇄ input_required``: whether its runner waits for an answer (``_talk``)."""
+        state = self.state
+        if waiting:
+            if state is _RUNNING:
+                self._move(_INPUT_REQUIRED)
+        elif state is _INPUT_REQUIRED:
+            self._move(_RUNNING)
+
     def request_cancel(self, now: float, reason: CancelReason) -> bool:
         """Ask the run to stop. Returns whether it was live.
 
@@ -615,11 +649,14 @@ class Run:
         if self.cancel_requested_at is None:
             self.cancel_requested_at = now
             self.cancel_reason = reason
+            if self.talk is not None:
+                # Nobody may answer a run being stopped (contract §19).
+                self.talk.withdraw_all(self)
             self.host.run_cancel_requested(self, reason)
             state = self.state
         if not state.live:
             return True
-        if state is not _RUNNING:  # pending (or admitting): it ends now
+        if not state.holds_slot:  # pending (or admitting): it ends now
             self.decide(Outcome(RunStatus.CANCELLED, reason=reason))
         else:
             assert self.scope is not None
@@ -703,6 +740,8 @@ class Run:
         done = self.done
         if done is not None:
             done.set()
+        if self.talk is not None:
+            self.talk.ended()
         self.host.run_committed(self, was_running)
 
 
