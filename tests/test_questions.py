@@ -249,13 +249,14 @@ async def test_a_cancel_withdraws_the_questions_at_once(
 
 
 async def test_the_deadline_comes_before_an_answer_given_at_the_same_instant(
-    autojump_clock: trio.testing.MockClock,
+    mock_clock: trio.testing.MockClock,
 ) -> None:
     async with open_parent_lenient(asker(asking(), timeout_seconds=50)) as parent:
         handle = await parent.start("asker", "go")
         await parent.wait(handle.run_id)
-        await trio.sleep(50)
-        # The deadline passed: never answered input_required, never accepted.
+        mock_clock.jump(50)
+        # The deadline passed (the child's task has not run since): never
+        # answered input_required, never accepted.
         assert parent.status(handle.run_id).status is S.RUNNING
         assert parent.questions() == ()
         assert not parent.answer(handle.run_id, "late").accepted
