@@ -461,6 +461,13 @@ async def test_settled_and_unobserved_are_unchanged_by_questions(
         assert parent.unobserved() == ()
 
 
+def _nested_schema(levels: int) -> Any:
+    schema: Any = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
 @pytest.mark.parametrize(
     ("question", "kwargs", "match"),
     [
@@ -470,6 +477,8 @@ async def test_settled_and_unobserved_are_unchanged_by_questions(
         ("x" * 100_001, {}, "100000"),
         ("ok", {"schema": 3}, "schema"),
         ("ok", {"schema": {"type": "nope"}}, "schema"),
+        ("ok", {"schema": {"type": "string", "pattern": "(?<=a)b"}}, "pattern"),
+        ("ok", {"schema": {"items": _nested_schema(1_000)}}, "levels"),
         ("ok", {"timeout": -1}, "timeout"),
         ("ok", {"timeout": float("nan")}, "timeout"),
     ],
@@ -500,3 +509,77 @@ async def test_a_context_built_alone_has_nobody_to_ask() -> None:
     ctx.progress("fine", progress=1)  # checked, kept nowhere
     with pytest.raises(td.InvalidArgumentsError):
         ctx.progress(3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("how", ["timeout", "own_scope", "declined"])
+async def test_the_question_is_withdrawn_when_its_ask_ends_however_it_ends(
+    autojump_clock: trio.testing.MockClock, how: str
+) -> None:
+    async def runner(ctx: td.ChildContext) -> Any:
+        if how == "timeout":
+            with pytest.raises(td.AskTimeoutError):
+                await ctx.ask("quick?", timeout=5)
+        elif how == "own_scope":
+            with trio.move_on_after(5):
+                await ctx.ask("quick?")
+        else:
+            with pytest.raises(td.QuestionDeclinedError):
+                await ctx.ask("quick?")
+        await trio.sleep(100)
+        return "went on"
+
+    async with open_parent(asker(runner)) as parent:
+        handle = await parent.start("asker", "go")
+        (question,) = (await parent.wait(handle.run_id)).questions  # type: ignore[union-attr]
+        if how == "declined":
+            parent.decline(handle.run_id)
+        await trio.sleep(10)
+        assert parent.questions() == ()
+        assert parent.status(handle.run_id) == td.RunHandle(handle.run_id, "asker", S.RUNNING)
+        assert not parent.answer(handle.run_id, "late", question_id=question.question_id).accepted
+        waited = await parent.wait(handle.run_id, timeout=1)
+        assert waited.status is S.RUNNING  # type: ignore[union-attr]
+        assert (await parent.wait(handle.run_id)).final_result == "went on"  # type: ignore[union-attr]
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "x"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("schema", "answer", "match"),
+    [
+        (None, "\ud800", "Unicode|surrogate|JSON"),
+        ({}, _nested(1_000), "deep|nest|levels"),
+        ({"type": "integer", "maximum": 5}, 10**400, "does not satisfy"),
+        ({"type": "string", "pattern": "^(a+)+$"}, "a" * 50_000 + "!", "does not match"),
+        (
+            {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]}},
+            [{"a": 1}] * 20_000,
+            "steps|not valid",
+        ),
+        ({}, "x" * 1_000_001, "bytes"),
+        ({}, {1, 2}, "JSON"),
+        ({}, float("nan"), "JSON|finite|NaN"),
+    ],
+)
+async def test_a_hostile_answer_is_a_delegation_error_in_bounded_time(
+    autojump_clock: trio.testing.MockClock, schema: Any, answer: Any, match: str
+) -> None:
+    from tests.helpers import timed_steps
+
+    async with open_parent_lenient(asker(asking(schema=schema))) as parent:
+        handle = await parent.start("asker", "go")
+        await parent.wait(handle.run_id)
+        async with timed_steps(this_task_only=True) as timer:
+            with pytest.raises(td.InvalidArgumentsError, match=match):
+                parent.answer(handle.run_id, answer)
+        # §15: no step of the event loop's thread is held for 100 ms.
+        assert timer.longest < 0.1
+        assert parent.status(handle.run_id).status is S.INPUT_REQUIRED
+        parent.cancel(handle.run_id)
+        with pytest.raises(td.RunCancelledError):
+            await parent.wait(handle.run_id)
