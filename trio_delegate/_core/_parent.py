@@ -479,7 +479,10 @@ class Parent(metaclass=NoPublicConstructor):
         host.check_usable()
         registry = self._registry
         children = {name: sub.description for name, sub in self._children.items()}
-        binding = ToolsBinding(self, children, registry.config, registry.events, host.check_usable)
+        asking = frozenset(name for name, sub in self._children.items() if sub.asks)
+        binding = ToolsBinding(
+            self, children, registry.config, registry.events, host.check_usable, asking
+        )
         return registry.surfaces.tools(binding)
 
     async def _foreground(self, run: Run) -> RunResult:

@@ -9,6 +9,7 @@ own timeout, the run's deadline, its cancellation and its end wins.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any, Final
 
@@ -47,15 +48,12 @@ __all__ = [
 ANSWER_STEPS: Final = 5_000
 
 _INPUT_REQUIRED: Final = State.INPUT_REQUIRED
-_STRING: ResultSchema | None = None
 
 
+@functools.cache
 def _string_schema() -> ResultSchema:
     """The schema of a question asked without one: a string (compiled once)."""
-    global _STRING
-    if _STRING is None:
-        _STRING = compile_result_schema({"type": "string"}, "schema")
-    return _STRING
+    return compile_result_schema({"type": "string"}, "schema")
 
 
 def is_asking(run: Run) -> bool:

@@ -36,6 +36,7 @@ class ToolsBinding:
         events: the runtime's observer of runs (``None`` when nothing observes them).
         check_usable: raises ``RuntimeClosedError`` once the parent or its runtime
             is closed: the tools check it before each use (contract §8).
+        asking: the direct children that may ask questions (``asks=True``, contract §19).
     """
 
     parent: Parent
@@ -43,6 +44,7 @@ class ToolsBinding:
     config: Config
     events: RunEvents | None
     check_usable: Callable[[], None]
+    asking: frozenset[str] = frozenset()
 
 
 class Surfaces(Protocol):
