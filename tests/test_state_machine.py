@@ -1008,10 +1008,13 @@ class QuestionsMachine(RuleBasedStateMachine):
 
     @initialize(target=runs, name=st.sampled_from(sorted(ASKERS)))
     def first(self, name: str) -> str:
-        return self.start(name)
+        return self._start(name)
 
     @rule(target=runs, name=st.sampled_from(sorted(ASKERS)))
     def start(self, name: str) -> str:
+        return self._start(name)
+
+    def _start(self, name: str) -> str:
         task = f"t{len(self.model)}"
         send, receive = trio.open_memory_channel[tuple[Any, ...]](math.inf)
         self.inboxes[task] = send
