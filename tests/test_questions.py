@@ -583,3 +583,103 @@ async def test_a_hostile_answer_is_a_delegation_error_in_bounded_time(
         parent.cancel(handle.run_id)
         with pytest.raises(td.RunCancelledError):
             await parent.wait(handle.run_id)
+
+
+async def test_hostile_arguments_to_every_entry_point_are_delegation_errors(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from tests.helpers import LoudDict, LoudInt, LoudStr, Unreadable
+
+    errors: list[Any] = []
+
+    async def runner(ctx: td.ChildContext) -> Any:
+        reports: list[tuple[Any, Any]] = [
+            (LoudStr("half"), LoudInt(1)),
+            (Unreadable(), None),
+            (None, Unreadable()),
+        ]
+        for message, progress in reports:
+            try:
+                ctx.progress(message, progress=progress)
+            except td.DelegationError as exc:
+                errors.append(type(exc).__name__)
+        for question, schema in (
+            (LoudStr("which?"), None),
+            (Unreadable(), None),
+            ("which?", LoudDict(type="string")),
+            ("which?", Unreadable()),
+        ):
+            try:
+                with trio.move_on_after(1):
+                    await ctx.ask(question, schema=schema)  # type: ignore[arg-type]
+            except td.DelegationError as exc:
+                errors.append(type(exc).__name__)
+        return "survived"
+
+    async with open_parent_lenient(asker(runner)) as parent:
+        handle = await parent.start("asker", "go")
+        while True:
+            waiting = await parent.wait(handle.run_id)
+            if isinstance(waiting, td.RunResult):
+                break
+            for value in (Unreadable(), LoudStr("x"), LoudDict(a=1)):
+                try:
+                    parent.answer(handle.run_id, value)
+                except td.DelegationError as exc:
+                    errors.append(type(exc).__name__)
+            for kwargs in ({"question_id": LoudStr("q")}, {"question_id": Unreadable()}):
+                try:
+                    parent.answer(handle.run_id, "x", **kwargs)
+                except td.DelegationError as exc:
+                    errors.append(type(exc).__name__)
+            for reason in (LoudStr("no"), Unreadable(), "\ud800"):
+                try:
+                    parent.decline(handle.run_id, reason=reason)  # type: ignore[arg-type]
+                except td.DelegationError as exc:
+                    errors.append(type(exc).__name__)
+            await trio.sleep(2)
+        assert waiting.final_result == "survived"
+    assert set(errors) <= {"InvalidArgumentsError"}
+    assert errors
+
+
+async def test_continue_run_takes_on_input_for_a_foreground_continuation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def on_input(question: td.Question) -> str:
+        return "again"
+
+    async with open_parent(asker(asking())) as parent:
+        first = await parent.delegate("asker", "go", on_input=on_input)
+        second = await parent.continue_run(first.run_id, "more", on_input=on_input)
+        assert isinstance(second, td.RunResult)
+        assert second.final_result == "again"
+        with pytest.raises(td.InvalidArgumentsError, match="on_input"):
+            await parent.continue_run(first.run_id, "more", on_input="no")  # type: ignore[arg-type]
+
+
+async def test_an_ask_that_outlives_its_run_raises_once_the_run_is_decided(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log: list[Any] = []
+
+    async def shielded(ctx: td.ChildContext) -> Any:
+        with trio.CancelScope(shield=True):
+            try:
+                await ctx.ask("answer me whatever happens")
+            except td.InputUnavailableError as exc:
+                log.append(exc)
+        return "late"
+
+    config = td.Config(cancel_grace_seconds=30, fail_closed=False)
+    async with open_parent(asker(shielded), config=config) as parent:
+        handle = await parent.start("asker", "go")
+        await parent.wait(handle.run_id)
+        parent.cancel(handle.run_id)
+        assert parent.status(handle.run_id).status is S.RUNNING  # withdrawn at once
+        with pytest.raises(td.RunCancelledError, match="did not stop"):
+            await parent.wait(handle.run_id)
+        assert trio.current_time() == pytest.approx(30)
+    # The runner's task returned: the runtime could close.
+    assert len(log) == 1
+    assert "withdrawn" in str(log[0])

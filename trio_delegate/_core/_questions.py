@@ -122,6 +122,13 @@ async def ask(
             question_id=opened.question_id,
             run_id=run.run_id,
         )
+    if not opened.answered and not opened.declined:
+        raise InputUnavailableError(
+            f"question {opened.question_id} of run {run.run_id} was withdrawn: the run ended "
+            "while its runner waited for the answer",
+            run_id=run.run_id,
+            subagent=subagent,
+        )
     if opened.declined:
         why = f": {opened.reason}" if opened.reason else ""
         raise QuestionDeclinedError(
@@ -183,6 +190,7 @@ def answer_run(
         opened.reason = reason
     else:
         opened.answer = check_answer(opened, value, run.host.config)
+        opened.answered = True
     talk.closed(run, opened)
     opened.event.set()
     return AnswerAck(run.run_id, opened.question_id, True, run.handle().status)

@@ -101,6 +101,7 @@ class OpenQuestion:
 
     __slots__ = (
         "answer",
+        "answered",
         "declined",
         "event",
         "order",
@@ -123,6 +124,7 @@ class OpenQuestion:
         # Set once: answered (answer), declined (declined, reason) or
         # withdrawn (neither); nothing changes it afterwards.
         self.settled = False
+        self.answered = False
         self.declined = False
         self.reason = ""
         self.answer: Any = None
@@ -143,6 +145,7 @@ class Talk:
         "open",
         "progress",
         "seq",
+        "stranded",
         "total",
         "unanswered",
         "waiters",
@@ -164,6 +167,9 @@ class Talk:
         # The oldest question open when the run was cancelled, for the
         # fail-closed error: ``(question_id, text)``.
         self.unanswered: tuple[str, str] | None = None
+        # Questions withdrawn by a cancellation: their asks end with the
+        # cancellation, or (shielded) once the run ends (see `ended`).
+        self.stranded: list[OpenQuestion] = []
 
     # -- progress ------------------------------------------------------------------
 
@@ -231,12 +237,20 @@ class Talk:
             self.unanswered = (oldest.question_id, oldest.text)
         for question in list(self.open.values()):
             self.closed(run, question)
+            # Not woken now: the cancellation itself must reach its ask.
+            self.stranded.append(question)
 
     def ended(self) -> None:
-        """The run is terminal: nothing is open, every wait wakes."""
-        for question in self.open.values():
+        """The run is terminal: nothing is open, every wait wakes.
+
+        An ``ask`` still waiting (its runner did not stop, contract §18)
+        wakes too, and raises: nobody will answer it.
+        """
+        for question in [*self.open.values(), *self.stranded]:
             question.settled = True
+            question.event.set()
         self.open.clear()
+        self.stranded.clear()
         self.wake()
 
     def wake(self) -> None:
