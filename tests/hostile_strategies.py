@@ -613,6 +613,7 @@ TOOL_NAMES: Final = (
     "wait_subagent",
     "cancel_subagent",
     "continue_subagent",
+    "answer_subagent",
 )
 
 
@@ -637,6 +638,10 @@ def tool_calls(subagents: tuple[str, ...]) -> st.SearchStrategy[tuple[Any, Any]]
         "continue_subagent": st.fixed_dictionaries(
             {"run_id": run_id, "message": text},
             optional={"final_schema": schema, "background": background},
+        ),
+        "answer_subagent": st.fixed_dictionaries(
+            {"run_id": run_id},
+            optional={"answer": mostly(text, value), "question_id": value, "decline": background},
         ),
     }
     extra = st.dictionaries(hostile_text(2), value, min_size=1, max_size=2)
