@@ -171,7 +171,7 @@ class Parent(metaclass=NoPublicConstructor):
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._host.check_usable()
-        answerer = check_on_input(on_input)
+        answerer = None if on_input is None else check_on_input(on_input)
         run = admit(self._host, name, task, final_schema, replaces, foreground=True)
         if answerer is not None:
             run.talk = Talk(answerer)

@@ -184,7 +184,8 @@ def answer_run(
     talk = run.talk
     opened = _open_question(run, talk, question_id)
     if opened is None or talk is None:
-        return AnswerAck(run.run_id, question_id, False, run.handle().status)
+        status = run.state.status if talk is None else talk.status(run)
+        return AnswerAck(run.run_id, question_id, False, status)
     if declined:
         opened.declined = True
         opened.reason = reason
@@ -193,7 +194,7 @@ def answer_run(
         opened.answered = True
     talk.closed(run, opened)
     opened.event.set()
-    return AnswerAck(run.run_id, opened.question_id, True, run.handle().status)
+    return AnswerAck(run.run_id, opened.question_id, True, talk.status(run))
 
 
 def _open_question(run: Run, talk: Talk | None, question_id: str | None) -> OpenQuestion | None:

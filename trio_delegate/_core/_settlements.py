@@ -115,7 +115,10 @@ class Settlements:
     def settled(self, run: Run) -> None:
         """*run* settled and its caller has its id: tell every stream."""
         if not run.foreground:
-            self._unobserved[run.run_id] = _entry(run)
+            if run.talk is None:  # the common case, without a call
+                self._unobserved[run.run_id] = (run.run_id, run.subagent.name, run.state.status)
+            else:
+                self._unobserved[run.run_id] = _entry(run)
         if self._subscribed:
             self._tell(run)
 

@@ -198,12 +198,17 @@ class Talk:
             return None
         return Progress(self.message, self.progress, self.total, self.seq)
 
-    def handle(self, run: Run) -> RunHandle:
-        """*run*'s handle with its progress and open questions."""
+    def status(self, run: Run) -> RunStatus:
+        """*run*'s status, ``running`` once its deadline passed while it asked
+        (its questions are about to be withdrawn)."""
         status = run.state.status
         if status is _ASKING and run.host.now() >= run.deadline:
-            # Its deadline passed: its questions are about to be withdrawn.
-            status = _STARTED
+            return _STARTED
+        return status
+
+    def handle(self, run: Run) -> RunHandle:
+        """*run*'s handle with its progress and open questions."""
+        status = self.status(run)
         questions = (
             tuple(question.public(run.run_id) for question in self.open.values())
             if status is _ASKING
