@@ -614,6 +614,7 @@ TOOL_NAMES: Final = (
     "cancel_subagent",
     "continue_subagent",
     "list_subagent_runs",
+    "answer_subagent",
 )
 
 
@@ -640,6 +641,10 @@ def tool_calls(subagents: tuple[str, ...]) -> st.SearchStrategy[tuple[Any, Any]]
             optional={"final_schema": schema, "background": background},
         ),
         "list_subagent_runs": st.fixed_dictionaries({}),
+        "answer_subagent": st.fixed_dictionaries(
+            {"run_id": run_id},
+            optional={"answer": mostly(text, value), "question_id": value, "decline": background},
+        ),
     }
     extra = st.dictionaries(hostile_text(2), value, min_size=1, max_size=2)
     names = hostile_text(2) | odd_objects | st.none()

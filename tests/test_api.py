@@ -79,7 +79,27 @@ def test_value_types_have_the_contract_fields() -> None:
         "task_summary",
         "final_result",
     ]
-    assert [f.name for f in attrs.fields(td.RunHandle)] == ["run_id", "subagent", "status", "usage"]
+    assert [f.name for f in attrs.fields(td.RunHandle)] == [
+        "run_id",
+        "subagent",
+        "status",
+        "progress",
+        "questions",
+        "usage",
+    ]
+    assert [f.name for f in attrs.fields(td.Progress)] == ["message", "progress", "total", "seq"]
+    assert [f.name for f in attrs.fields(td.Question)] == [
+        "question_id",
+        "run_id",
+        "text",
+        "schema",
+    ]
+    assert [f.name for f in attrs.fields(td.AnswerAck)] == [
+        "run_id",
+        "question_id",
+        "accepted",
+        "status",
+    ]
     assert [f.name for f in attrs.fields(td.CancelAck)] == [
         "run_id",
         "cancel_requested",

@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 import trio_delegate as td
-from trio_delegate._core._run import conversation, conversation_json
+from trio_delegate._core._conversation import conversation, conversation_json
 from trio_delegate._json import CanonicalJson
 
 

@@ -36,6 +36,13 @@ EXPECTED: dict[str, list[str]] = {
             "final_result={'finding': \"checked 'the logout bug'\"})"
         ),
     ],
+    "library.md#0": [
+        re.escape("input_required reading the schema how many rows per batch?"),
+        "refused 0",
+        "True running",
+        re.escape("{'batch': 500}"),
+        re.escape("{'batch': 100}"),
+    ],
     "mcp.md#0": [
         re.escape("{'run_id': '")
         + RUN

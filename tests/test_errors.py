@@ -24,6 +24,9 @@ ALL_ERRORS: list[type[td.DelegationError]] = [
     td.LimitExceededError,
     td.InvalidArgumentsError,
     td.RuntimeClosedError,
+    td.QuestionDeclinedError,
+    td.AskTimeoutError,
+    td.InputUnavailableError,
 ]
 
 
@@ -48,6 +51,9 @@ def test_payload_kinds_are_snake_case() -> None:
         "limit_exceeded",
         "invalid_arguments",
         "runtime_closed",
+        "question_declined",
+        "ask_timeout",
+        "input_unavailable",
     ]
 
 
@@ -196,6 +202,27 @@ async def test_limit_exceeded_error_names_the_limit_and_subagent(
     assert "max_live_runs" in str(info.value)
     assert info.value.subagent == "idle"
     assert _payload(info.value)["subagent"] == "idle"
+
+
+def test_question_errors_carry_their_question_in_the_payload() -> None:
+    declined = td.QuestionDeclinedError(
+        "declined", question_id="q_1", reason="not now", run_id="run_1"
+    )
+    assert _payload(declined) == {
+        "type": "question_declined",
+        "message": "declined",
+        "run_id": "run_1",
+        "question_id": "q_1",
+        "reason": "not now",
+    }
+    timed_out = td.AskTimeoutError("too slow", question_id="q_2", run_id="run_1")
+    assert isinstance(timed_out, TimeoutError)
+    assert _payload(timed_out) == {
+        "type": "ask_timeout",
+        "message": "too slow",
+        "run_id": "run_1",
+        "question_id": "q_2",
+    }
 
 
 def test_payload_omits_fields_that_do_not_apply() -> None:

@@ -66,7 +66,8 @@ CALL_SECONDS: Final = 30.0
 SESSION_SECONDS: Final = 90.0
 #: The most CPU time of the event loop's thread a scheduler step may take (contract §15).
 STEP_LIMIT: Final = STEP_CPU_LIMIT
-#: Virtual seconds a "gated" run lives before it returns on its own.
+#: Virtual seconds a "gated" run lives before it asks, and waits for an answer, before
+#: it returns on its own.
 GATE_SECONDS: Final = 20.0
 #: A child deadline (real seconds) that bounds costly result checks.
 CHECK_DEADLINE: Final = 0.5
@@ -322,7 +323,12 @@ async def echo(ctx: td.ChildContext) -> Any:
 
 
 async def gated(ctx: td.ChildContext) -> Any:
+    ctx.progress(ctx.task, progress=1)
     await trio.sleep(GATE_SECONDS)
+    # It may ask (contract §19): its question waits for an answer_subagent
+    # call until its own timeout; in the foreground nobody can answer.
+    with contextlib.suppress(td.DelegationError):
+        await ctx.ask(ctx.task, timeout=GATE_SECONDS)
     return ctx.task
 
 
@@ -333,8 +339,8 @@ async def boss(ctx: td.ChildContext) -> Any:
 
 
 def standard_subagents(session_box: list[Session]) -> list[td.Subagent]:
-    """echo (returns its task), gated (returns it after GATE_SECONDS), boss (delegates
-    it to echo) and scripted (does what the session's behaviours say)."""
+    """echo (returns its task), gated (returns it after GATE_SECONDS and a question),
+    boss (delegates it to echo) and scripted (does what the session's behaviours say)."""
 
     async def scripted(ctx: td.ChildContext) -> Any:
         await trio.lowlevel.checkpoint()
@@ -349,7 +355,7 @@ def standard_subagents(session_box: list[Session]) -> list[td.Subagent]:
     # the loop waits for the check's thread.
     return [
         td.Subagent("echo", echo, timeout_seconds=100.0),
-        td.Subagent("gated", gated, timeout_seconds=10 * GATE_SECONDS),
+        td.Subagent("gated", gated, timeout_seconds=10 * GATE_SECONDS, asks=True),
         td.Subagent("boss", boss, children=("echo",), timeout_seconds=10 * GATE_SECONDS),
         td.Subagent("scripted", scripted, timeout_seconds=100.0),
     ]

@@ -29,6 +29,7 @@ def test_run_status_is_a_str_enum_with_contract_values() -> None:
     assert [s.value for s in td.RunStatus] == [
         "pending",
         "running",
+        "input_required",
         "completed",
         "failed",
         "cancelled",

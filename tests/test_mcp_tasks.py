@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 pytest.importorskip("mcp")
 
@@ -849,3 +850,25 @@ def test_a_server_owner_is_read(tmp_path: Path) -> None:
     assert load_server_config(config).owner == "desk"
     config.write_text(config_text(tmp_path))
     assert load_server_config(config).owner is None
+
+
+async def test_a_listener_hears_the_end_of_a_task_that_asked_only_when_it_ends() -> None:
+    # A wait answers early while a run waits for an answer (contract §19);
+    # the end of the task is still its end.
+    async def asks(ctx: td.ChildContext) -> Any:
+        return await ctx.ask("which?")
+
+    async with (
+        td.open_runtime([sub("asker", asks, asks=True)]) as rt,
+        rt.open_parent() as parent,
+    ):
+        book = TaskBook(parent, None, rt.config, 1000)
+        handle = await parent.start("asker", "t")
+        send, receive = trio.open_memory_channel[Any](1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(book._await_end, handle.run_id, send)
+            await trio.testing.wait_all_tasks_blocked()
+            assert parent.status(handle.run_id).status is td.RunStatus.INPUT_REQUIRED
+            assert receive.statistics().current_buffer_used == 0
+            parent.answer(handle.run_id, "this one")
+            assert await receive.receive() == handle.run_id

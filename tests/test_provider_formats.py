@@ -26,11 +26,12 @@ async def nothing(ctx: td.ChildContext) -> str:
     return "ok"
 
 
-@pytest.fixture
-async def tools() -> AsyncIterator[td.DelegationTools]:
+@pytest.fixture(params=[False, True], ids=["no_child_asks", "a_child_asks"])
+async def tools(request: pytest.FixtureRequest) -> AsyncIterator[td.DelegationTools]:
+    # With a child that may ask questions, answer_subagent is offered too (§19).
     subagents = [
         td.Subagent("investigator", nothing, description="Finds facts."),
-        td.Subagent("writer", nothing, description="Writes prose."),
+        td.Subagent("writer", nothing, description="Writes prose.", asks=request.param),
     ]
     async with td.open_runtime(subagents) as rt, rt.open_parent() as parent:
         yield parent.tools()

@@ -9,13 +9,16 @@ import pytest
 import trio_delegate as td
 from tests.helpers import open_parent, returning, sub
 
-#: Contract §2, §17 and §20: the only public names of Parent and Runtime.
+#: Contract §2, §17, §19 and §20: the only public names of Parent and Runtime.
 PARENT_NAMES = {
+    "answer",
     "cancel",
     "check_resolved",
     "continue_run",
+    "decline",
     "delegate",
     "owner",
+    "questions",
     "runs",
     "settled",
     "start",

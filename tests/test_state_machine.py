@@ -19,6 +19,12 @@ The operations reach the runtime through :class:`PythonSurface`, the public
 Python API. The model-facing tools (``parent.tools()``) answer the same
 questions in another form; a surface that goes through them can be added
 beside it to fuzz that layer with the same rules and model.
+
+A second, smaller machine (:class:`QuestionsMachine`) drives runs that
+report progress and ask questions (contract §19) through their runners'
+commands, and answers, declines, cancels and lets asks and deadlines run
+out at random, against its own model of each run: its status, its open
+question, its latest report and what each ``ask`` ended with.
 """
 
 from __future__ import annotations
@@ -951,5 +957,305 @@ def test_runtime_matches_its_model() -> None:
             current,
             max_examples=max(200, current.max_examples),
             stateful_step_count=40,
+        ),
+    )
+
+
+# -- progress and questions (contract §19) ----------------------------------------
+
+#: The subagents of the questions machine: one without a deadline, one with.
+ASKERS = {"asker": None, "hasty": 30.0}
+
+
+@attrs.define
+class _Talking:
+    """The questions machine's model of one run."""
+
+    deadline: float
+    status: td.RunStatus = S.RUNNING
+    #: The open question: ``(until, schema kind)``; None while the runner is idle.
+    question: tuple[float, str] | None = None
+    #: What the runner's asks ended with, in order.
+    heard: list[Any] = attrs.Factory(list)
+    seq: int = 0
+    highest: float = -math.inf
+    #: The latest report: (message, progress).
+    latest: tuple[str, float | None] | None = None
+
+    @property
+    def live(self) -> bool:
+        return not self.status.is_terminal
+
+
+class QuestionsMachine(RuleBasedStateMachine):
+    """Runs that report progress and ask questions, answered, declined, timed
+    out and cancelled at random, against a small model of contract §19.
+
+    Each run's runner obeys commands sent to it (report, ask, return), so
+    the machine decides what a child does and when; the clock moves only
+    when a rule advances it.
+    """
+
+    runs = Bundle("talking_runs")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host = tdt.TrioThread(clock=tdt.mock_clock(), call_timeout=10.0)
+        self.host.start()
+        self.inboxes: dict[str, trio.MemorySendChannel[tuple[Any, ...]]] = {}
+        self.receivers: dict[str, trio.MemoryReceiveChannel[tuple[Any, ...]]] = {}
+        self.tasks: dict[str, str] = {}  # run id -> task
+        self.heard: dict[str, list[Any]] = {}
+        self.model: dict[str, _Talking] = {}
+        self.now = 0.0
+        subagents = [
+            td.Subagent(name, self._runner, asks=True, timeout_seconds=timeout)
+            for name, timeout in ASKERS.items()
+        ]
+        config = td.Config(fail_closed=False, max_concurrent_runs=1_000)
+        self.runtime = self.host.enter(td.open_runtime(subagents, config=config))
+        self.block = self.host.enter(self.runtime.value.open_parent())
+        self.parent = self.block.value
+
+    async def _runner(self, ctx: td.ChildContext) -> Any:
+        heard = self.heard[ctx.task]
+        receive = self.receivers.pop(ctx.task)
+        async for command in receive:
+            if command[0] == "return":
+                return "done"
+            if command[0] == "progress":
+                try:
+                    ctx.progress(command[1], progress=command[2])
+                except td.InvalidArgumentsError:
+                    heard.append("refused")
+                continue
+            _, kind, timeout = command
+            schema = {"type": "integer"} if kind == "integer" else None
+            try:
+                heard.append(("answer", await ctx.ask(f"{kind}?", schema=schema, timeout=timeout)))
+            except td.QuestionDeclinedError as exc:
+                heard.append(("declined", exc.reason))
+            except td.AskTimeoutError:
+                heard.append("timeout")
+        return "closed"
+
+    def _send(self, run: str, command: tuple[Any, ...]) -> bool:
+        """Send *command* to *run*'s runner if it waits for one (as the model says)."""
+        m = self.model[run]
+        if not m.live or m.question is not None:
+            return False
+
+        async def send() -> None:
+            self.inboxes[self.tasks[run]].send_nowait(command)
+            await tdt.settle()
+
+        self.host.call(send)
+        return True
+
+    # -- rules ---------------------------------------------------------------------
+
+    @initialize(target=runs, name=st.sampled_from(sorted(ASKERS)))
+    def first(self, name: str) -> str:
+        return self._start(name)
+
+    @rule(target=runs, name=st.sampled_from(sorted(ASKERS)))
+    def start(self, name: str) -> str:
+        return self._start(name)
+
+    def _start(self, name: str) -> str:
+        task = f"t{len(self.model)}"
+        send, receive = trio.open_memory_channel[tuple[Any, ...]](math.inf)
+        self.inboxes[task] = send
+        self.receivers[task] = receive
+        self.heard[task] = []
+
+        async def start() -> str:
+            handle = await self.parent.start(name, task)
+            await tdt.settle()
+            return handle.run_id
+
+        run_id = self.host.call(start)
+        timeout = ASKERS[name]
+        self.model[run_id] = _Talking(math.inf if timeout is None else self.now + timeout)
+        self.tasks[run_id] = task
+        return run_id
+
+    @rule(
+        run=runs,
+        kind=st.sampled_from(["text", "integer"]),
+        timeout=mostly_none(st.sampled_from([1.5, 4.5, 40.5])),
+    )
+    def ask(self, run: str, kind: str, timeout: float | None) -> None:
+        m = self.model[run]
+        if self._send(run, ("ask", kind, timeout)):
+            m.question = (math.inf if timeout is None else self.now + timeout, kind)
+            m.status = S.INPUT_REQUIRED
+
+    @rule(run=runs, progress=st.none() | st.integers(0, 5), message=st.sampled_from(["a", "b"]))
+    def report(self, run: str, progress: int | None, message: str) -> None:
+        m = self.model[run]
+        if self._send(run, ("progress", message, progress)):
+            if progress is not None and progress < m.highest:
+                m.heard.append("refused")
+                return
+            if progress is not None:
+                m.highest = progress
+            m.seq += 1
+            m.latest = (message, None if progress is None else float(progress))
+
+    @rule(run=runs, valid=st.booleans(), oldest=st.booleans())
+    def answer(self, run: str, valid: bool, oldest: bool) -> None:
+        m = self.model[run]
+        question_id = None
+        if not oldest:
+            open_ids = [q.question_id for q in self.parent.questions() if q.run_id == run]
+            question_id = open_ids[0] if open_ids else "q_none"
+        value = 7 if valid else [7]
+        outcome = self._reply(lambda: self.parent.answer(run, value, question_id=question_id))
+        if m.question is None:
+            assert isinstance(outcome, td.AnswerAck)
+            assert not outcome.accepted
+            return
+        kind = m.question[1]
+        if not valid:  # a list is neither a string nor an integer
+            assert isinstance(outcome, td.InvalidArgumentsError), outcome
+            return
+        if kind == "text":  # 7 is no string either
+            assert isinstance(outcome, td.InvalidArgumentsError), outcome
+            return
+        assert isinstance(outcome, td.AnswerAck)
+        assert outcome.accepted
+        assert outcome.status is S.RUNNING
+        m.question = None
+        m.status = S.RUNNING
+        m.heard.append(("answer", 7))
+
+    @rule(run=runs)
+    def decline(self, run: str) -> None:
+        m = self.model[run]
+        outcome = self._reply(lambda: self.parent.decline(run, reason="no"))
+        assert isinstance(outcome, td.AnswerAck)
+        assert outcome.accepted is (m.question is not None)
+        if m.question is not None:
+            m.question = None
+            m.status = S.RUNNING
+            m.heard.append(("declined", "no"))
+
+    def _reply(self, act: Callable[[], Any]) -> Any:
+        async def reply() -> Any:
+            try:
+                outcome = act()
+            except td.DelegationError as exc:
+                outcome = exc
+            await tdt.settle()
+            return outcome
+
+        return self.host.call(reply)
+
+    @rule(run=runs)
+    def finish(self, run: str) -> None:
+        if self._send(run, ("return",)):
+            self.model[run].status = S.COMPLETED
+
+    @rule(run=runs)
+    def cancel(self, run: str) -> None:
+        m = self.model[run]
+
+        async def cancel() -> td.CancelAck:
+            ack = self.parent.cancel(run)
+            # Its questions are withdrawn at once, before its runner runs again.
+            assert all(q.run_id != run for q in self.parent.questions())
+            now = self.parent.status(run)
+            assert now.status is not S.INPUT_REQUIRED
+            assert now.questions == ()
+            await tdt.settle()
+            return ack
+
+        ack = self.host.call(cancel)
+        assert ack.cancel_requested is m.live
+        if m.live:
+            m.question = None
+            m.status = S.CANCELLED
+
+    @rule(seconds=st.integers(1, 12))
+    def advance(self, seconds: int) -> None:
+        self.host.call(tdt.advance, seconds)
+        self.now += seconds
+        for m in self.model.values():
+            if not m.live:
+                continue
+            if m.question is not None and m.question[0] <= self.now and m.question[0] < m.deadline:
+                m.question = None
+                m.status = S.RUNNING
+                m.heard.append("timeout")
+            if m.deadline <= self.now:
+                m.question = None
+                m.status = S.TIMED_OUT
+
+    @rule(run=runs)
+    def poll(self, run: str) -> None:
+        m = self.model[run]
+
+        async def poll() -> Any:
+            try:
+                return await self.parent.wait(run, timeout=0)
+            except td.DelegationError as exc:
+                return exc
+
+        outcome = self.host.call(poll)
+        if m.status is S.COMPLETED:
+            assert isinstance(outcome, td.RunResult)
+        elif m.status is S.CANCELLED:
+            assert isinstance(outcome, td.RunCancelledError)
+        elif m.status is S.TIMED_OUT:
+            assert isinstance(outcome, td.RunTimedOutError)
+        else:
+            assert isinstance(outcome, td.RunHandle)
+            assert outcome.status is m.status
+            assert len(outcome.questions) == (m.question is not None)
+
+    # -- invariants ----------------------------------------------------------------
+
+    @invariant()
+    def matches_the_model(self) -> None:
+        def look() -> tuple[dict[str, td.RunHandle], tuple[td.Question, ...]]:
+            return (
+                {run_id: self.parent.status(run_id) for run_id in self.model},
+                self.parent.questions(),
+            )
+
+        handles, questions = self.host.call_sync(look)
+        asking = [run_id for run_id, m in self.model.items() if m.question is not None]
+        assert sorted(q.run_id for q in questions) == sorted(asking)
+        for run_id, m in self.model.items():
+            handle = handles[run_id]
+            assert handle.status is m.status, (run_id, handle, m)
+            assert len(handle.questions) == (m.question is not None)
+            if m.seq == 0:
+                assert handle.progress is None
+            else:
+                assert handle.progress == td.Progress(
+                    m.latest[0] if m.latest else None,
+                    m.latest[1] if m.latest else None,
+                    None,
+                    m.seq,
+                )
+            assert self.heard[self.tasks[run_id]] == m.heard
+
+    def teardown(self) -> None:
+        try:
+            self.host.call(_leave, self.block)
+            self.host.call(_leave, self.runtime)
+        finally:
+            self.host.close()
+
+
+@pytest.mark.timeout(1800)
+def test_progress_and_questions_match_their_model() -> None:
+    current = settings()
+    run_state_machine_as_test(
+        QuestionsMachine,
+        settings=settings(
+            current, max_examples=max(200, current.max_examples), stateful_step_count=50
         ),
     )

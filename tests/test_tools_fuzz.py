@@ -22,6 +22,7 @@ TOOLS = (
     "cancel_subagent",
     "continue_subagent",
     "list_subagent_runs",
+    "answer_subagent",
 )
 KEYS = (
     "subagent",
@@ -32,12 +33,21 @@ KEYS = (
     "run_id",
     "timeout",
     "message",
+    "answer",
+    "question_id",
+    "decline",
 )
 
 
 async def worker(ctx: td.ChildContext) -> Any:
     await trio.sleep(1)
     return {"task": ctx.task[:20]}
+
+
+async def asker(ctx: td.ChildContext) -> Any:
+    ctx.progress(ctx.task, progress=1)
+    answer = await ctx.ask("a number?", schema={"type": "integer"}, timeout=5)
+    return {"answer": answer}
 
 
 json_values = st.recursive(
@@ -54,7 +64,7 @@ json_values = st.recursive(
 plausible = st.fixed_dictionaries(
     {},
     optional={
-        "subagent": st.sampled_from(["worker", "nobody", ""]) | json_values,
+        "subagent": st.sampled_from(["worker", "asker", "nobody", ""]) | json_values,
         "task": st.text(max_size=40) | json_values,
         "final_schema": st.sampled_from(
             [{"type": "object"}, {"type": "bogus"}, '{"type": "string"}', "{bad"]
@@ -65,6 +75,9 @@ plausible = st.fixed_dictionaries(
         "run_id": st.sampled_from(["run_x", "", "0" * 200]) | json_values,
         "timeout": st.sampled_from([0, 0.5, -1, 1e308]) | json_values,
         "message": st.text(max_size=40) | json_values,
+        "answer": json_values,
+        "question_id": st.sampled_from(["q_x", ""]) | json_values,
+        "decline": st.booleans() | json_values,
     },
 )
 arguments = (
@@ -92,7 +105,9 @@ async def dispatch_all(calls: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
     answers: list[dict[str, Any]] = []
     config = td.Config(fail_closed=False, max_task_chars=50)
     async with (
-        td.open_runtime([td.Subagent("worker", worker)], config=config) as rt,
+        td.open_runtime(
+            [td.Subagent("worker", worker), td.Subagent("asker", asker, asks=True)], config=config
+        ) as rt,
         rt.open_parent("fuzz") as parent,
     ):
         tools = parent.tools()

@@ -12,13 +12,16 @@ from . import lowlevel as lowlevel
 from ._config import INHERIT, Config
 from ._core import ChildContext, Parent, Runtime, SettledRuns
 from ._errors import (
+    AskTimeoutError,
     BudgetExceededError,
     DelegationError,
     ExpiredRunError,
+    InputUnavailableError,
     InvalidArgumentsError,
     InvalidResultError,
     LimitExceededError,
     NotInTrioError,
+    QuestionDeclinedError,
     RunCancelledError,
     RunFailedError,
     RuntimeClosedError,
@@ -30,7 +33,7 @@ from ._errors import (
     UnresolvedRun,
 )
 from ._public_names import show_under
-from ._results import CancelAck, Output, RunHandle, RunResult
+from ._results import AnswerAck, CancelAck, Output, Progress, Question, RunHandle, RunResult
 from ._runners._command import CommandFailedError, CommandRunner
 from ._runners._model import ModelRunner, model_runner
 from ._status import RunStatus
@@ -47,6 +50,8 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "INHERIT",
+    "AnswerAck",
+    "AskTimeoutError",
     "Budget",
     "BudgetExceededError",
     "CancelAck",
@@ -58,6 +63,7 @@ __all__ = [
     "DelegationError",
     "DelegationTools",
     "ExpiredRunError",
+    "InputUnavailableError",
     "InvalidArgumentsError",
     "InvalidResultError",
     "LimitExceededError",
@@ -66,6 +72,9 @@ __all__ = [
     "Output",
     "Parent",
     "PostgresStore",
+    "Progress",
+    "Question",
+    "QuestionDeclinedError",
     "RunCancelledError",
     "RunFailedError",
     "ResultStore",

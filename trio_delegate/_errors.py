@@ -42,6 +42,9 @@ __all__ = [
     "RunFailedError",
     "RunTimedOutError",
     "NotInTrioError",
+    "AskTimeoutError",
+    "InputUnavailableError",
+    "QuestionDeclinedError",
     "RuntimeClosedError",
     "StoreError",
     "UnknownRunError",
@@ -179,6 +182,61 @@ class RunCancelledError(DelegationError):
 
 class RunTimedOutError(DelegationError, TimeoutError):
     """The run's child deadline passed before it completed."""
+
+
+class QuestionDeclinedError(DelegationError):
+    """The parent declined to answer a child's question (contract §19).
+
+    Raised by ``ctx.ask`` in the runner; an ``on_input`` callback may raise it
+    to decline.
+
+    Attributes:
+        question_id: the question declined, where known.
+        reason: the parent's reason (``""`` when it gave none).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        question_id: str | None = None,
+        reason: str = "",
+        run_id: str | None = None,
+        subagent: str | None = None,
+        status: str | None = None,
+    ) -> None:
+        super().__init__(message, run_id=run_id, subagent=subagent, status=status)
+        self.question_id = question_id
+        self.reason = reason
+
+    def _payload_extra(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"reason": self.reason}
+        if self.question_id is not None:
+            extra["question_id"] = self.question_id
+        return extra
+
+
+class AskTimeoutError(DelegationError, TimeoutError):
+    """A child's question was not answered within the ``timeout`` of its ``ask``.
+
+    The run goes on; the question was withdrawn (contract §19).
+
+    Attributes:
+        question_id: the question withdrawn.
+    """
+
+    def __init__(self, message: str, *, question_id: str, run_id: str | None = None) -> None:
+        super().__init__(message, run_id=run_id)
+        self.question_id = question_id
+
+    def _payload_extra(self) -> dict[str, Any]:
+        return {"question_id": self.question_id}
+
+
+class InputUnavailableError(DelegationError, RuntimeError):
+    """Nobody can answer a child's question: a foreground ``delegate`` without
+    ``on_input``, a run whose cancellation was delivered, or a context built
+    outside a runtime (contract §19)."""
 
 
 class LimitExceededError(DelegationError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, final
 
 import attrs
@@ -9,7 +10,7 @@ import attrs
 from ._status import RunStatus
 from ._usage import Usage, check_usage
 
-__all__ = ["CancelAck", "Output", "RunHandle", "RunResult"]
+__all__ = ["AnswerAck", "CancelAck", "Output", "Progress", "Question", "RunHandle", "RunResult"]
 
 
 @final
@@ -32,11 +33,75 @@ class RunResult:
 
 @final
 @attrs.frozen
+class Progress:
+    """A run's latest progress report (contract §19).
+
+    Attributes:
+        message: what the runner said, trimmed, whitespace collapsed and cut
+            to 1,000 characters, or ``None``.
+        progress: how far it is, a finite number >= 0 that never goes down, or ``None``.
+        total: how far it will go, a finite number >= 0, or ``None``.
+        seq: how many reports the run made: 1, 2, 3 ...
+    """
+
+    message: str | None
+    progress: float | None
+    total: float | None
+    seq: int
+
+
+@final
+@attrs.frozen
+class Question:
+    """An open question a running child asked its parent (contract §19).
+
+    Attributes:
+        question_id: unique forever (random, 128 bits).
+        run_id: the run that asked.
+        text: the question.
+        schema: the JSON Schema the answer must satisfy (``{"type": "string"}``
+            when the child gave none); the caller's own copy.
+    """
+
+    question_id: str
+    run_id: str
+    text: str
+    schema: Mapping[str, Any]
+
+
+@final
+@attrs.frozen
+class AnswerAck:
+    """The answer to ``Parent.answer`` or ``Parent.decline``.
+
+    Attributes:
+        run_id: the run asked about.
+        question_id: the question answered or declined, or ``None`` when the
+            run had no open question.
+        accepted: whether the answer (or refusal) reached an open question;
+            ``False`` for one already answered, declined or withdrawn, or a
+            terminal run.
+        status: the run's status right after the answer was applied.
+    """
+
+    run_id: str
+    question_id: str | None
+    accepted: bool
+    status: RunStatus
+
+
+@final
+@attrs.frozen
 class RunHandle:
     """A live or terminal run's status: an admission ack, a snapshot, or the
     "still running" answer of a timed wait. Never a result.
 
     Attributes:
+        run_id: the run's id.
+        subagent: the subagent that runs it.
+        status: its status when the handle was made.
+        progress: its latest progress report, if it made one (contract §19).
+        questions: its open questions, oldest first (status ``input_required``).
         usage: what the run and its nested runs spent so far (contract §20),
             or ``None`` when nothing was reported.
     """
@@ -44,6 +109,8 @@ class RunHandle:
     run_id: str
     subagent: str
     status: RunStatus
+    progress: Progress | None = None
+    questions: tuple[Question, ...] = ()
     usage: Usage | None = None
 
 

@@ -489,6 +489,32 @@ class ResultSchema:
                 return
         await run_sync(self._check_copy, result)
 
+    def check_now(self, value: CanonicalJson, steps: int) -> Any:
+        """Check *value* on the event loop, within *steps* keyword evaluations.
+
+        For values that must be judged synchronously (an answer to a child's
+        question, contract §19): bounded by the step count, never threaded.
+
+        Returns:
+            the checked value, structured into the target type if there is one.
+
+        Raises:
+            SchemaMismatch: naming the failing paths, or saying the check took
+                more than *steps* steps.
+        """
+        # Decoded in one C call: on the event loop, short beats fair.
+        checkable = _checkable(value, threaded=False)
+        try:
+            self._check(checkable, _Budget(steps, inline=True))
+        except _OverBudget:
+            raise SchemaMismatch(
+                [
+                    f"$: checking the value against its schema took more than {steps} "
+                    "steps; send a smaller value or ask with a simpler schema"
+                ]
+            ) from None
+        return self.structure(checkable)
+
     def _check_copy(self, result: CanonicalJson) -> None:
         with _COLLECTOR.paused():
             value = _checkable(result)
@@ -570,7 +596,7 @@ class _CollectorPause:
 _COLLECTOR: Final = _CollectorPause()
 
 
-def _checkable(result: CanonicalJson) -> Any:
+def _checkable(result: CanonicalJson, *, threaded: bool = True) -> Any:
     """A fresh copy of *result* to check, its containers brief in messages.
 
     JSON objects decode straight into :class:`BriefDict`; the decoder has no
@@ -580,7 +606,7 @@ def _checkable(result: CanonicalJson) -> Any:
     if result.immutable:
         return result.copy()
     decoder = json.JSONDecoder(object_pairs_hook=BriefDict)
-    if result.size > INLINE_BYTES:
+    if threaded and result.size > INLINE_BYTES:
         # json's C scanner decodes the whole text in one call, holding the
         # GIL throughout (some 80 ms of CPU for a megabyte): every other
         # thread, the event loop's included, would wait. Its Python scanner

@@ -13,11 +13,14 @@ class RunStatus(enum.StrEnum):
     """Where a run is in its lifecycle.
 
     ``pending → running → completed | failed | cancelled | timed_out``, and
-    ``pending → cancelled``. Terminal states never change.
+    ``pending → cancelled``; a running run whose runner asked its parent a
+    question reads ``input_required`` until the last open question is
+    answered, declined or withdrawn (contract §19). Terminal states never change.
     """
 
     PENDING = "pending"
     RUNNING = "running"
+    INPUT_REQUIRED = "input_required"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -29,5 +32,5 @@ class RunStatus(enum.StrEnum):
         return self in TERMINAL_STATUSES
 
 
-LIVE_STATUSES = frozenset({RunStatus.PENDING, RunStatus.RUNNING})
+LIVE_STATUSES = frozenset({RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INPUT_REQUIRED})
 TERMINAL_STATUSES = frozenset(set(RunStatus) - LIVE_STATUSES)

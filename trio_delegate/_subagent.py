@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from ._checks import MAX_ITEMS, builtin, check_seconds, describe, is_a, read_items
+from ._checks import MAX_ITEMS, builtin, check_bool, check_seconds, describe, is_a, read_items
 from ._config import INHERIT, TimeoutSetting
 from ._errors import InvalidArgumentsError
 from ._json import text_problem
@@ -86,6 +86,10 @@ def _check_timeout(instance: Subagent, attribute: attrs.Attribute[Any], value: A
         )
 
 
+def _check_asks(instance: Subagent, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_bool("Subagent.asks", value)
+
+
 def _compile_final_schema(instance: Subagent) -> ResultSchema | None:
     if instance.final_schema is None:
         return None
@@ -139,6 +143,8 @@ class Subagent:
             ``ctx.parent``.
         budget: the most each run may spend, itself and everything it
             delegates (contract §20), or ``None`` for no limit.
+        asks: whether its runner may ask its parent questions with
+            ``ctx.ask`` (contract §19).
 
     Raises:
         InvalidArgumentsError: when any field is malformed.
@@ -157,6 +163,7 @@ class Subagent:
         default=(), kw_only=True, converter=_to_children, validator=_check_children
     )
     budget: Budget | None = attrs.field(default=None, kw_only=True, validator=_check_budget)
+    asks: bool = attrs.field(default=False, kw_only=True, validator=_check_asks)
     # Checked once, here, so a malformed schema fails at definition time and
     # runs that use the default do not check it again.
     # The name of each run's Trio task, made once rather than once per run.

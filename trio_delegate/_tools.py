@@ -20,7 +20,7 @@ import trio
 from ._checks import builtin, check_seconds, describe, is_a, is_mapping
 from ._construction import NoPublicConstructor
 from ._converter import to_json_ready
-from ._core import ToolsBinding
+from ._core import ToolsBinding, abandon
 from ._errors import DelegationError, InvalidArgumentsError, UnknownSubagentError
 from ._json import JsonProblem, TooDeep, check_nesting, parse, text_problem
 from ._results import CancelAck, RunHandle, RunResult
@@ -54,7 +54,7 @@ MAX_ARGUMENTS_CHARS: Final = 8 * 1024 * 1024
 #: schema (64 KiB of JSON) holds fewer than 33,000.
 MAX_ARGUMENT_VALUES: Final = 40_000
 
-_Kind = Literal["string", "boolean", "number", "object", "subagent"]
+_Kind = Literal["string", "boolean", "number", "object", "subagent", "any"]
 
 
 @final
@@ -122,20 +122,32 @@ _DELEGATE_TEXT = (
     "again with replaces=<its run_id>. Each delegation starts a fresh conversation."
 )
 _STATUS_TEXT = (
-    "Get a snapshot {run_id, subagent, status} of a run: pending, running, completed, "
-    "failed, cancelled or timed_out. A snapshot does not observe the result: call "
-    "wait_subagent to read it."
+    "Get a snapshot {run_id, subagent, status} of a run: pending, running, input_required "
+    "(it waits for your answer: see answer_subagent), completed, failed, cancelled or "
+    "timed_out, with its latest progress and open questions when it has any. A snapshot "
+    "does not observe the result: call wait_subagent to read it."
 )
 _WAIT_TEXT = (
     "Wait for a run and return its result {run_id, subagent, task_summary, final_result}; "
     "this observes it (waiting again returns the same result). With a timeout in seconds, "
     "a run still going after it returns {run_id, subagent, status}: the run goes on, so do "
-    "other work and wait again later. A failed, cancelled or timed-out run is an error."
+    "other work and wait again later. A run that waits for your answer returns at once, "
+    "whatever the timeout, with status input_required and its questions: answer them with "
+    "answer_subagent, then wait again. A failed, cancelled or timed-out run is an error."
 )
 _CANCEL_TEXT = (
     "Ask a run to stop. Returns {run_id, cancel_requested, status}; status may still read "
     "running while the run cleans up. Cancelling does not observe or resolve a run: start "
     "a replacement with replaces=<its run_id> if the work is still needed."
+)
+_ANSWER_TEXT = (
+    "Answer a question one of your running subagents asked you: wait_subagent and "
+    "subagent_status show a run that waits for an answer as status input_required with its "
+    "questions [{question_id, question, schema}]. The answer must satisfy the question's "
+    "schema. question_id defaults to the run's oldest open question; decline=true refuses "
+    "to answer (the subagent carries on without it). Returns {run_id, question_id, "
+    "accepted, status}; accepted false means the question was no longer open. Answering "
+    "does not observe the run: wait_subagent for it as before."
 )
 _CONTINUE_TEXT = (
     "Continue a finished run's conversation with a new message: starts a new run (new "
@@ -162,6 +174,7 @@ class DelegationTools(metaclass=NoPublicConstructor):
     _made_by: ClassVar[str] = "Parent.tools() (tools = parent.tools())"
 
     __slots__ = (
+        "_asking",
         "_check_usable",
         "_children",
         "_events",
@@ -183,8 +196,10 @@ class DelegationTools(metaclass=NoPublicConstructor):
         # The parent's runs, bounded, with their task summaries.
         self._listing = binding.listing
         self._max_nesting = config.max_nesting_depth
+        # The direct children that may ask questions (contract §19).
+        self._asking = binding.asking
         max_task = config.max_task_chars
-        tools = (
+        tools: tuple[_Tool, ...] = (
             _Tool(
                 "delegate_task",
                 _DELEGATE_TEXT + self._children_text(),
@@ -253,6 +268,36 @@ class DelegationTools(metaclass=NoPublicConstructor):
             ),
             _Tool("list_subagent_runs", _LIST_TEXT, (), self._list_subagent_runs),
         )
+        if self._asking:
+            tools += (
+                _Tool(
+                    "answer_subagent",
+                    _ANSWER_TEXT,
+                    (
+                        _RUN_ID,
+                        _Param(
+                            "answer",
+                            "any",
+                            "The answer, as JSON that satisfies the question's schema.",
+                            required=False,
+                        ),
+                        _Param(
+                            "question_id",
+                            "string",
+                            "Optional: the question answered (default: the oldest open one).",
+                            required=False,
+                            max_chars=_MAX_RUN_ID_CHARS,
+                        ),
+                        _Param(
+                            "decline",
+                            "boolean",
+                            "true: refuse to answer instead (default false).",
+                            required=False,
+                        ),
+                    ),
+                    self._answer_subagent,
+                ),
+            )
         self._tools = {tool.name: tool for tool in tools}
 
     def __repr__(self) -> str:
@@ -390,6 +435,10 @@ class DelegationTools(metaclass=NoPublicConstructor):
 
     async def _delegate_task(self, args: dict[str, Any]) -> dict[str, Any]:
         parent = self._parent
+        if args["subagent"] in self._asking and not args.get("background", False):
+            # The run may ask: answered by its handle with the question, the
+            # run going on as background work (contract §19).
+            return await self._delegate_asking(args)
         if args.get("background", False):
             handle = await parent.start(
                 args["subagent"],
@@ -405,6 +454,48 @@ class DelegationTools(metaclass=NoPublicConstructor):
             replaces=args.get("replaces"),
         )
         return _result_payload(result)
+
+    async def _delegate_asking(self, args: dict[str, Any]) -> dict[str, Any]:
+        parent = self._parent
+        handle = await parent.start(
+            args["subagent"],
+            args["task"],
+            final_schema=args.get("final_schema"),
+            replaces=args.get("replaces"),
+        )
+        try:
+            answer = await parent.wait(handle.run_id)
+        except BaseException as exc:
+            if not isinstance(exc, DelegationError):
+                # The caller left (cancelled): as a foreground delegate's run, it
+                # is cancelled and joined first.
+                with trio.CancelScope(shield=True):
+                    await abandon(parent, handle.run_id)
+            raise
+        return run_payload(answer)
+
+    async def _answer_subagent(self, args: dict[str, Any]) -> dict[str, Any]:
+        parent = self._parent
+        run_id, question_id = args["run_id"], args.get("question_id")
+        value = args.get("answer")
+        if args.get("decline", False):
+            ack = parent.decline(run_id, question_id=question_id)
+        elif type(value) is str:
+            # Strict clients send any answer as JSON text: read as JSON when
+            # that satisfies the question, else as the text it is.
+            try:
+                ack = parent.answer(run_id, parse(value), question_id=question_id)
+            except (ValueError, TooDeep):  # not JSON, or JSON the schema refuses
+                ack = parent.answer(run_id, value, question_id=question_id)
+        else:
+            ack = parent.answer(run_id, value, question_id=question_id)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return {
+            "run_id": ack.run_id,
+            "question_id": ack.question_id,
+            "accepted": ack.accepted,
+            "status": ack.status.value,
+        }
 
     async def _subagent_status(self, args: dict[str, Any]) -> dict[str, Any]:
         answer = _handle_payload(self._parent.status(args["run_id"]))
@@ -473,6 +564,9 @@ class DelegationTools(metaclass=NoPublicConstructor):
         schema: dict[str, Any]
         if param.kind == "subagent":
             schema = {"type": "string", "enum": list(self._children)}
+        elif param.kind == "any":
+            # Strict mode allows no free-form value: the answer travels as JSON text.
+            schema = {"type": "string"} if strict else {}
         elif param.kind == "object" and strict:
             # Strict mode allows no free-form object: the schema travels as JSON text.
             schema = {"type": "string"}
@@ -481,6 +575,8 @@ class DelegationTools(metaclass=NoPublicConstructor):
         else:
             schema = {"type": param.kind}
         description = param.description
+        if param.kind == "any" and strict:
+            description += " Pass it as JSON text (a string answer as itself)."
         if param.kind == "object" and strict:
             description += " Pass it as a JSON-encoded string, or null."
         elif param.name == "timeout" and not strict:
@@ -643,6 +739,8 @@ def _check_value(param: _Param, value: Any) -> str | None:
         if problem is not None:
             return f"must be valid Unicode text: {problem}"
         return None
+    if kind == "any":
+        return None  # any JSON: the question's schema decides (Parent.answer)
     if kind == "boolean":
         if value is not True and value is not False:
             return f"must be true or false, got {describe(value)}"
@@ -699,6 +797,23 @@ def _handle_payload(handle: RunHandle) -> dict[str, Any]:
         "subagent": handle.subagent,
         "status": handle.status.value,
     }
+    progress = handle.progress
+    if progress is not None:
+        payload["progress"] = {
+            "message": progress.message,
+            "progress": progress.progress,
+            "total": progress.total,
+            "seq": progress.seq,
+        }
+    if handle.questions:
+        payload["questions"] = [
+            {
+                "question_id": question.question_id,
+                "question": question.text,
+                "schema": to_json_ready(question.schema),
+            }
+            for question in handle.questions
+        ]
     usage = handle.usage
     if usage is not None:  # only when the run reported any (contract §20)
         payload["usage"] = usage_payload(usage)

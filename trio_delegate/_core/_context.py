@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, final
 
 from .._usage import Budget, Usage, check_usage
+from ._questions import ask
 from ._spending import remaining, report
+from ._talk import check_progress, talk_of
 
 if TYPE_CHECKING:
     from ._parent import Parent
@@ -39,6 +41,9 @@ class ChildContext:
         deadline: the child deadline on the Trio clock, or ``math.inf``.
         parent: a :class:`Parent` for nested delegation when the subagent
             declares ``children``, else ``None``.
+
+    A context built directly belongs to no run: :meth:`progress` checks its
+    arguments and keeps nothing, and :meth:`ask` raises ``InputUnavailableError``.
     """
 
     __slots__ = (
@@ -133,8 +138,64 @@ class ChildContext:
         run = self._run
         return None if run is None else remaining(run)
 
+    def progress(
+        self,
+        message: str | None = None,
+        *,
+        progress: float | None = None,
+        total: float | None = None,
+    ) -> None:
+        """Report how far the run is (contract §19). Synchronous, O(1), never blocks.
+
+        The run keeps only the latest report; ``status`` and a timed-out
+        ``wait`` carry it. A call after the run settled does nothing.
+
+        Args:
+            message: what to tell the parent; trimmed, whitespace collapsed and
+                cut to 1,000 characters.
+            progress: how far it is, a finite number >= 0 that never goes down.
+            total: how far it will go, a finite number >= 0 (it may change).
+
+        Raises:
+            InvalidArgumentsError: a malformed argument, or *progress* below
+                a number reported before.
+        """
+        run = self._run
+        if run is not None and not run.state.live:
+            return  # settled: nothing is kept and nothing checked
+        text, number, of = check_progress(message, progress, total)
+        if run is not None:
+            talk_of(run).report(text, number, of)
+
+    async def ask(self, question: str, *, schema: Any = None, timeout: float | None = None) -> Any:
+        """Ask the parent a question and wait for its answer (contract §19).
+
+        The run reads ``input_required`` while a question is open; its slot and
+        deadline are unchanged. The question is withdrawn when this call ends,
+        however it ends.
+
+        Args:
+            question: the question, at most ``Config.max_task_chars`` characters.
+            schema: what the answer must satisfy: a JSON Schema, or an attrs
+                class / dataclass (the answer is structured into it); ``None``
+                means a string.
+            timeout: seconds on the Trio clock to wait at most (``None``: no limit).
+
+        Returns:
+            the parent's answer, checked against *schema*.
+
+        Raises:
+            InvalidArgumentsError: the subagent does not declare ``asks=True``,
+                or a malformed question, schema or timeout.
+            InputUnavailableError: nobody can answer (a foreground ``delegate``
+                without ``on_input``, a run whose cancellation was delivered).
+            QuestionDeclinedError: the parent declined; its ``reason`` says why.
+            AskTimeoutError: *timeout* passed first; the run goes on.
+        """
+        return await ask(self._run, self._subagent, question, schema, timeout, 100_000)
+
 
 def bind(ctx: ChildContext, run: Run) -> ChildContext:
-    """Make *ctx* report its usage for *run*."""
+    """Make *ctx* belong to (its usage, progress and questions) *run*."""
     ctx._run = run
     return ctx

@@ -18,6 +18,7 @@ import attrs
 
 from .._errors import UnresolvedDelegationError, UnresolvedRun
 from .._status import RunStatus
+from .._summary import summarize_task
 from ._run import CancelReason
 
 if TYPE_CHECKING:
@@ -144,6 +145,13 @@ def _entry(record: Run | Evicted) -> UnresolvedRun:
         why = f"a budget stop cancelled it: {outcome.error}"
     else:
         why = _why(record.run_id, record.status)
+    talk = record.talk
+    if talk is not None and talk.unanswered is not None:
+        question_id, text = talk.unanswered
+        why = (
+            f"{why} (it was waiting for an answer to question {question_id}: "
+            f"{summarize_task(text)!r})"
+        )
     return UnresolvedRun(record.run_id, record.subagent.name, record.status.value, why)
 
 
@@ -164,7 +172,7 @@ def _why_evicted(run_id: str, status: RunStatus) -> str:
 def _why(run_id: str, status: RunStatus) -> str:
     if status is RunStatus.COMPLETED:
         return "it completed but its result was never observed: wait for it"
-    if status in (RunStatus.PENDING, RunStatus.RUNNING):
+    if status in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INPUT_REQUIRED):
         return f"it is still {status.value}: wait for it, or cancel it and start a replacement"
     return (
         f"it ended {status.value} and no replacement has succeeded: start one with "

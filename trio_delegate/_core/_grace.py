@@ -219,7 +219,7 @@ class Grace:
         heap = self._heap
         while heap and heap[0][0] <= now:
             _, _, run = heapq.heappop(heap)
-            if run.is_live and run.status is RunStatus.RUNNING:
+            if run.is_live and run.state.holds_slot:  # running or input_required
                 self._give_up(run, now)
 
     def _give_up(self, run: Run, now: float) -> None:

@@ -22,24 +22,32 @@ from typing import TYPE_CHECKING, ClassVar, Final, final
 
 import trio
 
-from .._checks import check_bool, check_seconds, describe, is_a
+from .._checks import check_bool, check_seconds, check_text, describe, is_a
 from .._construction import NoPublicConstructor
 from .._errors import (
     InvalidArgumentsError,
     UnknownRunError,
 )
-from .._results import CancelAck, RunHandle, RunResult
+from .._results import AnswerAck, CancelAck, Question, RunHandle, RunResult
 from .._schema import SchemaSpec
 from .._status import RunStatus
-from .._stores._protocol import RunRecord, StoredRun
+from .._stores._protocol import StoredRun
 from .._usage import Usage
 from ._admission import admit
 from ._listing import list_runs
 from ._meter import usage_of
 from ._parent_host import ParentHost
+from ._questions import (
+    answer_run,
+    check_on_input,
+    open_questions,
+    serve_foreground,
+    wait_or_question,
+)
 from ._run import CancelReason, Run, State
 from ._settlements import SettledRuns
 from ._surfaces import ToolsBinding
+from ._talk import OnInput, Talk
 
 if TYPE_CHECKING:
     from .._subagent import Subagent
@@ -146,11 +154,15 @@ class Parent(metaclass=NoPublicConstructor):
         *,
         final_schema: SchemaSpec | None = None,
         replaces: str | None = None,
+        on_input: OnInput | None = None,
     ) -> RunResult:
         """Run *task* on subagent *name* in the foreground and return its result.
 
         The run counts as observed. If the caller is cancelled while waiting,
         the child is cancelled and joined before the cancellation propagates.
+        Each question the child asks is passed to ``await on_input(question)``
+        in this task, and its return value is the answer (contract §19); an
+        exception from it propagates once the run is cancelled and joined.
 
         Raises:
             RunFailedError, RunCancelledError, RunTimedOutError: the run did not
@@ -164,7 +176,10 @@ class Parent(metaclass=NoPublicConstructor):
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._host.check_usable()
+        answerer = None if on_input is None else check_on_input(on_input)
         run = admit(self._host, name, task, final_schema, replaces, foreground=True)
+        if answerer is not None:
+            run.talk = Talk(answerer)
         if run.state is _ADMITTING:
             await self._host.record_admission(run)
         return await self._foreground(run)
@@ -202,6 +217,7 @@ class Parent(metaclass=NoPublicConstructor):
         *,
         final_schema: SchemaSpec | None = None,
         background: bool = False,
+        on_input: OnInput | None = None,
     ) -> RunResult | RunHandle:
         """Start a new run of the same subagent that carries a run's conversation on.
 
@@ -217,6 +233,8 @@ class Parent(metaclass=NoPublicConstructor):
                 subagent's).
             background: return an admission :class:`RunHandle` instead of
                 waiting for the :class:`RunResult`.
+            on_input: (foreground) answers the new run's questions, as for
+                :meth:`delegate`.
 
         Raises:
             InvalidArgumentsError: the run is still live, or a bad argument.
@@ -229,24 +247,8 @@ class Parent(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint_if_cancelled()
         self._host.check_usable()
         check_bool("background", background)
-        try:
-            earlier = self._registry.lookup(run_id, self._owner)
-        except UnknownRunError as unknown:
-            earlier = await self._registry.lookup_in_store(
-                run_id, self._owner, unknown, self._host.check_usable
-            )
-        if isinstance(earlier, StoredRun):
-            persistence = self._registry.persistence
-            assert persistence is not None
-            name, carried = await persistence.stored.carried(run_id, self._host.check_usable)
-        elif earlier.is_terminal:
-            # From the canonical JSON the run holds, never decoded here.
-            name, carried = earlier.subagent.name, earlier.carried()
-        else:
-            raise InvalidArgumentsError(
-                f"run {run_id} is still {earlier.status.value}; only a finished run can be "
-                "continued: wait for it first"
-            )
+        answerer = check_on_input(on_input)
+        name, carried = await self._registry.carried(run_id, self._owner, self._host.check_usable)
         run = admit(
             self._host,
             name,
@@ -258,6 +260,8 @@ class Parent(metaclass=NoPublicConstructor):
             foreground=not background,
         )
         run.continues = run_id
+        if answerer is not None and not background:
+            run.talk = Talk(answerer)
         if run.state is _ADMITTING:
             await self._host.record_admission(run)
         if background:
@@ -295,7 +299,8 @@ class Parent(metaclass=NoPublicConstructor):
 
         Returns:
             the :class:`RunResult` of a completed run (now observed), or a
-            :class:`RunHandle` with the live status.
+            :class:`RunHandle` with the live status: as soon as the run waits
+            for an answer (``input_required``, its questions), whatever *timeout*.
 
         Raises:
             RunFailedError, RunCancelledError, RunTimedOutError: the run ended
@@ -320,9 +325,12 @@ class Parent(metaclass=NoPublicConstructor):
                 run_id, self._owner, unknown, self._host.check_usable
             )
         if type(run) is StoredRun:
-            return await self._wait_in_store(run_id, limit)
+            return await self._host.wait_in_store(run_id, limit)
         if run.ended_at is not None:  # terminal
             await trio.lowlevel.checkpoint()
+        elif run.subagent.asks:
+            # It may need an answer: parent and child must not wait on each other.
+            await wait_or_question(run, limit)
         elif limit is None:
             await run.ending().wait()
         else:
@@ -335,7 +343,7 @@ class Parent(metaclass=NoPublicConstructor):
         if self._host.closed or registry.closed:
             self._host.closed_during(run)
         if run.ended_at is not None:
-            return self._answer(run)
+            return self._host.answer(run)
         return run.handle()
 
     def cancel(self, run_id: str) -> CancelAck:
@@ -366,6 +374,53 @@ class Parent(metaclass=NoPublicConstructor):
             return CancelAck(run_id, True, run.status)
         requested = run.request_cancel(self._registry.now(), CancelReason.REQUEST)
         return CancelAck(run.run_id, requested, run.status)
+
+    def answer(self, run_id: str, value: object, *, question_id: str | None = None) -> AnswerAck:
+        """Answer a question of a run (contract §19); synchronous.
+
+        Args:
+            run_id: a run of this parent's owner.
+            value: the answer; it must satisfy the question's schema.
+            question_id: the question (``None``: the run's oldest open one).
+
+        Returns:
+            an :class:`AnswerAck`; ``accepted`` is False when no such question
+            is open (answered, declined, withdrawn, or the run is terminal).
+
+        Raises:
+            InvalidArgumentsError: *value* does not satisfy the schema, or is
+                too large or deep (the question stays open).
+            UnknownRunError, ExpiredRunError, RuntimeClosedError: as for :meth:`status`.
+        """
+        return self._reply(run_id, question_id, value, False, "")
+
+    def decline(
+        self, run_id: str, *, question_id: str | None = None, reason: str = ""
+    ) -> AnswerAck:
+        """Decline a question of a run: its ``ask`` raises ``QuestionDeclinedError``
+        with *reason*. As :meth:`answer` otherwise."""
+        text = check_text(
+            "reason", reason, max_chars=self._registry.config.max_task_chars, allow_blank=True
+        )
+        return self._reply(run_id, question_id, None, True, text)
+
+    def questions(self) -> tuple[Question, ...]:
+        """A snapshot of the open questions of this parent's runs, oldest first.
+
+        Raises:
+            RuntimeClosedError: this parent or its runtime is closed.
+        """
+        self._host.check_usable()
+        return open_questions(self._live.values())
+
+    def _reply(
+        self, run_id: str, question_id: str | None, value: object, declined: bool, reason: str
+    ) -> AnswerAck:
+        self._host.check_usable()
+        run = self._registry.lookup(run_id, self._owner)
+        if isinstance(run, StoredRun):
+            return AnswerAck(run_id, question_id, False, run.status)
+        return answer_run(run, question_id, value, declined=declined, reason=reason)
 
     def check_resolved(self) -> None:
         """Check that every run this parent started is resolved (contract §7).
@@ -458,6 +513,7 @@ class Parent(metaclass=NoPublicConstructor):
             events=registry.events,
             check_usable=host.check_usable,
             listing=functools.partial(list_runs, host),
+            asking=frozenset(name for name, sub in self._children.items() if sub.asks),
         )
         return registry.surfaces.tools(binding)
 
@@ -465,7 +521,10 @@ class Parent(metaclass=NoPublicConstructor):
         """Wait for foreground *run*; if the caller is cancelled, cancel and join it first."""
         done = run.done
         assert done is not None  # a foreground run's is made at admission
+        talk = run.talk
         try:
+            if talk is not None and talk.on_input is not None:
+                await serve_foreground(run, talk, talk.on_input)
             await done.wait()
         except BaseException:
             with trio.CancelScope(shield=True):
@@ -473,39 +532,7 @@ class Parent(metaclass=NoPublicConstructor):
             raise
         if self._host.closed or self._registry.closed:
             self._host.closed_during(run)
-        return self._answer(run)
-
-    # -- lookup and answers ---------------------------------------------------
-
-    async def _wait_in_store(self, run_id: str, limit: float | None) -> RunResult | RunHandle:
-        """``wait`` for a run known from the store (see :meth:`StoredRuns.wait`)."""
-        persistence = self._registry.persistence
-        assert persistence is not None
-        record = await persistence.stored.wait(run_id, limit, self._host.check_usable)
-        if type(record) is RunHandle:
-            return record
-        assert type(record) is RunRecord
-        # As :meth:`_answer` does: the caller is told, and a result resolves the run.
-        self._settlements.told(run_id)
-        if record.status is _COMPLETED:
-            self._ledger.resolve(run_id)
-        return persistence.stored.answer(record)
-
-    def _answer(self, run: Run) -> RunResult:
-        """The result of a terminal run (observing it), or its error."""
-        if not run.foreground:  # a foreground run is never kept as unobserved
-            self._settlements.told(run.run_id)
-        if run.state.status is _COMPLETED:
-            result = run.result()
-            registry = self._registry
-            if self._ledger.resolve(run.run_id) and registry.persistence is not None:
-                # Observed for the first time: the store says so too (§16).
-                registry.persistence.writer.observed(run.run_id)
-            events = registry.events
-            if events is not None:
-                events.observed(run)
-            return result
-        raise run.outcome_error()
+        return self._host.answer(run)
 
 
 def open_parent_host(

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Final, NoReturn, final
 import trio
 
 from .._errors import DelegationError, RuntimeClosedError, StoreError
+from .._results import RunHandle, RunResult
 from .._status import RunStatus
-from .._stores._protocol import StoredRun
+from .._stores._protocol import RunRecord, StoredRun
 from ._execution import execute
 from ._fail_closed import Ledger
 from ._run import CancelReason, Outcome, Run, State
@@ -367,3 +368,33 @@ class ParentHost:
         """Every run of this closed parent has ended: free its owner, end its streams."""
         self.registry.unregister(self)
         self.settlements.close()
+
+    async def wait_in_store(self, run_id: str, limit: float | None) -> RunResult | RunHandle:
+        """``wait`` for a run known from the store (see :meth:`StoredRuns.wait`)."""
+        persistence = self.registry.persistence
+        assert persistence is not None
+        record = await persistence.stored.wait(run_id, limit, self.check_usable)
+        if type(record) is RunHandle:
+            return record
+        assert type(record) is RunRecord
+        # As :meth:`answer` does: the caller is told, and a result resolves the run.
+        self.settlements.told(run_id)
+        if record.status is _COMPLETED:
+            self.ledger.resolve(run_id)
+        return persistence.stored.answer(record)
+
+    def answer(self, run: Run) -> RunResult:
+        """The result of a terminal run (observing it), or its error."""
+        if not run.foreground:  # a foreground run is never kept as unobserved
+            self.settlements.told(run.run_id)
+        if run.state.status is _COMPLETED:
+            result = run.result()
+            registry = self.registry
+            if self.ledger.resolve(run.run_id) and registry.persistence is not None:
+                # Observed for the first time: the store says so too (§16).
+                registry.persistence.writer.observed(run.run_id)
+            events = registry.events
+            if events is not None:
+                events.observed(run)
+            return result
+        raise run.outcome_error()

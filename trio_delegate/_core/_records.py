@@ -18,7 +18,8 @@ from .._json import CanonicalJson
 from .._status import RunStatus
 from .._stores._protocol import RunRecord
 from .._summary import summarize_task
-from ._run import conversation_json, safe_message
+from ._conversation import conversation_json
+from ._run import safe_message
 
 if TYPE_CHECKING:
     from ._run import Outcome, Run

@@ -19,7 +19,7 @@ import trio
 from .._checks import builtin, describe, is_a
 from .._config import Config
 from .._errors import InvalidArgumentsError, StoreError, UnknownRunError
-from .._json import text_problem
+from .._json import CanonicalJson, text_problem
 from .._schema import ResultSchema, SchemaSpec, compile_result_schema
 from .._stores._protocol import StoredRun
 from .._subagent import result_schema, task_name
@@ -209,6 +209,32 @@ class Registry:
         if persistence is None:
             raise unknown
         return await persistence.stored.admitted_elsewhere(run_id, owner, unknown, check)
+
+    async def carried(
+        self, run_id: str, owner: str, check: Callable[[], None]
+    ) -> tuple[str, CanonicalJson]:
+        """The subagent and the conversation a continuation of *run_id* carries on
+        (contract §12), from memory or the store (*check* runs once it answered).
+
+        Raises:
+            InvalidArgumentsError: the run is still live.
+            UnknownRunError, ExpiredRunError, StoreError: as for a lookup.
+        """
+        try:
+            earlier = self.lookup(run_id, owner)
+        except UnknownRunError as unknown:
+            earlier = await self.lookup_in_store(run_id, owner, unknown, check)
+        if isinstance(earlier, StoredRun):
+            persistence = self.persistence
+            assert persistence is not None
+            return await persistence.stored.carried(run_id, check)
+        if not earlier.is_terminal:
+            raise InvalidArgumentsError(
+                f"run {run_id} is still {earlier.status.value}; only a finished run can be "
+                "continued: wait for it first"
+            )
+        # From the canonical JSON the run holds, never decoded here.
+        return earlier.subagent.name, earlier.carried()
 
     def _evicted(self, run: Run) -> None:
         """Retention evicted *run*: it is answered from the store, if anywhere."""

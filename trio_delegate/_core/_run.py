@@ -1,6 +1,6 @@
 """One run and every decision about its status (contract §3): the run state machine.
 
-A run is *live* (``admitting``, ``pending`` or ``running``), then *decided*
+A run is *live* (``admitting``, ``pending``, ``running`` or ``input_required``), then *decided*
 (its outcome is chosen, once: the first decision wins), then *committed*
 (terminal: its status changes, its waiters wake, and it never changes again). Between deciding and
 committing, a runtime with a store makes the outcome durable; a result that
@@ -36,20 +36,22 @@ from .._errors import (
     RunTimedOutError,
     StoreError,
 )
-from .._json import CanonicalJson, encode, escape_text
+from .._json import CanonicalJson, escape_text
 from .._results import RunHandle, RunResult
 from .._status import RunStatus
 from .._summary import summarize_task
 from ._adoption import as_recorded
+from ._conversation import conversation_json
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
     from .._config import Config
     from .._schema import ResultSchema
     from .._subagent import Subagent
     from .._usage import Budget, Usage
     from ._meter import Tally
+    from ._talk import Talk
 
 __all__ = [
     "CancelReason",
@@ -61,8 +63,6 @@ __all__ = [
     "State",
     "StoredEnding",
     "completed",
-    "conversation",
-    "conversation_json",
     "error_type",
     "failed",
     "safe_message",
@@ -112,6 +112,8 @@ class State(enum.Enum):
     ADMITTING = "admitting"
     PENDING = "pending"  # waiting for a slot
     RUNNING = "running"  # its runner has a slot
+    # running, and its runner waits for an answer to a question (contract §19)
+    INPUT_REQUIRED = "input_required"
     # decided, its outcome being recorded before it commits (with a store)
     DECIDED_PENDING = "decided_pending"  # decided before it started
     DECIDED_RUNNING = "decided_running"
@@ -142,6 +144,7 @@ for _state, _status, _live, _slot in (
     (State.ADMITTING, RunStatus.PENDING, True, False),
     (State.PENDING, RunStatus.PENDING, True, False),
     (State.RUNNING, RunStatus.RUNNING, True, True),
+    (State.INPUT_REQUIRED, RunStatus.INPUT_REQUIRED, True, True),
     (State.DECIDED_PENDING, RunStatus.PENDING, False, False),
     (State.DECIDED_RUNNING, RunStatus.RUNNING, False, True),
     (State.COMPLETED, RunStatus.COMPLETED, False, False),
@@ -187,8 +190,21 @@ MOVES: Final[dict[State, frozenset[State]]] = {
     ),
     State.RUNNING: frozenset(
         {
+            State.INPUT_REQUIRED,  # its runner asked a question (``_talk``)
             State.DECIDED_RUNNING,  # a result, being recorded
             State.COMPLETED,  # no store, or an ending recorded after it commits
+            State.FAILED,
+            State.CANCELLED,
+            State.TIMED_OUT,
+        }
+    ),
+    # Its last open question was answered, declined or withdrawn, or it ended
+    # (a runner that does not wait for its answer may still return or fail).
+    State.INPUT_REQUIRED: frozenset(
+        {
+            State.RUNNING,
+            State.DECIDED_RUNNING,
+            State.COMPLETED,
             State.FAILED,
             State.CANCELLED,
             State.TIMED_OUT,
@@ -215,12 +231,13 @@ del _state, _moves
 _ADMITTING: Final = State.ADMITTING
 _PENDING: Final = State.PENDING
 _RUNNING: Final = State.RUNNING
+_INPUT_REQUIRED: Final = State.INPUT_REQUIRED
 _WITHDRAWN: Final = State.WITHDRAWN
 _STARTED: Final = RunStatus.RUNNING
 _NOT_STARTED: Final = RunStatus.PENDING
 #: The state a live run waits for its record in once decided.
 State.ADMITTING.decided = State.PENDING.decided = State.DECIDED_PENDING
-State.RUNNING.decided = State.DECIDED_RUNNING
+State.RUNNING.decided = State.INPUT_REQUIRED.decided = State.DECIDED_RUNNING
 #: The terminal state of each final status (a StrEnum: it hashes in C).
 _COMMITTED: Final = {
     RunStatus.COMPLETED: State.COMPLETED,
@@ -436,6 +453,7 @@ class Run:
         "started_at",
         "state",
         "subagent",
+        "talk",
         "task",
         "telemetry",
         "timeout",
@@ -502,6 +520,9 @@ class Run:
         self.history_record: tuple[Any, ...] | None = None
         # What an observer keeps about the run (its span, say).
         self.telemetry: Any = None
+        # Its progress and questions (contract §19), made when its runner
+        # first reports or asks (``_talk``): most runs never do.
+        self.talk: Talk | None = None
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.subagent.name} {self.state.value}>"
@@ -538,13 +559,19 @@ class Run:
         return None if spent is None else spent.usage()
 
     def handle(self, status: RunStatus | None = None) -> RunHandle:
-        """Its snapshot: its status (or *status*), with what it spent (contract §20)."""
-        return RunHandle(
-            self.run_id,
-            self.subagent.name,
-            self.state.status if status is None else status,
-            self.usage(),
-        )
+        """Its snapshot: its status (or *status*), latest progress, open
+        questions and what it spent (contract §19-§20)."""
+        talk = self.talk
+        if talk is None:
+            return RunHandle(
+                self.run_id,
+                self.subagent.name,
+                self.state.status if status is None else status,
+                None,
+                (),
+                self.usage(),
+            )
+        return talk.handle(self, status)
 
     def admission_ack(self) -> RunHandle:
         """The admission acknowledgment: ``running`` once it has started, else ``pending``.
@@ -624,6 +651,15 @@ class Run:
         self.scope = trio.CancelScope(deadline=self.deadline)
         return self.scope
 
+    def asking(self, waiting: bool) -> None:
+        """``running ⇄ input_required``: whether its runner waits for an answer (``_talk``)."""
+        state = self.state
+        if waiting:
+            if state is _RUNNING:
+                self._move(_INPUT_REQUIRED)
+        elif state is _INPUT_REQUIRED:
+            self._move(_RUNNING)
+
     def request_cancel(
         self, now: float, reason: CancelReason, cause: BaseException | None = None
     ) -> bool:
@@ -642,11 +678,14 @@ class Run:
             self.cancel_requested_at = now
             self.cancel_reason = reason
             self.cancel_cause = cause
+            if self.talk is not None:
+                # Nobody may answer a run being stopped (contract §19).
+                self.talk.withdraw_all(self)
             self.host.run_cancel_requested(self, reason)
             state = self.state
         if not state.live:
             return True
-        if state is not _RUNNING:  # pending (or admitting): it ends now
+        if not state.holds_slot:  # pending (or admitting): it ends now
             self.decide(Outcome(RunStatus.CANCELLED, error=self.cancel_cause, reason=reason))
         else:
             assert self.scope is not None
@@ -731,6 +770,8 @@ class Run:
         done = self.done
         if done is not None:
             done.set()
+        if self.talk is not None:
+            self.talk.ended()
         self.host.run_committed(self, was_running)
 
 
@@ -773,48 +814,3 @@ def terminal_error(
             status=status.value,
         )
     raise AssertionError(f"terminal_error() for a {status} run")  # pragma: no cover
-
-
-def conversation_json(
-    history: CanonicalJson | None, links: Iterable[tuple[str, CanonicalJson | None]]
-) -> CanonicalJson:
-    """The conversation of a run that gave no transcript (contract §12), the one
-    place its shape is decided.
-
-    Its *history*, then for each ``(task, result)`` of *links* (the run
-    itself, or a chain of continuations oldest first) the task as a user
-    entry and, when that run completed, its result as an assistant entry.
-    Made from the canonical JSON texts, spliced without decoding them: a
-    conversation is as large as the runs' history and results, and decoding
-    and encoding it again would hold the event loop that long.
-    """
-    parts: list[str] = []
-    size = 2  # the brackets
-    if history is not None and history.text != "[]":
-        parts.append(history.text[1:-1])
-        size += history.size - 2
-    for task, result in links:
-        text, length = encode({"role": "user", "content": task}, max_depth=2)
-        parts.append(text)
-        size += length
-        if result is not None:
-            parts.append(f'{{"role":"assistant","content":{result.text}}}')
-            size += len('{"role":"assistant","content":}') + result.size
-    size += max(len(parts) - 1, 0)  # the commas
-    return CanonicalJson("[" + ",".join(parts) + "]", size)
-
-
-def conversation(
-    history: list[Any], task: str, completed: bool, final_result: Any, *, max_depth: int = 64
-) -> list[Any]:
-    """:func:`conversation_json` of plain JSON data, as plain JSON data.
-
-    Raises:
-        JsonProblem, TypeError: *history* or *final_result* is not JSON the
-            runtime can keep within *max_depth* levels.
-    """
-    result = CanonicalJson.of(final_result, max_depth=max_depth) if completed else None
-    entries: list[Any] = conversation_json(
-        CanonicalJson.of(history, max_depth=max_depth + 2), ((task, result),)
-    ).copy()
-    return entries

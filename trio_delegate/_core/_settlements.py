@@ -11,12 +11,11 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
 from .._results import RunHandle
-from .._status import RunStatus
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -66,6 +65,14 @@ class SettledRuns(AsyncIterator[RunHandle]):
         await self.aclose()
 
 
+def _entry(run: Run) -> tuple[Any, ...]:
+    """What :meth:`Settlements.unobserved` makes *run*'s handle of."""
+    talk = run.talk
+    if talk is None:
+        return (run.run_id, run.subagent.name, run.state.status)
+    return (run.run_id, run.subagent.name, run.state.status, talk.latest())
+
+
 @final
 class Settlements:
     """One parent's settlement stream and its unobserved runs."""
@@ -85,7 +92,8 @@ class Settlements:
         # Terminal runs whose outcome no wait has told, oldest settled first,
         # as (run id, subagent, status); unobserved() makes the handles when
         # asked, which few callers do.
-        self._unobserved: dict[str, tuple[str, str, RunStatus]] = {}
+        # (and its latest progress, when it reported any: contract §19).
+        self._unobserved: dict[str, tuple[Any, ...]] = {}
         self._closed = False
 
     def subscribe(self) -> SettledRuns:
@@ -107,7 +115,10 @@ class Settlements:
     def settled(self, run: Run) -> None:
         """*run* settled and its caller has its id: tell every stream."""
         if not run.foreground:
-            self._unobserved[run.run_id] = (run.run_id, run.subagent.name, run.state.status)
+            if run.talk is None:  # the common case, without a call
+                self._unobserved[run.run_id] = (run.run_id, run.subagent.name, run.state.status)
+            else:
+                self._unobserved[run.run_id] = _entry(run)
         if self._subscribed:
             self._tell(run)
 
@@ -128,7 +139,7 @@ class Settlements:
         """*run*'s foreground caller left without its outcome: list it as unobserved
         (*unobserved*), or not at all (the caller's cancellation answered for it)."""
         if unobserved:
-            self._unobserved[run.run_id] = (run.run_id, run.subagent.name, run.status)
+            self._unobserved[run.run_id] = _entry(run)
         else:
             self._unobserved.pop(run.run_id, None)
 

@@ -39,6 +39,7 @@ class ToolsBinding:
             is closed: the tools check it before each use (contract §8).
         listing: at most *limit* of the parent's runs, live ones first, with
             their task summaries (``list_subagent_runs``, contract §17).
+        asking: the direct children that may ask questions (``asks=True``, contract §19).
     """
 
     parent: Parent
@@ -47,6 +48,7 @@ class ToolsBinding:
     events: RunEvents | None
     check_usable: Callable[[], None]
     listing: Callable[[int], RunListing]
+    asking: frozenset[str] = frozenset()
 
 
 class Surfaces(Protocol):

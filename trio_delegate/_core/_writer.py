@@ -374,5 +374,5 @@ class Writer:
         return [
             (self._records.of(run, RunStatus.RUNNING, None), _ignore)
             for run in held.values()
-            if run.status is RunStatus.RUNNING
+            if run.state.holds_slot  # running (or input_required), decided or not
         ]

@@ -581,6 +581,13 @@ async def _foreground_wait(
     payload = answer
     if "final_result" in payload:
         return success_result(payload)
+    if payload["status"] == "input_required":
+        payload["message"] = (
+            "the run waits for an answer to its question; it goes on in the background. "
+            f"Answer it with answer_subagent (run_id {run_id!r}), then call wait_subagent "
+            "until it answers, before you finish."
+        )
+        return success_result(payload)
     payload["message"] = (
         f"still {payload['status']} after {limits.foreground_seconds:g} s, the most a "
         f"foreground call waits here; it goes on in the background. Call wait_subagent "

@@ -335,8 +335,16 @@ class TaskBook:
         async with send:
             try:
                 # A wait answers for this runtime's runs and, through the
-                # store, for the owner's runs in other runtimes alike.
-                await self.parent.wait(run_id)
+                # store, for the owner's runs in other runtimes alike. It
+                # answers early, with the handle, while the run waits for an
+                # answer to a question (contract §19): then its settlement says.
+                if type(await self.parent.wait(run_id)) is RunHandle:
+                    async with self.parent.settled() as settled:
+                        if not self.parent.status(run_id).status.is_terminal:
+                            async for handle in settled:
+                                if handle.run_id == run_id:
+                                    break
+                        await self.parent.wait(run_id, timeout=0)
             except _ENDED_ERRORS:
                 pass  # ended without completing: a wait says so by raising
             except UnknownRunError:
