@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -211,3 +214,45 @@ def test_serve_with_a_bad_budget_exits_2_before_serving(
         'must be a number of US dollars, got the string "2.5"'
     )
     assert "fix: write the number without quotes, e.g. max_cost_usd = 2.5" in captured.err
+
+
+async def test_a_configured_budget_stops_the_run_that_passes_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    module = f"spender_{uuid.uuid4().hex}"
+    (tmp_path / f"{module}.py").write_text(
+        textwrap.dedent(
+            """
+            import trio
+            import trio_delegate as td
+
+            async def spend(ctx):
+                ctx.add_usage(td.Usage(requests=1, input_tokens=600, output_tokens=500))
+                await trio.sleep(3600)  # an hour unless the budget stops it
+                return "not stopped"
+            """
+        )
+    )
+    path = write(
+        tmp_path,
+        f"""
+        [runtime]
+        fail_closed = false
+        runtime_budget = {{ max_requests = 5 }}
+        [[subagents]]
+        name = "spender"
+        python = "{module}:spend"
+        budget = {{ max_total_tokens = 1000 }}
+        """,
+    )
+    loaded = load_server_config(path)
+    async with (
+        td.open_runtime(loaded.subagents, config=loaded.config) as rt,
+        rt.open_parent("desk") as parent,
+    ):
+        with pytest.raises(td.RunCancelledError) as info:
+            await parent.delegate("spender", "go")
+        cause = info.value.__cause__
+        assert isinstance(cause, td.BudgetExceededError)
+        assert (cause.scope, cause.limit, cause.limit_value) == ("run", "max_total_tokens", 1000)
+        assert rt.usage.total_tokens == 1100
