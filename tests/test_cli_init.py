@@ -47,6 +47,29 @@ def test_init_writes_a_configuration_serve_loads(
     monkeypatch.delitem(sys.modules, "starter_agents", raising=False)
 
 
+def test_the_budgets_init_shows_load_once_uncommented(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "starter_agents", raising=False)
+    assert main(["init"]) == 0
+    capsys.readouterr()
+    path = tmp_path / CONFIG_NAME
+    lines = path.read_text().splitlines()
+    budgets = [index for index, line in enumerate(lines) if "budget = {" in line]
+    assert len(budgets) == 2  # the runtime's and the command subagent's
+    # Uncomment the runtime's budget and the whole command subagent around the other.
+    start = max(i for i in range(budgets[1]) if lines[i] == "# [[subagents]]")
+    for index in [budgets[0], *range(start, budgets[1] + 1)]:
+        lines[index] = lines[index].removeprefix("# ")
+    path.write_text("\n".join(lines).replace('["python3", "summarize.py"]', "['cat']"))
+    config = load_server_config(path)
+    assert config.config.runtime_budget == td.Budget(max_cost_usd=20)
+    assert config.subagents[-1].budget == td.Budget(max_total_tokens=100000, max_cost_usd=2.5)
+    monkeypatch.delitem(sys.modules, "starter_agents", raising=False)
+
+
 @pytest.mark.parametrize("existing", [CONFIG_NAME, RUNNERS_NAME])
 def test_init_never_overwrites(
     existing: str,

@@ -1,6 +1,6 @@
 """How a configuration file's table is declared: a key is one attrs field.
 
-A table made here, as a later key (a budget) would be made, is read by the
+A table made here, as the budget table of a subagent is made, is read by the
 same converter and speaks with the same ConfigError as the file's own tables.
 """
 

@@ -1,6 +1,7 @@
 """The configuration file of ``trio-delegate serve``: TOML, checked before anything starts.
 
-The file has a ``[runtime]`` table (any :class:`Config` field), a
+The file has a ``[runtime]`` table (any :class:`Config` field; ``runtime_budget``
+and each subagent's ``budget`` are tables of :class:`Budget` fields), a
 ``[server]`` table (how the MCP server answers) and one ``[[subagents]]``
 table per subagent, each either a command (``command = [...]``, see
 :class:`CommandRunner`), a Python runner (``python = "module:function"``)
@@ -14,10 +15,10 @@ Reading is declarative: each table is an attrs class in
 ``trio_delegate._config_file._sections`` with one field per key, structured
 by one cattrs converter (``_config_file._structure``) whose errors become
 :class:`ConfigError`. A new key is one field there, for instance a
-subagent's budget::
+subagent's limit on turns::
 
-    max_tokens: int | None = key(None, check=check.positive_int,
-                                 fix="write e.g. max_tokens = 20000")
+    max_turns: int = key(20, check=check.positive_int,
+                         fix="write e.g. max_turns = 20")
 
 then read here, where the tables become a :class:`ServerConfig`.
 """
@@ -218,6 +219,7 @@ def _subagent(
             timeout_seconds=table.timeout_seconds,
             final_schema=table.final_schema,
             children=children,
+            budget=table.budget,
         )
     except InvalidArgumentsError as exc:
         key = key_text(at)

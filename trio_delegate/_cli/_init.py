@@ -40,6 +40,7 @@ _CONFIG: Final = f"""\
 subagent_timeout_seconds = 120     # each run's deadline, unless a subagent sets its own
 max_concurrent_runs = 4            # per connection; more runs wait as "pending"
 # store = "runs.db"                # record every run (trio-delegate runs list --db runs.db)
+# runtime_budget = {{ max_cost_usd = 20 }}   # the most all runs may spend together
 
 [server]
 foreground_limit_seconds = 45      # a longer foreground call answers with its run id
@@ -69,6 +70,7 @@ properties.sentences.type = "integer"
 # description = "Summarizes a document: give it the whole text."
 # command = ["python3", "summarize.py"]
 # timeout_seconds = 30
+# budget = {{ max_total_tokens = 100000, max_cost_usd = 2.5 }}   # the most each run may spend
 
 # An agent CLI as a subagent, run headless with its own deadline.
 # [[subagents]]

@@ -18,15 +18,17 @@ import attrs
 
 from .._checks import describe
 from .._config import INHERIT, Config, TimeoutSetting
+from .._usage import Budget
 from . import _values as check
 from ._problems import Problem, cut
-from ._structure import converter, key, structure_items
+from ._structure import converter, key, structure_items, structure_table
 
 __all__ = [
     "DEFAULT",
     "DEFAULT_FOREGROUND_LIMIT_SECONDS",
     "DEFAULT_PROGRESS_INTERVAL_SECONDS",
     "AgentSubagent",
+    "BudgetSection",
     "CommandSubagent",
     "ModelSubagent",
     "FileSections",
@@ -36,6 +38,7 @@ __all__ = [
     "SubagentSection",
     "TemporalSettings",
     "TemporalSubagent",
+    "budget",
     "runtime_config",
 ]
 
@@ -60,6 +63,36 @@ class _Default(enum.Enum):
 DEFAULT: Final = _Default.DEFAULT
 
 
+@final
+@attrs.frozen(kw_only=True)
+class BudgetSection:
+    """A budget (``budget = { ... }``): the fields of :class:`~trio_delegate.Budget`."""
+
+    keys_say: ClassVar[str] = "a budget takes the fields of trio_delegate.Budget"
+
+    max_requests: int | None = key(None, check=check.token_limit("max_requests"))
+    max_input_tokens: int | None = key(None, check=check.token_limit("max_input_tokens"))
+    max_output_tokens: int | None = key(None, check=check.token_limit("max_output_tokens"))
+    max_total_tokens: int | None = key(None, check=check.token_limit("max_total_tokens"))
+    max_cost_usd: float | None = key(None, check=check.cost_limit)
+
+
+def budget(value: Any) -> Budget:
+    """The :class:`~trio_delegate.Budget` a TOML table says.
+
+    Raises:
+        Problem: *value* is not a table.
+        ClassValidationError: its keys are wrong (an unknown one, a limit
+            that is not a number >= 0), each said with its key.
+    """
+    table = structure_table(value, BudgetSection)
+    # Every limit is checked as Budget checks it: this cannot refuse.
+    return Budget(**attrs.asdict(table))
+
+
+_BUDGET_FIX: Final = "write e.g. budget = { max_total_tokens = 100000, max_cost_usd = 2.5 }"
+
+
 def _runtime_section() -> type[Any]:
     # Every field of Config is a key, checked by Config itself: a new field
     # of Config is a new key of [runtime] without a line here.
@@ -67,6 +100,10 @@ def _runtime_section() -> type[Any]:
         field.name: key(field.default, check=check.config_value(field.name))
         for field in attrs.fields(Config)
     }
+    # A Budget is written as a table, which Config itself cannot read.
+    fields["runtime_budget"] = key(
+        None, check=budget, fix=_BUDGET_FIX.replace("budget =", "runtime_budget =")
+    )
     fields["store"] = key(None, check=check.store)
     cls = attrs.make_class("RuntimeSection", fields, frozen=True, kw_only=True)
     # A class attribute, as the other tables' ClassVar (attrs.make_class takes fields only).
@@ -134,6 +171,7 @@ class _Subagent:
         "", check=check.text, fix='write description = "what this subagent is for"'
     )
     timeout_seconds: TimeoutSetting = key(INHERIT, check=check.deadline)
+    budget: Budget | None = key(None, check=budget, fix=_BUDGET_FIX)
     final_schema: Any = key(
         None,
         check=check.json_schema,

@@ -20,10 +20,12 @@ from .._runners._agents import AGENT_KINDS
 from .._schema import compile_result_schema
 from .._stores._postgres import is_postgres_dsn, mask_dsn
 from .._subagent import NAME_PATTERN
+from .._usage import MAX_COUNT
 from ._problems import NO_DEADLINE, Problem, cut, toml_text
 
 __all__ = [
     "agent_kind",
+    "cost_limit",
     "command",
     "config_value",
     "deadline",
@@ -42,6 +44,7 @@ __all__ = [
     "seconds",
     "store",
     "subagent_name",
+    "token_limit",
     "temporal_address",
     "text",
 ]
@@ -104,6 +107,45 @@ def grace_seconds(value: Any) -> float:
         raise Problem(
             f"must be a finite number of seconds >= 0, got {toml_text(value)}",
             "write e.g. kill_grace_seconds = 2",
+        )
+    return float(value)
+
+
+def token_limit(name: str) -> Check:
+    """A budget's limit on a count (*name*, e.g. ``max_total_tokens``): an integer >= 0.
+
+    Returns:
+        The check, raising :class:`Problem` for any other value.
+    """
+
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            raise Problem(
+                f"must be an integer from 0 to {MAX_COUNT}, got {toml_text(value)}",
+                f"write e.g. {name} = {50 if name == 'max_requests' else 100000}, "
+                "or remove the key for no limit",
+            )
+        return value
+
+    return check
+
+
+def cost_limit(value: Any) -> float:
+    """A budget's limit on cost: a finite number of US dollars >= 0.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
+    if isinstance(value, str):
+        # A quoted number is the likely slip: say how to write it.
+        raise Problem(
+            f"must be a number of US dollars, got the string {toml_text(value)}",
+            "write the number without quotes, e.g. max_cost_usd = 2.5",
+        )
+    if not (_finite(value) and value >= 0):
+        raise Problem(
+            f"must be a finite number of US dollars >= 0, got {toml_text(value)}",
+            "write e.g. max_cost_usd = 2.5, or remove the key for no limit",
         )
     return float(value)
 
