@@ -17,11 +17,19 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 import trio_delegate as td
-from trio_delegate._runners._agents import AgentCLIRunner
+from trio_delegate._runners._agents import (
+    AgentCLIRunner,
+    _claude_usage,
+    _codex_usage,
+    reported_usage,
+)
 from trio_delegate._server_config import load_server_config
 
 from .fakes import (
@@ -44,6 +52,7 @@ from .fakes.clients import (
     codex_program,
     processes_with,
 )
+from .hostile_strategies import hostile_numbers
 
 KINDS = ["claude", "codex"]
 SCHEMA = {
@@ -460,3 +469,71 @@ async def test_numbers_that_are_not_counts_count_as_zero(tmp_path: Path) -> None
             spent = parent.usage(done.run_id)
     # Only the clamped cache count is a count; input includes it.
     assert spent == td.Usage(input_tokens=2**63 - 1, cache_read_input_tokens=2**63 - 1)
+
+
+#: What a CLI's JSON may hold where a count belongs.
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | hostile_numbers | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=30), inner),
+    max_leaves=6,
+)
+CLAUDE_KEYS = ["num_turns", "total_cost_usd", "usage", "modelUsage"]
+COUNT_KEYS = [
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "reasoning_output_tokens",
+    "inputTokens",
+    "outputTokens",
+    "cacheReadInputTokens",
+    "cacheCreationInputTokens",
+]
+FIELDS = st.dictionaries(st.sampled_from(COUNT_KEYS), ANY_JSON)
+
+
+@given(
+    result=st.dictionaries(
+        st.sampled_from(CLAUDE_KEYS),
+        ANY_JSON | FIELDS | st.dictionaries(st.text(max_size=3), FIELDS | ANY_JSON),
+    ),
+    turns=st.lists(st.fixed_dictionaries({"usage": FIELDS | ANY_JSON}), max_size=3),
+)
+def test_whatever_a_cli_says_it_spent_is_a_usage(
+    result: dict[str, Any], turns: list[dict[str, Any]]
+) -> None:
+    claude = _claude_usage([{**result, "type": "result"}])
+    codex = _codex_usage([{**turn, "type": "turn.completed"} for turn in turns])
+    for usage in (claude, codex):
+        if usage is not None:
+            # A valid Usage, as Usage itself checks (it raises otherwise).
+            assert td.Usage(**attrs.asdict(usage)) == usage
+            assert usage.input_tokens >= usage.cache_read_input_tokens
+
+
+USAGE_FIELDS = [
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "reasoning_output_tokens",
+    "cost_usd",
+]
+
+
+@given(st.dictionaries(st.sampled_from(USAGE_FIELDS), ANY_JSON | st.integers(0, 2**63 - 1)))
+def test_reported_usage_keeps_counts_clamped_and_zeroes_the_rest(fields: dict[str, Any]) -> None:
+    usage = reported_usage(**fields)
+    for name in ("requests", "cache_read_input_tokens", "cache_creation_input_tokens"):
+        value = fields.get(name)
+        # A whole number >= 0 is kept, clamped at 2**63-1; anything else is 0.
+        is_count = type(value) is int and value >= 0
+        assert getattr(usage, name) == (min(value, 2**63 - 1) if is_count else 0)
+    # The totals hold their parts, as td.Usage counts them.
+    assert usage.output_tokens >= usage.reasoning_output_tokens
+    assert usage.input_tokens >= min(
+        usage.cache_read_input_tokens + usage.cache_creation_input_tokens, 2**63 - 1
+    )
