@@ -528,10 +528,10 @@ USAGE_FIELDS = [
 def test_reported_usage_keeps_counts_clamped_and_zeroes_the_rest(fields: dict[str, Any]) -> None:
     usage = reported_usage(**fields)
     for name in ("requests", "cache_read_input_tokens", "cache_creation_input_tokens"):
-        value = fields.get(name)
+        value: Any = fields.get(name)
         # A whole number >= 0 is kept, clamped at 2**63-1; anything else is 0.
-        is_count = type(value) is int and value >= 0
-        assert getattr(usage, name) == (min(value, 2**63 - 1) if is_count else 0)
+        expected = min(value, 2**63 - 1) if type(value) is int and value >= 0 else 0
+        assert getattr(usage, name) == expected
     # The totals hold their parts, as td.Usage counts them.
     assert usage.output_tokens >= usage.reasoning_output_tokens
     assert usage.input_tokens >= min(
