@@ -9,7 +9,9 @@ client at another endpoint (a proxy, a gateway, a local fake), and
 (``parent.tools().anthropic_tools()``); each tool call it makes goes to
 ``tools.call``, and its answer, or the error's payload, goes back as the
 ``tool_result``. The loop ends when the model answers in text; leaving the
-parent then checks that every delegated run was resolved.
+parent then checks that every delegated run was resolved. What the lead
+model spent (each response's ``usage``) and what the subagents reported
+(``parent.usage()``) are printed to stderr at the end.
 """
 
 from __future__ import annotations
@@ -56,11 +58,37 @@ async def answer_tool_call(tools: td.DelegationTools, name: str, arguments: Any)
     return {"content": json.dumps(result), "is_error": False}
 
 
+def response_usage(usage: anthropic.types.Usage) -> td.Usage:
+    """One response's ``usage`` as a ``td.Usage`` (which counts the cache in the input)."""
+    cache_read = usage.cache_read_input_tokens or 0
+    cache_creation = usage.cache_creation_input_tokens or 0
+    return td.Usage(
+        requests=1,
+        input_tokens=usage.input_tokens + cache_read + cache_creation,
+        output_tokens=usage.output_tokens,
+        cache_read_input_tokens=cache_read,
+        cache_creation_input_tokens=cache_creation,
+    )
+
+
 async def run_lead(client: anthropic.AsyncAnthropic, prompt: str) -> str:
     """The lead model's loop over one parent; its final text."""
     model = os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5")
     subagents = [td.Subagent("researcher", researcher, description="Researches a question.")]
     async with td.open_runtime(subagents) as rt, rt.open_parent("lead") as parent:
+        try:
+            return await lead_turns(client, model, parent, prompt)
+        finally:
+            print(f"subagents spent: {parent.usage()}", file=sys.stderr)
+
+
+async def lead_turns(
+    client: anthropic.AsyncAnthropic, model: str, parent: td.Parent, prompt: str
+) -> str:
+    """The model's turns until it answers in text; what they spent goes to stderr."""
+    # The lead is the host, not a run: nothing counts its usage but this.
+    spent = td.Usage()
+    try:
         tools = parent.tools()
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         for _ in range(MAX_TURNS):
@@ -75,6 +103,7 @@ async def run_lead(client: anthropic.AsyncAnthropic, prompt: str) -> str:
                 messages=messages,
             ) as stream:
                 message = await stream.get_final_message()
+            spent += response_usage(message.usage)
             messages.append(
                 {"role": "assistant", "content": [block.model_dump() for block in message.content]}
             )
@@ -87,6 +116,8 @@ async def run_lead(client: anthropic.AsyncAnthropic, prompt: str) -> str:
                 results.append({"type": "tool_result", "tool_use_id": block.id, **answer})
             messages.append({"role": "user", "content": results})
         raise RuntimeError(f"the model was still calling tools after {MAX_TURNS} turns")
+    finally:
+        print(f"lead model spent: {spent}", file=sys.stderr)
 
 
 def main() -> None:

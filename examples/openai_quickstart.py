@@ -10,6 +10,8 @@ picks the model. The model sees the delegation tools in strict mode
 ``tools.call``, and its answer, or the error's payload, goes back as the
 ``function_call_output``. The loop ends when the model answers in text;
 leaving the parent then checks that every delegated run was resolved.
+What the lead model spent (each response's ``usage``) and what the
+subagents reported (``parent.usage()``) are printed to stderr at the end.
 """
 
 from __future__ import annotations
@@ -55,18 +57,46 @@ async def answer_tool_call(tools: td.DelegationTools, name: str, arguments: str)
         return json.dumps(exc.to_payload())
 
 
+def response_usage(usage: Any) -> td.Usage:
+    """One response's ``usage`` as a ``td.Usage`` (counted as OpenAI counts it:
+    the cache in the input, reasoning in the output)."""
+    if usage is None:
+        return td.Usage(requests=1)
+    cached = usage.input_tokens_details.cached_tokens if usage.input_tokens_details else 0
+    reasoning = usage.output_tokens_details.reasoning_tokens if usage.output_tokens_details else 0
+    return td.Usage(
+        requests=1,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_input_tokens=cached or 0,
+        reasoning_output_tokens=reasoning or 0,
+    )
+
+
 async def run_lead(client: openai.AsyncOpenAI, prompt: str) -> str:
     """The lead model's loop over one parent; its final text."""
     model = os.environ.get("OPENAI_MODEL", "gpt-5")
     subagents = [td.Subagent("researcher", researcher, description="Researches a question.")]
     async with td.open_runtime(subagents) as rt, rt.open_parent("lead") as parent:
+        try:
+            return await lead_turns(client, model, parent, prompt)
+        finally:
+            print(f"subagents spent: {parent.usage()}", file=sys.stderr)
+
+
+async def lead_turns(client: openai.AsyncOpenAI, model: str, parent: td.Parent, prompt: str) -> str:
+    """The model's turns until it answers in text; what they spent goes to stderr."""
+    # The lead is the host, not a run: nothing counts its usage but this.
+    spent = td.Usage()
+    try:
         tools = parent.tools()
         conversation: list[Any] = [{"role": "user", "content": prompt}]
         for _ in range(MAX_TURNS):
             # The async client runs natively under Trio (no worker thread): the
             # subagents keep running while the model thinks, and cancelling the
             # lead cancels the request in flight. Streamed: each finished output
-            # item (a message, a function call) as it ends.
+            # item (a message, a function call) as it ends; the usage comes
+            # with the completed response.
             stream = await client.responses.create(
                 model=model,
                 instructions=INSTRUCTIONS,
@@ -74,12 +104,13 @@ async def run_lead(client: openai.AsyncOpenAI, prompt: str) -> str:
                 input=conversation,
                 stream=True,
             )
+            items = []
             async with stream:
-                items = [
-                    event.item
-                    async for event in stream
-                    if event.type == "response.output_item.done"
-                ]
+                async for event in stream:
+                    if event.type == "response.output_item.done":
+                        items.append(event.item)
+                    elif event.type == "response.completed":
+                        spent += response_usage(event.response.usage)
             conversation.extend(item.model_dump(exclude_none=True) for item in items)
             calls = [item for item in items if item.type == "function_call"]
             if not calls:
@@ -96,6 +127,8 @@ async def run_lead(client: openai.AsyncOpenAI, prompt: str) -> str:
                     {"type": "function_call_output", "call_id": item.call_id, "output": output}
                 )
         raise RuntimeError(f"the model was still calling tools after {MAX_TURNS} turns")
+    finally:
+        print(f"lead model spent: {spent}", file=sys.stderr)
 
 
 def main() -> None:

@@ -36,8 +36,11 @@ class ScriptedEngine:
     """A DSPy engine (``complete(Request) -> Response``) answering from a script: the
     script gets the prompt's messages and returns the output fields."""
 
-    def __init__(self, script: Callable[[Messages], dict[str, Any]]) -> None:
+    def __init__(
+        self, script: Callable[[Messages], dict[str, Any]], usage: Usage | None = None
+    ) -> None:
         self.script = script
+        self.usage = usage or Usage(input_tokens=0, output_tokens=0, total_tokens=0)
 
     def complete(self, request: Request) -> Response:
         messages: Messages = []
@@ -57,7 +60,7 @@ class ScriptedEngine:
             model="scripted",
             message=Message.assistant([TextPart(text + "[[ ## completed ## ]]")]),
             finish_reason="stop",
-            usage=Usage(input_tokens=0, output_tokens=0, total_tokens=0),
+            usage=self.usage,
         )
 
     def stream(self, request: Request) -> Iterator[Any]:
@@ -91,8 +94,9 @@ class AsyncScriptedEngine:
 def scripted_lm(
     script: Callable[[Messages], dict[str, Any]],
     before: Callable[[], Awaitable[None]] | None = None,
+    usage: Usage | None = None,
 ) -> Any:
-    engine = ScriptedEngine(script)
+    engine = ScriptedEngine(script, usage)
     return dspy.LM(
         "scripted/model",
         engine=engine,
@@ -316,3 +320,77 @@ async def test_a_continuation_needs_a_history_field() -> None:
         assert first.final_result == "yes"
         with pytest.raises(td.RunFailedError, match=r"no dspy\.History input field"):
             await parent.continue_run(first.run_id, "second")
+
+
+# -- what the module spent ------------------------------------------------------------
+
+#: What each LM call says it spent (the scripted provider's counts are taken
+#: verbatim: the cache in input_tokens and reasoning in output_tokens).
+SPENT = Usage(
+    input_tokens=100,
+    output_tokens=20,
+    total_tokens=120,
+    cache_read_tokens=30,
+    cache_write_tokens=7,
+    reasoning_tokens=4,
+)
+
+
+class Twice(dspy.Module):  # type: ignore[misc]
+    """Two LM calls a run: the second answers the first's answer."""
+
+    def __init__(self, script: Callable[[Messages], dict[str, Any]]) -> None:
+        super().__init__()
+        self.first = dspy.Predict("question -> answer")
+        self.second = dspy.Predict("question -> answer")
+        self.set_lm(scripted_lm(script, usage=SPENT))
+
+    async def aforward(self, question: str) -> Any:
+        first = await self.first.acall(question=question)
+        return await self.second.acall(question=first.answer)
+
+
+async def test_every_lm_calls_usage_counts_for_the_run() -> None:
+    sub = td.Subagent(
+        "qa", td_dspy.runner(Twice(lambda messages: {"answer": "yes"}), task_field="question")
+    )
+    async with td.open_runtime([sub]) as rt, rt.open_parent() as parent:
+        done = await parent.delegate("qa", "Is it?")
+        assert done.final_result == "yes"
+        assert parent.usage(done.run_id) == td.Usage(
+            requests=2,
+            input_tokens=200,
+            output_tokens=40,
+            cache_read_input_tokens=60,
+            cache_creation_input_tokens=14,
+            reasoning_output_tokens=8,
+        )
+
+
+async def test_what_the_lm_calls_before_a_failure_spent_counts() -> None:
+    calls = 0
+
+    def script(messages: Messages) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise ValueError("model broke")
+        return {"answer": "yes"}
+
+    sub = td.Subagent("qa", td_dspy.runner(Twice(script), task_field="question"))
+    async with (
+        td.open_runtime([sub], config=td.Config(fail_closed=False)) as rt,
+        rt.open_parent() as parent,
+    ):
+        handle = await parent.start("qa", "Is it?")
+        with pytest.raises(td.RunFailedError):
+            await parent.wait(handle.run_id)
+        # The first call; the one that broke reported nothing.
+        assert parent.usage(handle.run_id) == td.Usage(
+            requests=1,
+            input_tokens=100,
+            output_tokens=20,
+            cache_read_input_tokens=30,
+            cache_creation_input_tokens=7,
+            reasoning_output_tokens=4,
+        )

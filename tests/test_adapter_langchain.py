@@ -208,3 +208,87 @@ def test_history_takes_plain_entries_and_openai_style_messages() -> None:
     assert messages[1].text == '{"length":5}'
     with pytest.raises(td.InvalidArgumentsError, match=r"ctx.history\[0\]"):
         td_langchain.history_messages([{"role": "nobody", "content": "x"}])
+
+
+# -- what the agent spent -------------------------------------------------------------
+
+
+def spending_reply(content: str, **extra: Any) -> AIMessage:
+    """A reply that says what it spent (LangChain counts the cache in input_tokens
+    and reasoning in output_tokens, as td.Usage does)."""
+    return AIMessage(
+        content,
+        usage_metadata={
+            "input_tokens": 100,
+            "output_tokens": 20,
+            "total_tokens": 120,
+            "input_token_details": {"cache_read": 30, "cache_creation": 7},
+            "output_token_details": {"reasoning": 4},
+        },
+        **extra,
+    )
+
+
+@pytest.mark.parametrize("messages_key", ["messages", None])
+async def test_every_model_calls_usage_counts_for_the_run(messages_key: str | None) -> None:
+    calls = 0
+
+    async def script(messages: list[BaseMessage]) -> AIMessage:
+        nonlocal calls
+        calls += 1
+        return spending_reply(f"answer {calls}")
+
+    model = chat_model(script)
+    agent = model if messages_key is None else create_agent(model, [])
+    sub = td.Subagent("agent", td_langchain.runner(agent, messages_key=messages_key))
+    async with td.open_runtime([sub]) as rt, rt.open_parent() as parent:
+        first = await parent.delegate("agent", "one")
+        second = await parent.continue_run(first.run_id, "two")
+        assert isinstance(second, td.RunResult)
+        assert second.final_result == "answer 2"
+        # Each run counts its own call; the history it was given is not counted again.
+        expected = td.Usage(
+            requests=1,
+            input_tokens=100,
+            output_tokens=20,
+            cache_read_input_tokens=30,
+            cache_creation_input_tokens=7,
+            reasoning_output_tokens=4,
+        )
+        assert parent.usage(first.run_id) == expected
+        assert parent.usage(second.run_id) == expected
+
+
+async def test_what_the_calls_before_a_failure_spent_counts() -> None:
+    calls = 0
+
+    async def script(messages: list[BaseMessage]) -> AIMessage:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise ValueError("model broke")
+        tool_call = {"name": "look", "args": {}, "id": f"call-{calls}", "type": "tool_call"}
+        return spending_reply("", tool_calls=[tool_call])
+
+    def look() -> str:
+        """Look around."""
+        return "nothing yet"
+
+    agent = create_agent(chat_model(script), [look])
+    sub = td.Subagent("agent", td_langchain.runner(agent))
+    async with (
+        td.open_runtime([sub], config=td.Config(fail_closed=False)) as rt,
+        rt.open_parent() as parent,
+    ):
+        handle = await parent.start("agent", "look")
+        with pytest.raises(td.RunFailedError):
+            await parent.wait(handle.run_id)
+        # Two replies, and the call that failed (it reported nothing).
+        assert parent.usage(handle.run_id) == td.Usage(
+            requests=2,
+            input_tokens=200,
+            output_tokens=40,
+            cache_read_input_tokens=60,
+            cache_creation_input_tokens=14,
+            reasoning_output_tokens=8,
+        )

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from agents import Agent, FunctionTool, RunConfig, Runner
+from agents import Agent, FunctionTool, MaxTurnsExceeded, RunConfig, Runner, function_tool
 from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from agents.usage import Usage
+from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 import trio_delegate as td
 from trio_delegate.adapters import openai_agents as td_openai_agents
@@ -220,3 +222,71 @@ def test_history_takes_plain_entries_and_input_items() -> None:
     assert items[2]["type"] == "function_call_output"
     with pytest.raises(td.InvalidArgumentsError, match=r"ctx.history\[0\]"):
         td_openai_agents.history_items(["just text"])
+
+
+# -- what the agent spent -------------------------------------------------------------
+
+#: What each scripted response says it spent (the SDK counts cached input in
+#: input_tokens and reasoning in output_tokens, as td.Usage does).
+SPENT = Usage(
+    requests=1,
+    input_tokens=100,
+    input_tokens_details=InputTokensDetails(cached_tokens=30, cache_write_tokens=7),
+    output_tokens=20,
+    output_tokens_details=OutputTokensDetails(reasoning_tokens=4),
+    total_tokens=120,
+)
+
+
+def spender(*, max_turns: int) -> support.ChildRunner:
+    """A runner whose agent calls a tool twice, then answers."""
+
+    @function_tool
+    def look() -> str:
+        """Look around."""
+        return "nothing yet"
+
+    steps = [
+        ModelStep(output=[function_call("look", {}, call_id=f"call-{n}")], usage=SPENT)
+        for n in range(2)
+    ]
+    model = ScriptedModel([*steps, ModelStep(output=[assistant_message("found")], usage=SPENT)])
+    agent: Agent[Any] = Agent(name="looker", model=model, tools=[look])
+    return td_openai_agents.runner(agent, max_turns=max_turns, run_config=OFFLINE)
+
+
+async def test_the_agents_usage_counts_for_the_run() -> None:
+    async with (
+        td.open_runtime([td.Subagent("agent", spender(max_turns=10))]) as rt,
+        rt.open_parent() as parent,
+    ):
+        done = await parent.delegate("agent", "look")
+        assert done.final_result == "found"
+        assert parent.usage(done.run_id) == td.Usage(
+            requests=3,
+            input_tokens=300,
+            output_tokens=60,
+            cache_read_input_tokens=90,
+            cache_creation_input_tokens=21,
+            reasoning_output_tokens=12,
+        )
+
+
+async def test_what_an_agent_stopped_by_its_turn_limit_spent_counts() -> None:
+    sub = td.Subagent("agent", spender(max_turns=2))
+    async with (
+        td.open_runtime([sub], config=td.Config(fail_closed=False)) as rt,
+        rt.open_parent() as parent,
+    ):
+        handle = await parent.start("agent", "look")
+        with pytest.raises(td.RunFailedError) as info:
+            await parent.wait(handle.run_id)
+        assert isinstance(info.value.__cause__, MaxTurnsExceeded)
+        assert parent.usage(handle.run_id) == td.Usage(
+            requests=2,
+            input_tokens=200,
+            output_tokens=40,
+            cache_read_input_tokens=60,
+            cache_creation_input_tokens=14,
+            reasoning_output_tokens=8,
+        )

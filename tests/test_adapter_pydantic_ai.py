@@ -20,6 +20,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
 
 import trio_delegate as td
 from trio_delegate.adapters import pydantic_ai as td_pydantic_ai
@@ -232,3 +233,84 @@ async def test_settled_notices_tell_the_agent_at_its_next_request(
     )
     # Not before it ended; then in the history once, not again at each request.
     assert seen_notices == [[], [], [notice], [notice]]
+
+
+# -- what the agent spent -------------------------------------------------------------
+
+#: What each response of :func:`spender` says it spent (Pydantic AI counts
+#: the cache in input_tokens and reasoning in output_tokens, as td.Usage does).
+SPENT = RequestUsage(
+    input_tokens=100,
+    output_tokens=20,
+    cache_read_tokens=30,
+    cache_write_tokens=7,
+    details={"reasoning_tokens": 4},
+)
+
+
+def spender(calls: list[int], *, tool_calls: int = 2) -> support.ChildRunner:
+    """A runner whose agent calls a tool *tool_calls* times, then answers."""
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(len(calls))
+        if len(calls) <= tool_calls:
+            return ModelResponse(parts=[ToolCallPart("look", "{}")], usage=SPENT)
+        return ModelResponse(parts=[TextPart("found")], usage=SPENT)
+
+    agent = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def look() -> str:
+        return "nothing yet"
+
+    return td_pydantic_ai.runner(agent)
+
+
+async def test_the_agents_usage_counts_for_the_run() -> None:
+    calls: list[int] = []
+    async with (
+        td.open_runtime([td.Subagent("agent", spender(calls))]) as rt,
+        rt.open_parent() as parent,
+    ):
+        done = await parent.delegate("agent", "look")
+        assert done.final_result == "found"
+        assert parent.usage(done.run_id) == td.Usage(
+            requests=3,
+            input_tokens=300,
+            output_tokens=60,
+            cache_read_input_tokens=90,
+            cache_creation_input_tokens=21,
+            reasoning_output_tokens=12,
+        )
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize(
+    ("budget", "requests"),
+    [
+        # Pydantic AI stops before the request that would pass the limit...
+        (td.Budget(max_requests=2), 2),
+        # ...and at the response that passed a token limit.
+        (td.Budget(max_output_tokens=30), 2),
+        (td.Budget(max_total_tokens=119), 1),
+        (td.Budget(max_input_tokens=250), 3),
+    ],
+)
+async def test_what_the_budget_leaves_is_the_agents_usage_limits(
+    budget: td.Budget, requests: int
+) -> None:
+    calls: list[int] = []
+    sub = td.Subagent("agent", spender(calls, tool_calls=5), budget=budget)
+    async with (
+        td.open_runtime([sub], config=td.Config(fail_closed=False)) as rt,
+        rt.open_parent() as parent,
+    ):
+        handle = await parent.start("agent", "look")
+        with pytest.raises((td.RunFailedError, td.RunCancelledError)):
+            await parent.wait(handle.run_id)
+        spent = parent.usage(handle.run_id)
+    # What the stopped agent spent counts all the same.
+    assert len(calls) == requests
+    assert spent.requests == requests
+    assert spent.input_tokens == 100 * requests
+    assert spent.output_tokens == 20 * requests

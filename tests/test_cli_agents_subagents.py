@@ -17,11 +17,19 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 import trio_delegate as td
-from trio_delegate._runners._agents import AgentCLIRunner
+from trio_delegate._runners._agents import (
+    AgentCLIRunner,
+    _claude_usage,
+    _codex_usage,
+    reported_usage,
+)
 from trio_delegate._server_config import load_server_config
 
 from .fakes import (
@@ -30,8 +38,10 @@ from .fakes import (
     FakeModelServer,
     FakeResponses,
     Hold,
+    Reply,
     Step,
     Turn,
+    Usage,
     call,
     text,
 )
@@ -42,6 +52,7 @@ from .fakes.clients import (
     codex_program,
     processes_with,
 )
+from .hostile_strategies import hostile_numbers
 
 KINDS = ["claude", "codex"]
 SCHEMA = {
@@ -350,3 +361,179 @@ async def test_an_answer_nested_too_deep_for_a_schema_fails_the_run_by_name(
                 await parent.wait(handle.run_id)
     assert isinstance(info.value.__cause__, td.CommandFailedError)
     assert "nests too deeply to read" in str(info.value)
+
+
+# -- what the CLI spent ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_tokens_the_model_reported_count_for_the_run(kind: str, tmp_path: Path) -> None:
+    sent = Usage(
+        input_tokens=100,
+        output_tokens=20,
+        cache_read_input_tokens=30,
+        cache_creation_input_tokens=7 if kind == "claude" else 0,
+        reasoning_output_tokens=0 if kind == "claude" else 4,
+    )
+    with agent(kind, tmp_path, [Reply(text="done", usage=sent)]) as cli:
+        subagent = cli.subagent()
+        with trio.fail_after(30):
+            async with parent_for(subagent) as parent:
+                done = await parent.delegate("agent", "anything")
+                assert done.final_result == "done"
+                spent = parent.usage(done.run_id)
+        await no_process_left(cli)
+    if kind == "claude":
+        # Anthropic counts cached input apart; td.Usage counts it in input_tokens.
+        assert spent.input_tokens == 100 + 30 + 7
+        assert spent.requests == 1
+        assert spent.cost_usd > 0  # Claude Code prices the tokens itself
+    else:
+        assert spent.input_tokens == 100
+        assert spent.requests == 0  # Codex does not say
+        assert spent.cost_usd == 0
+    assert spent.output_tokens == 20
+    assert spent.cache_read_input_tokens == 30
+    assert spent.cache_creation_input_tokens == sent.cache_creation_input_tokens
+    assert spent.reasoning_output_tokens == sent.reasoning_output_tokens
+
+
+CLAUDE_FAILED = {
+    "type": "result",
+    "subtype": "error_max_turns",
+    "is_error": True,
+    "num_turns": 3,
+    "total_cost_usd": 0.25,
+    "usage": {"input_tokens": 1, "output_tokens": 1},
+    "modelUsage": {
+        "big": {"inputTokens": 40, "outputTokens": 9, "cacheReadInputTokens": 5},
+        "small": {"inputTokens": 2, "outputTokens": 1, "cacheCreationInputTokens": 3},
+    },
+}
+CODEX_FAILED = [
+    {"type": "turn.completed", "usage": {"input_tokens": 40, "output_tokens": 9}},
+    {
+        "type": "turn.completed",
+        "usage": {"input_tokens": 10, "cached_input_tokens": 5, "output_tokens": 1},
+    },
+    {"type": "turn.failed", "error": {"message": "usage limit reached"}},
+]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_what_a_failed_cli_run_spent_counts_all_the_same(kind: str, tmp_path: Path) -> None:
+    lines = [CLAUDE_FAILED] if kind == "claude" else CODEX_FAILED
+    program = fake_cli(tmp_path, [json.dumps(line) for line in lines])
+    subagent = td.Subagent("agent", AgentCLIRunner(kind, program))  # type: ignore[arg-type]
+    with trio.fail_after(30):
+        async with parent_for(subagent, failing=True) as parent:
+            handle = await parent.start("agent", "anything")
+            with pytest.raises(td.RunFailedError):
+                await parent.wait(handle.run_id)
+            spent = parent.usage(handle.run_id)
+    if kind == "claude":
+        # Every model in modelUsage counts, the small one too; plain usage
+        # (the main model's alone) is not added on top.
+        assert spent == td.Usage(
+            requests=3,
+            input_tokens=40 + 5 + 2 + 3,
+            output_tokens=10,
+            cache_read_input_tokens=5,
+            cache_creation_input_tokens=3,
+            cost_usd=0.25,
+        )
+    else:
+        assert spent == td.Usage(input_tokens=50, output_tokens=10, cache_read_input_tokens=5)
+
+
+async def test_numbers_that_are_not_counts_count_as_zero(tmp_path: Path) -> None:
+    result = {
+        "type": "result",
+        "subtype": "success",
+        "result": "fine",
+        "num_turns": True,
+        "total_cost_usd": "1e308",
+        "usage": {
+            "input_tokens": -5,
+            "output_tokens": 2.0,
+            "cache_read_input_tokens": 2**70,
+            "cache_creation_input_tokens": "7",
+        },
+    }
+    program = fake_cli(tmp_path, [json.dumps(result)])
+    subagent = td.Subagent("agent", AgentCLIRunner("claude", program))
+    with trio.fail_after(30):
+        async with parent_for(subagent) as parent:
+            done = await parent.delegate("agent", "anything")
+            assert done.final_result == "fine"
+            spent = parent.usage(done.run_id)
+    # Only the clamped cache count is a count; input includes it.
+    assert spent == td.Usage(input_tokens=2**63 - 1, cache_read_input_tokens=2**63 - 1)
+
+
+#: What a CLI's JSON may hold where a count belongs.
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | hostile_numbers | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=30), inner),
+    max_leaves=6,
+)
+CLAUDE_KEYS = ["num_turns", "total_cost_usd", "usage", "modelUsage"]
+COUNT_KEYS = [
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "reasoning_output_tokens",
+    "inputTokens",
+    "outputTokens",
+    "cacheReadInputTokens",
+    "cacheCreationInputTokens",
+]
+FIELDS = st.dictionaries(st.sampled_from(COUNT_KEYS), ANY_JSON)
+
+
+@given(
+    result=st.dictionaries(
+        st.sampled_from(CLAUDE_KEYS),
+        ANY_JSON | FIELDS | st.dictionaries(st.text(max_size=3), FIELDS | ANY_JSON),
+    ),
+    turns=st.lists(st.fixed_dictionaries({"usage": FIELDS | ANY_JSON}), max_size=3),
+)
+def test_whatever_a_cli_says_it_spent_is_a_usage(
+    result: dict[str, Any], turns: list[dict[str, Any]]
+) -> None:
+    claude = _claude_usage([{**result, "type": "result"}])
+    codex = _codex_usage([{**turn, "type": "turn.completed"} for turn in turns])
+    for usage in (claude, codex):
+        if usage is not None:
+            # A valid Usage, as Usage itself checks (it raises otherwise).
+            assert td.Usage(**attrs.asdict(usage)) == usage
+            assert usage.input_tokens >= usage.cache_read_input_tokens
+
+
+USAGE_FIELDS = [
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "reasoning_output_tokens",
+    "cost_usd",
+]
+
+
+@given(st.dictionaries(st.sampled_from(USAGE_FIELDS), ANY_JSON | st.integers(0, 2**63 - 1)))
+def test_reported_usage_keeps_counts_clamped_and_zeroes_the_rest(fields: dict[str, Any]) -> None:
+    usage = reported_usage(**fields)
+    for name in ("requests", "cache_read_input_tokens", "cache_creation_input_tokens"):
+        value: Any = fields.get(name)
+        # A whole number >= 0 is kept, clamped at 2**63-1; anything else is 0.
+        expected = min(value, 2**63 - 1) if type(value) is int and value >= 0 else 0
+        assert getattr(usage, name) == expected
+    # The totals hold their parts, as td.Usage counts them.
+    assert usage.output_tokens >= usage.reasoning_output_tokens
+    assert usage.input_tokens >= min(
+        usage.cache_read_input_tokens + usage.cache_creation_input_tokens, 2**63 - 1
+    )

@@ -11,10 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
-from .fakes import FakeAnthropic, FakeModelServer, FakeResponses, Reply, Turn, call, text
+import trio_delegate as td
+
+from .fakes import FakeAnthropic, FakeModelServer, FakeResponses, Reply, Turn, Usage, call, text
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TOOLS = {
@@ -27,11 +30,21 @@ TOOLS = {
 }
 
 
+#: What each response of the fake model says it spent.
+SENT = Usage(
+    input_tokens=100,
+    output_tokens=20,
+    cache_read_input_tokens=30,
+    cache_creation_input_tokens=7,
+    reasoning_output_tokens=4,
+)
+
+
 def answer_with_the_finding(turn: Turn) -> Reply:
     result = turn.last.json()
     assert not turn.last.is_error
     assert result["subagent"] == "researcher"
-    return text(f"The team found: {result['final_result']['finding']}")
+    return attrs.evolve(text(f"The team found: {result['final_result']['finding']}"), usage=SENT)
 
 
 def run_example(
@@ -58,12 +71,17 @@ def run_example(
     runpy.run_path(str(EXAMPLES / name), run_name="__main__")
     assert fake.problems == []
     assert threads == []
-    return capsys.readouterr().out
+    out, err = capsys.readouterr()
+    # The stand-in researcher reports nothing.
+    assert f"subagents spent: {td.Usage()}" in err
+    return out + err
 
 
 def script() -> list[object]:
     return [
-        call("delegate_task", subagent="researcher", task="the login bug"),
+        attrs.evolve(
+            call("delegate_task", subagent="researcher", task="the login bug"), usage=SENT
+        ),
         answer_with_the_finding,
     ]
 
@@ -88,6 +106,15 @@ def test_the_anthropic_quickstart(
     assert "sk-ant-test" in sent
     # The tool's answer went back as a tool_result after the model's tool_use.
     assert [message["role"] for message in second["messages"]] == ["user", "assistant", "user"]
+    # Anthropic counts the cache apart from input_tokens; td.Usage counts it in.
+    lead = td.Usage(
+        requests=2,
+        input_tokens=2 * (100 + 30 + 7),
+        output_tokens=40,
+        cache_read_input_tokens=60,
+        cache_creation_input_tokens=14,
+    )
+    assert f"lead model spent: {lead}" in out
 
 
 def test_the_openai_quickstart(
@@ -108,6 +135,14 @@ def test_the_openai_quickstart(
     assert fake.requests[0].headers["authorization"] == "Bearer sk-test"
     types = [item.get("type", "message") for item in second["input"]]
     assert types == ["message", "function_call", "function_call_output"]
+    lead = td.Usage(
+        requests=2,
+        input_tokens=200,
+        output_tokens=40,
+        cache_read_input_tokens=60,
+        reasoning_output_tokens=8,
+    )
+    assert f"lead model spent: {lead}" in out
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,8 @@ class Reply:
 
     text: str = ""
     calls: tuple[Call, ...] = ()
-    #: The usage numbers the reply reports (a non-streamed reply; see :class:`Usage`).
+    #: The usage numbers the reply reports (see :class:`Usage`). A streamed
+    #: reply without them reports 10 input and 5 output tokens.
     usage: Usage | None = None
 
 

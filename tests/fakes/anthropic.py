@@ -91,7 +91,7 @@ class FakeAnthropic(FakeModelServer):
                     "content": [],
                     "stop_reason": None,
                     "stop_sequence": None,
-                    "usage": {"input_tokens": 10, "output_tokens": 1},
+                    "usage": _start_usage(reply.usage),
                 },
             },
         )
@@ -145,7 +145,19 @@ class FakeAnthropic(FakeModelServer):
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": stop, "stop_sequence": None},
-                "usage": {"output_tokens": 5},
+                "usage": {"output_tokens": 5 if reply.usage is None else reply.usage.output_tokens},
             },
         )
         yield "message_stop", {"type": "message_stop"}
+
+
+def _start_usage(usage: Usage | None) -> dict[str, int]:
+    """The usage a stream's ``message_start`` reports (the output count comes at its end)."""
+    if usage is None:
+        return {"input_tokens": 10, "output_tokens": 1}
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": 1,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+    }

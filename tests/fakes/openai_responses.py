@@ -111,13 +111,22 @@ class FakeResponses(FakeModelServer):
                 "response.output_item.done",
                 {"type": "response.output_item.done", "output_index": index, "item": item},
             )
-        usage = {
+        usage: dict[str, Any] = {
             "input_tokens": 10,
             "input_tokens_details": None,
             "output_tokens": 5,
             "output_tokens_details": None,
             "total_tokens": 15,
         }
+        if reply.usage is not None:
+            spent = reply.usage
+            usage = {
+                "input_tokens": spent.input_tokens,
+                "input_tokens_details": {"cached_tokens": spent.cache_read_input_tokens},
+                "output_tokens": spent.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": spent.reasoning_output_tokens},
+                "total_tokens": spent.input_tokens + spent.output_tokens,
+            }
         yield (
             "response.completed",
             {"type": "response.completed", "response": {"id": response_id, "usage": usage}},

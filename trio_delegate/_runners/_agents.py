@@ -20,12 +20,19 @@ or after ``--``, so none can be read as an option. Large output is parsed
 on a worker thread. Cancellation and the deadline end the whole
 process group. A CLI that reports an error (a bad API key, a usage limit, a
 refused request) fails the run with the CLI's own message.
+
+What the CLI says it spent counts for the run (contract §20), whether the
+run then succeeds or fails: Claude Code's result gives tokens per model
+(``modelUsage``), its turns and ``total_cost_usd``; Codex gives tokens per
+turn (``turn.completed``), no cost and no request count. A number there that
+is not a count (negative, fractional, a string) counts as 0.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -37,6 +44,7 @@ from .._core import ChildContext
 from .._json import parse
 from .._results import Output
 from .._threads import run_sync
+from .._usage import MAX_COUNT, Usage
 from ._command import (
     INLINE_OUTPUT_BYTES,
     CommandFailedError,
@@ -52,6 +60,7 @@ __all__ = [
     "AgentCLIRunner",
     "AgentKind",
     "is_session_id",
+    "reported_usage",
     "session_and_prompt",
     "transcript",
 ]
@@ -125,14 +134,26 @@ class AgentCLIRunner:
                 max_output_bytes=self.max_output_bytes,
                 kill_grace_seconds=self.kill_grace_seconds,
             )
-        read = _claude_result if self.kind == "claude" else _codex_result
-        if len(finished.stdout) <= INLINE_OUTPUT_BYTES:
-            result, session_id = read(ctx, finished)
-        else:
-            # Megabytes of JSON events: decoded and parsed on a worker thread,
-            # so that the event loop (every other run) is never held by them.
-            result, session_id = await run_sync(read, ctx, finished)
-        return Output(result, transcript=transcript(self.kind, ctx, result, session_id))
+        claude = self.kind == "claude"
+        read = _claude_result if claude else _codex_result
+        inline = len(finished.stdout) <= INLINE_OUTPUT_BYTES
+        # Megabytes of JSON events are decoded and parsed on a worker thread,
+        # so that the event loop (every other run) is never held by them.
+        events = _json_lines(finished) if inline else await run_sync(_json_lines, finished)
+        usage = _claude_usage(events) if claude else _codex_usage(events)
+        try:
+            if inline:
+                result, session_id = read(ctx, finished, events)
+            else:
+                result, session_id = await run_sync(read, ctx, finished, events)
+        except BaseException:
+            # What a failed run spent counts all the same (contract §20).
+            if usage is not None:
+                ctx.add_usage(usage)
+            raise
+        return Output(
+            result, transcript=transcript(self.kind, ctx, result, session_id), usage=usage
+        )
 
     def _argv(self, ctx: ChildContext, session: str | None, schema_path: str | None) -> list[str]:
         # Every value is joined to its option (--option=value): whatever it
@@ -222,8 +243,10 @@ def _json_lines(finished: Finished) -> list[dict[str, Any]]:
     return events
 
 
-def _claude_result(ctx: ChildContext, finished: Finished) -> tuple[Any, str | None]:
-    results = [event for event in _json_lines(finished) if event.get("type") == "result"]
+def _claude_result(
+    ctx: ChildContext, finished: Finished, events: list[dict[str, Any]]
+) -> tuple[Any, str | None]:
+    results = [event for event in events if event.get("type") == "result"]
     if not results:
         raise finished.failure(
             ctx,
@@ -249,11 +272,13 @@ def _claude_result(ctx: ChildContext, finished: Finished) -> tuple[Any, str | No
     return result.get("result", ""), session
 
 
-def _codex_result(ctx: ChildContext, finished: Finished) -> tuple[Any, str | None]:
+def _codex_result(
+    ctx: ChildContext, finished: Finished, events: list[dict[str, Any]]
+) -> tuple[Any, str | None]:
     session: str | None = None
     answer: str | None = None
     errors: list[str] = []
-    for event in _json_lines(finished):
+    for event in events:
         kind = event.get("type")
         if kind == "thread.started" and isinstance(event.get("thread_id"), str):
             session = event["thread_id"]
@@ -286,3 +311,127 @@ def _codex_result(ctx: ChildContext, finished: Finished) -> tuple[Any, str | Non
             f"answered with text that is not JSON ({exc}), but the run has a final_schema; "
             f"its answer began {quote(answer)!r}",
         ) from None
+
+
+# -- reading what the CLI spent ---------------------------------------------------------
+
+
+def _count(value: Any) -> int:
+    """A token or request count from a framework or CLI: a whole number >= 0, else 0.
+
+    Such numbers are data from elsewhere: a bool, a float, a negative number
+    or a string is not a count, and one past 2**63-1 is clamped there.
+    """
+    if type(value) is not int or value < 0:
+        return 0
+    return min(value, MAX_COUNT)
+
+
+def _cost(value: Any) -> float:
+    """A cost in US dollars from a framework or CLI: a finite number >= 0, else 0.0."""
+    if type(value) not in (int, float):
+        return 0.0
+    try:
+        cost = float(value)
+    except OverflowError:
+        return 0.0
+    return cost if math.isfinite(cost) and cost >= 0 else 0.0
+
+
+def reported_usage(
+    *,
+    requests: Any = 0,
+    input_tokens: Any = 0,
+    output_tokens: Any = 0,
+    cache_read_input_tokens: Any = 0,
+    cache_creation_input_tokens: Any = 0,
+    reasoning_output_tokens: Any = 0,
+    cost_usd: Any = 0.0,
+) -> Usage:
+    """A :class:`Usage` from numbers a framework or CLI reported, whatever they are.
+
+    Each field is read as :func:`_count` (or :func:`_cost`) reads it, so a
+    report that is not one never fails the run that made it: it counts as 0.
+    ``input_tokens`` is raised to at least the two cache counts and
+    ``output_tokens`` to the reasoning count, as :class:`Usage` counts them.
+    """
+    cache_read = _count(cache_read_input_tokens)
+    cache_creation = _count(cache_creation_input_tokens)
+    reasoning = _count(reasoning_output_tokens)
+    return Usage(
+        requests=_count(requests),
+        input_tokens=max(_count(input_tokens), min(cache_read + cache_creation, MAX_COUNT)),
+        output_tokens=max(_count(output_tokens), reasoning),
+        cache_read_input_tokens=cache_read,
+        cache_creation_input_tokens=cache_creation,
+        reasoning_output_tokens=reasoning,
+        cost_usd=_cost(cost_usd),
+    )
+
+
+def _claude_usage(events: list[dict[str, Any]]) -> Usage | None:
+    """What Claude Code's last ``result`` says it spent, or ``None`` without one.
+
+    ``modelUsage`` counts every model the CLI called (a small model too);
+    plain ``usage``, the main model's, is read only when it is missing.
+    Anthropic counts cached input apart from ``input_tokens``; here it is in.
+    """
+    results = [event for event in events if event.get("type") == "result"]
+    if not results:
+        return None
+    result = results[-1]
+    usage = reported_usage(requests=result.get("num_turns"), cost_usd=result.get("total_cost_usd"))
+    models = result.get("modelUsage")
+    if isinstance(models, dict) and models:
+        for spent in models.values():
+            if isinstance(spent, dict):
+                usage += _anthropic_counts(
+                    spent.get("inputTokens"),
+                    spent.get("outputTokens"),
+                    spent.get("cacheReadInputTokens"),
+                    spent.get("cacheCreationInputTokens"),
+                )
+        return usage
+    spent = result.get("usage")
+    if isinstance(spent, dict):
+        usage += _anthropic_counts(
+            spent.get("input_tokens"),
+            spent.get("output_tokens"),
+            spent.get("cache_read_input_tokens"),
+            spent.get("cache_creation_input_tokens"),
+        )
+    return usage
+
+
+def _anthropic_counts(inputs: Any, outputs: Any, cache_read: Any, cache_creation: Any) -> Usage:
+    """Token counts as Anthropic gives them (input without the cache), as a Usage."""
+    read, created = _count(cache_read), _count(cache_creation)
+    return reported_usage(
+        input_tokens=min(_count(inputs) + read + created, MAX_COUNT),
+        output_tokens=outputs,
+        cache_read_input_tokens=read,
+        cache_creation_input_tokens=created,
+    )
+
+
+def _codex_usage(events: list[dict[str, Any]]) -> Usage | None:
+    """What Codex's ``turn.completed`` events say it spent, or ``None`` without one.
+
+    Codex counts cached input in ``input_tokens`` and reasoning in
+    ``output_tokens``, as :class:`Usage` does; it says nothing of requests
+    or cost.
+    """
+    usage: Usage | None = None
+    for event in events:
+        spent = event.get("usage")
+        if event.get("type") != "turn.completed" or not isinstance(spent, dict):
+            continue
+        turn = reported_usage(
+            input_tokens=spent.get("input_tokens"),
+            output_tokens=spent.get("output_tokens"),
+            cache_read_input_tokens=spent.get("cached_input_tokens"),
+            cache_creation_input_tokens=spent.get("cache_write_input_tokens"),
+            reasoning_output_tokens=spent.get("reasoning_output_tokens"),
+        )
+        usage = turn if usage is None else usage + turn
+    return usage

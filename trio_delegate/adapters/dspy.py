@@ -60,7 +60,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "trio_delegate.adapters.dspy needs DSPy: pip install 'trio-delegate[dspy]'"
     ) from exc
 
-from .. import ChildContext, DelegationError, DelegationTools, InvalidArgumentsError, Output, Parent
+from .. import (
+    ChildContext,
+    DelegationError,
+    DelegationTools,
+    InvalidArgumentsError,
+    Output,
+    Parent,
+    Usage,
+)
+from .._runners._agents import reported_usage
 from ._bridge import run_asyncio
 from ._common import (
     ChildRunner,
@@ -301,6 +310,9 @@ def runner(
       all its output fields when there are several. The runtime validates it
       against ``ctx.final_schema``: name the output fields after the
       schema's properties.
+    * What the module's LM calls spent (``dspy.track_usage``: one request
+      per call, its tokens) is the run's usage, reported also when the
+      module fails or is cancelled. DSPy's tracker carries no cost.
 
     Args:
         module: a ``dspy.Module`` with a ``signature`` (``Predict``,
@@ -329,10 +341,58 @@ def runner(
             inputs[fields.history] = dspy.History(messages=_history_messages(fields, ctx.history))
         elif fields.history is not None:
             inputs[fields.history] = dspy.History(messages=[])
-        prediction = await run_asyncio(module.acall, **inputs)
-        return Output(structured(_answer(fields, prediction), ctx.final_schema))
+        trackers: list[Any] = []
+        try:
+            prediction = await run_asyncio(_tracked_call, module, inputs, trackers)
+        except BaseException:
+            # What the LM calls before the failure spent counts all the same.
+            spent = _tracked_usage(trackers)
+            if spent is not None:
+                ctx.add_usage(spent)
+            raise
+        return Output(
+            structured(_answer(fields, prediction), ctx.final_schema),
+            usage=_tracked_usage(trackers),
+        )
 
     return run_module_async
+
+
+async def _tracked_call(module: Any, inputs: dict[str, Any], trackers: list[Any]) -> Any:
+    """``module.acall(**inputs)`` (on asyncio) with DSPy's usage tracker on; the
+    tracker goes into *trackers* first, so what it saw is known however the
+    call ends."""
+    with dspy.track_usage() as tracker:
+        trackers.append(tracker)
+        return await module.acall(**inputs)
+
+
+def _tracked_usage(trackers: list[Any]) -> Usage | None:
+    """What a DSPy usage tracker saw, or ``None`` when it saw no LM call.
+
+    Each entry is one LM call in LiteLLM's form: ``prompt_tokens`` (the
+    cache in it), ``completion_tokens`` (reasoning in it) and their details.
+    """
+    spent: Usage | None = None
+    for tracker in trackers:
+        for entries in tracker.usage_data.values():
+            for entry in entries:
+                if not isinstance(entry, Mapping):
+                    continue
+                prompt = entry.get("prompt_tokens_details")
+                completion = entry.get("completion_tokens_details")
+                prompt = prompt if isinstance(prompt, Mapping) else {}
+                completion = completion if isinstance(completion, Mapping) else {}
+                call = reported_usage(
+                    requests=1,
+                    input_tokens=entry.get("prompt_tokens"),
+                    output_tokens=entry.get("completion_tokens"),
+                    cache_read_input_tokens=prompt.get("cached_tokens"),
+                    cache_creation_input_tokens=prompt.get("cache_creation_tokens"),
+                    reasoning_output_tokens=completion.get("reasoning_tokens"),
+                )
+                spent = call if spent is None else spent + call
+    return spent
 
 
 def _answer(fields: _Fields, prediction: Any) -> Any:

@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 try:
+    from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.messages import (
         AIMessage,
         BaseMessage,
@@ -47,6 +48,7 @@ try:
         convert_to_messages,
         convert_to_openai_messages,
     )
+    from langchain_core.outputs import ChatGeneration, LLMResult
     from langchain_core.runnables import Runnable
     from langchain_core.tools import BaseTool, StructuredTool, ToolException
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -54,7 +56,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "trio_delegate.adapters.langchain needs LangChain: pip install 'trio-delegate[langchain]'"
     ) from exc
 
-from .. import ChildContext, DelegationError, DelegationTools, Output, Parent
+from .. import ChildContext, DelegationError, DelegationTools, Output, Parent, Usage
+from .._runners._agents import reported_usage
 from ._bridge import run_asyncio
 from ._common import (
     ChildRunner,
@@ -133,8 +136,11 @@ def runner(agent: Runnable[Any, Any], *, messages_key: str | None = "messages") 
     With ``ctx.final_schema``, a text answer that is JSON is parsed; the
     runtime validates the result against the schema. The transcript is the
     whole conversation as OpenAI-style message dicts, which this runner reads
-    back on a continuation. Cancelling the run (or its deadline) cancels the
-    agent; an exception from it fails the run, with it as the cause.
+    back on a continuation. Every chat model call in the run is a request,
+    and its reply's ``usage_metadata`` what it spent: the run reports the
+    sum (also when the agent fails or is cancelled). Cancelling the run (or
+    its deadline) cancels the agent; an exception from it fails the run,
+    with it as the cause.
 
     Args:
         agent: a compiled ``create_agent`` graph or another Runnable.
@@ -146,20 +152,74 @@ def runner(agent: Runnable[Any, Any], *, messages_key: str | None = "messages") 
 
     async def run_agent(ctx: ChildContext) -> Output:
         messages = [*history_messages(ctx.history), HumanMessage(ctx.task)]
-        if messages_key is None:
-            reply = await run_asyncio(agent.ainvoke, messages)
-            conversation = [*messages, *([reply] if isinstance(reply, BaseMessage) else [])]
-            answer = reply.text if isinstance(reply, BaseMessage) else reply
-        else:
-            state = await run_asyncio(agent.ainvoke, {messages_key: messages})
-            conversation = (
-                list(state.get(messages_key, messages)) if isinstance(state, Mapping) else messages
-            )
-            answer = _answer(state, conversation)
+        meter = _UsageMeter()
+        config: Any = {"callbacks": [meter]}
+        try:
+            if messages_key is None:
+                reply = await run_asyncio(agent.ainvoke, messages, config)
+                conversation = [*messages, *([reply] if isinstance(reply, BaseMessage) else [])]
+                answer = reply.text if isinstance(reply, BaseMessage) else reply
+            else:
+                state = await run_asyncio(agent.ainvoke, {messages_key: messages}, config)
+                conversation = (
+                    list(state.get(messages_key, messages))
+                    if isinstance(state, Mapping)
+                    else messages
+                )
+                answer = _answer(state, conversation)
+        except BaseException:
+            # What the model calls before the failure spent counts all the same.
+            if meter.spent is not None:
+                ctx.add_usage(meter.spent)
+            raise
         transcript = convert_to_openai_messages(conversation)
-        return Output(structured(answer, ctx.final_schema), transcript=transcript)
+        return Output(
+            structured(answer, ctx.final_schema), transcript=transcript, usage=meter.spent
+        )
 
     return run_agent
+
+
+class _UsageMeter(BaseCallbackHandler):
+    """Adds up what every chat model call of one run spent (``usage_metadata``)."""
+
+    # Called in the event loop as each call ends, never on a worker thread.
+    run_inline = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spent: Usage | None = None
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        """One model call ended: one request, and the tokens its reply reports."""
+        spent = reported_usage(requests=1)
+        for generations in response.generations:
+            for generation in generations:
+                if isinstance(generation, ChatGeneration):
+                    spent += _message_usage(generation.message)
+        self.spent = spent if self.spent is None else self.spent + spent
+
+
+def _message_usage(message: BaseMessage) -> Usage:
+    """A reply's ``usage_metadata`` as a :class:`trio_delegate.Usage` (no requests).
+
+    LangChain counts the cache in ``input_tokens`` and reasoning in
+    ``output_tokens``, as ``Usage`` does.
+    """
+    metadata = getattr(message, "usage_metadata", None)
+    if not isinstance(metadata, Mapping):
+        return Usage()
+    inputs = metadata.get("input_token_details")
+    outputs = metadata.get("output_token_details")
+    inputs = inputs if isinstance(inputs, Mapping) else {}
+    outputs = outputs if isinstance(outputs, Mapping) else {}
+    return reported_usage(
+        input_tokens=metadata.get("input_tokens"),
+        output_tokens=metadata.get("output_tokens"),
+        cache_read_input_tokens=inputs.get("cache_read"),
+        cache_creation_input_tokens=inputs.get("cache_creation"),
+        reasoning_output_tokens=outputs.get("reasoning"),
+    )
 
 
 def _answer(state: Any, conversation: Sequence[BaseMessage]) -> Any:

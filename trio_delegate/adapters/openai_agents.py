@@ -53,6 +53,7 @@ try:
         Tool,
         TResponseInputItem,
     )
+    from agents.exceptions import AgentsException
     from agents.tool import ToolErrorFunction
     from agents.tool_context import ToolContext
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -61,8 +62,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'trio-delegate[openai-agents]'"
     ) from exc
 
-from .. import ChildContext, DelegationError, DelegationTools, Output, Parent
+from .. import ChildContext, DelegationError, DelegationTools, Output, Parent, Usage
 from .._json import parse
+from .._runners._agents import reported_usage
 from ._bridge import run_asyncio
 from ._common import (
     ChildRunner,
@@ -185,9 +187,12 @@ def runner(
     ``ctx.final_schema`` (a JSON Schema object) the agent's output type is
     that schema for the run. The result is the final output, JSON-ready, and
     the transcript ``result.to_input_list()``, which a continuation feeds
-    back. Cancelling the run (or its deadline) cancels the agent run; an
-    exception from it (``MaxTurnsExceeded``, a model error...) fails the run,
-    with it as the cause.
+    back. What the SDK counted (``result.context_wrapper.usage``) is the
+    run's usage; a run that fails with an SDK error (``MaxTurnsExceeded``...)
+    reports what the error's ``run_data`` counted. Cancelling the run (or its
+    deadline) cancels the agent run; an exception from it
+    (``MaxTurnsExceeded``, a model error...) fails the run, with it as the
+    cause.
 
     Args:
         agent: the agent to run.
@@ -205,18 +210,47 @@ def runner(
         chosen = agent
         if ctx.final_schema is not None and ctx.final_schema.get("type") == "object":
             chosen = agent.clone(output_type=_SchemaOutput(ctx.final_schema))
-        result = await run_asyncio(
-            Runner.run,
-            chosen,
-            items,
-            context=context,
-            max_turns=max_turns,
-            run_config=run_config,
-        )
+        try:
+            result = await run_asyncio(
+                Runner.run,
+                chosen,
+                items,
+                context=context,
+                max_turns=max_turns,
+                run_config=run_config,
+            )
+        except AgentsException as exc:
+            # What the run spent before the SDK gave up counts all the same.
+            data = exc.run_data
+            if data is not None:
+                ctx.add_usage(_usage(data.context_wrapper.usage))
+            raise
         transcript = result.to_input_list()
-        return Output(structured(result.final_output, ctx.final_schema), transcript=transcript)
+        return Output(
+            structured(result.final_output, ctx.final_schema),
+            transcript=transcript,
+            usage=_usage(result.context_wrapper.usage),
+        )
 
     return run_agent
+
+
+def _usage(spent: Any) -> Usage:
+    """The SDK's ``Usage`` as a :class:`trio_delegate.Usage` (it gives no cost).
+
+    The SDK counts cache reads and writes in ``input_tokens`` and reasoning
+    in ``output_tokens``, as ``Usage`` does.
+    """
+    inputs = getattr(spent, "input_tokens_details", None)
+    outputs = getattr(spent, "output_tokens_details", None)
+    return reported_usage(
+        requests=getattr(spent, "requests", 0),
+        input_tokens=getattr(spent, "input_tokens", 0),
+        output_tokens=getattr(spent, "output_tokens", 0),
+        cache_read_input_tokens=getattr(inputs, "cached_tokens", 0),
+        cache_creation_input_tokens=getattr(inputs, "cache_write_tokens", 0),
+        reasoning_output_tokens=getattr(outputs, "reasoning_tokens", 0),
+    )
 
 
 def history_items(history: Sequence[Any]) -> list[TResponseInputItem]:

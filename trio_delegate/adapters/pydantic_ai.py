@@ -22,6 +22,8 @@ Child side — an agent as a subagent's runner::
 ``ctx.task`` is the prompt, ``ctx.history`` the message history and
 ``ctx.final_schema`` the output type; the run's transcript is the agent's
 whole message history (JSON), so a continuation picks up where it left off.
+What the agent spent (its ``RunUsage``) counts for the run, and what its
+budgets leave (``ctx.remaining()``) becomes the agent's ``UsageLimits``.
 
 Needs the ``pydantic-ai`` extra (``pip install 'trio-delegate[pydantic-ai]'``).
 """
@@ -37,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'trio-delegate[pydantic-ai]'"
     ) from exc
 
+import decimal
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,7 +50,7 @@ try:
         Tool,
         ToolFailed,
     )
-    from pydantic_ai.agent import AbstractAgent
+    from pydantic_ai.agent import AbstractAgent, AgentRunResult
     from pydantic_ai.capabilities import ProcessHistory
     from pydantic_ai.messages import (
         ModelMessage,
@@ -58,6 +61,7 @@ try:
         UserPromptPart,
     )
     from pydantic_ai.toolsets import FunctionToolset
+    from pydantic_ai.usage import RunUsage, UsageLimits
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "trio_delegate.adapters.pydantic_ai needs Pydantic AI: "
@@ -66,7 +70,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from pydantic import ValidationError
 
-from .. import ChildContext, DelegationError, DelegationTools, Output, Parent
+from .. import Budget, ChildContext, DelegationError, DelegationTools, Output, Parent, Usage
+from .._runners._agents import reported_usage
 from ._bridge import run_asyncio
 from ._common import (
     ChildRunner,
@@ -173,7 +178,12 @@ def runner(agent: AbstractAgent[Any, Any], *, deps: Any = None) -> ChildRunner:
       type (``StructuredDict``); without one, the agent's own output type
       holds, and its output is made JSON-ready (Pydantic models and
       dataclasses become objects);
-    * the result is ``Output(output, transcript=<all messages as JSON>)``.
+    * the result is ``Output(output, transcript=<all messages as JSON>,
+      usage=<the run's RunUsage>)``; what a run that fails or is cancelled
+      spent is reported all the same (``ctx.add_usage``);
+    * when a budget holds the run, what is left of it (``ctx.remaining()``)
+      is the run's ``UsageLimits`` (:func:`_usage_limits`), so Pydantic AI
+      stops the agent before its next request would pass it.
 
     When the run is cancelled or its deadline passes, the agent's asyncio
     task is cancelled and the run ends ``cancelled`` / ``timed_out``. An
@@ -188,21 +198,81 @@ def runner(agent: AbstractAgent[Any, Any], *, deps: Any = None) -> ChildRunner:
     """
 
     async def run_agent(ctx: ChildContext) -> Output:
-        history = history_messages(ctx.history)
+        options: dict[str, Any] = {"message_history": history_messages(ctx.history), "deps": deps}
         if ctx.final_schema is not None and ctx.final_schema.get("type") == "object":
-            result = await run_asyncio(
-                agent.run,
-                ctx.task,
-                message_history=history,
-                output_type=StructuredDict(dict(ctx.final_schema)),
-                deps=deps,
-            )
-        else:
-            result = await run_asyncio(agent.run, ctx.task, message_history=history, deps=deps)
+            options["output_type"] = StructuredDict(dict(ctx.final_schema))
+        limits = _usage_limits(ctx.remaining())
+        if limits is not None:
+            options["usage_limits"] = limits
+        # Pydantic AI adds to this as it goes: what was spent is known
+        # however the run ends (a UsageLimitExceeded, a cancel, an error).
+        spent = options["usage"] = RunUsage()
+        try:
+            result: AgentRunResult[Any] = await run_asyncio(_run, agent, ctx.task, options)
+        except BaseException:
+            if spent.requests or spent.total_tokens:
+                ctx.add_usage(_run_usage(spent))
+            raise
         transcript = ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json")
-        return Output(structured(result.output, ctx.final_schema), transcript=transcript)
+        return Output(
+            structured(result.output, ctx.final_schema),
+            transcript=transcript,
+            usage=_run_usage(spent),
+        )
 
     return run_agent
+
+
+async def _run(
+    agent: AbstractAgent[Any, Any], task: str, options: dict[str, Any]
+) -> AgentRunResult[Any]:
+    return await agent.run(task, **options)
+
+
+def _run_usage(spent: RunUsage) -> Usage:
+    """Pydantic AI's ``RunUsage`` as a :class:`trio_delegate.Usage`.
+
+    Pydantic AI counts cache reads and writes in ``input_tokens`` and
+    reasoning in ``output_tokens``, as ``Usage`` does; a cost it knows
+    (``cost``, when the model priced it) is carried over.
+    """
+    details = spent.details or {}
+    reasoning = getattr(spent, "output_reasoning_tokens", 0) or details.get("reasoning_tokens", 0)
+    cost = getattr(spent, "cost", None)
+    return reported_usage(
+        requests=spent.requests,
+        input_tokens=spent.input_tokens,
+        output_tokens=spent.output_tokens,
+        cache_read_input_tokens=spent.cache_read_tokens,
+        cache_creation_input_tokens=spent.cache_write_tokens,
+        reasoning_output_tokens=reasoning,
+        cost_usd=float(cost) if isinstance(cost, decimal.Decimal) else cost,
+    )
+
+
+def _usage_limits(left: Budget | None) -> UsageLimits | None:
+    """What a run's budgets leave (``ctx.remaining()``) as Pydantic AI ``UsageLimits``.
+
+    Args:
+        left: ``ctx.remaining()``.
+
+    Returns:
+        ``None`` when no budget holds the run; otherwise limits with each
+        one the budgets set (Pydantic AI's own request limit, 50, holds
+        when they set none).
+    """
+    if left is None:
+        return None
+    limits: dict[str, Any] = {
+        "input_tokens_limit": left.max_input_tokens,
+        "output_tokens_limit": left.max_output_tokens,
+        "total_tokens_limit": left.max_total_tokens,
+    }
+    if left.max_requests is not None:
+        limits["request_limit"] = left.max_requests
+    if left.max_cost_usd is not None:
+        limits["cost_limit"] = decimal.Decimal(repr(left.max_cost_usd))
+    return UsageLimits(**limits)
 
 
 def history_messages(history: Sequence[Any]) -> list[ModelMessage]:
