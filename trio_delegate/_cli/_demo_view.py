@@ -55,11 +55,11 @@ STATUS_STYLES: dict[str, str] = {
 }
 
 # Enough log lines to follow the story while the table and log still fit a
-# 24-line terminal alongside the 11-row table.
+# 24-line terminal alongside an 8-row table.
 _LOG_LINES = 8
-# Screen lines for the log when notes wrap (a narrow terminal): the 11-row
-# table takes 16, so 8 more still fit 24 lines.
-_LOG_SCREEN_LINES = 8
+# Screen lines for the log when notes wrap (a narrow terminal): the 8-row table
+# takes 13, so 10 more still fit 24 lines.
+_LOG_SCREEN_LINES = 10
 
 
 @attrs.frozen
