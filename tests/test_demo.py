@@ -139,9 +139,9 @@ async def test_scenario_produces_every_behaviour(autojump_clock: trio.testing.Mo
             assert replacement.status is RunStatus.COMPLETED
             assert replacement.observed
     assert summary.counts() == {
-        RunStatus.COMPLETED: 5,
+        RunStatus.COMPLETED: 7,
         RunStatus.FAILED: 1,
-        RunStatus.CANCELLED: 1,
+        RunStatus.CANCELLED: 2,
         RunStatus.TIMED_OUT: 1,
     }
 
@@ -150,23 +150,112 @@ async def test_scenario_produces_every_behaviour(autojump_clock: trio.testing.Mo
     assert checks == ["UnresolvedDelegationError", "passed"]
 
 
+async def test_scenario_shows_progress_a_question_usage_and_a_budget_stop(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    reporter = RecordingReporter()
+    summary = await demo.play(reporter)
+    assert summary.resolved
+
+    # Progress: the timed wait's running handle carries the writer's latest report.
+    notes = run_of(summary, "writer", demo.NOTES_TASK)
+    (timed_wait,) = [
+        e
+        for e in reporter.events
+        if e.run_id == notes.run_id and (e.action, e.answer) == ("wait", "running")
+    ]
+    assert timed_wait.note.endswith("progress: drafting section 2 of 4")
+    assert notes.progress is not None
+    assert notes.progress.message == "drafting section 4 of 4"
+
+    # A question: the wait answers input_required, the parent answers, the
+    # child goes on and returns the answer in its result.
+    asked = run_of(summary, "writer", demo.CHANGELOG_TASK)
+    assert reporter.about(asked.run_id) == [
+        ("start", "running"),
+        ("wait", "input_required"),
+        ("status", "input_required"),
+        ("answer", "running"),
+        ("wait", "completed"),
+    ]
+    (question,) = [
+        e for e in reporter.events if e.answer == "input_required" and e.action == "wait"
+    ]
+    assert question.note == f"asks: {demo.QUESTION}"
+    assert asked.answer == demo.ANSWER
+    assert asked.question == ""
+    assert f'"answer": "{demo.ANSWER}"' in asked.outcome
+
+    # A budget stop: cancelled with the budget as its cause, then replaced.
+    traced = run_of(summary, "investigator", demo.TRACE_TASK)
+    assert traced.status is RunStatus.CANCELLED
+    assert traced.outcome == "budget stop: max_total_tokens 24,000 > 20,000"
+    assert traced.usage is not None
+    assert traced.usage.total_tokens == 24_000
+    assert reporter.about(traced.run_id) == [("start", "running"), ("wait", "RunCancelledError")]
+    replacement = run_of(summary, "investigator", demo.TRACE_NET_TASK)
+    assert replacement.replaces == traced.run_id
+    assert replacement.status is RunStatus.COMPLETED
+
+    # Usage per run, as each runner reported it; runs that reported none show a dash.
+    assert run_of(summary, "investigator", demo.FIND_TASK).describe_usage() == "3.5k · $0.012"
+    assert notes.describe_usage() == "11.2k · $0.044"
+    audit = run_of(summary, "investigator", demo.AUDIT_TASK)
+    assert audit.usage is None
+    assert audit.describe_usage() == "—"
+    assert summary.usage is not None
+    assert summary.usage.total_tokens == sum(
+        row.usage.total_tokens for row in summary.runs if row.usage is not None
+    )
+
+
+async def test_live_table_shows_input_required_then_the_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[tuple[str, str, str]] = []
+
+    @attrs.define
+    class Watching(RecordingReporter):
+        def refresh(self, at: float, rows: Sequence[RunRow]) -> None:
+            super().refresh(at, rows)
+            for row in rows:
+                if row.task == demo.CHANGELOG_TASK:
+                    entry = (row.status.value, row.describe_outcome(), row.describe_usage())
+                    if not seen or seen[-1] != entry:
+                        seen.append(entry)
+
+    await demo.play(Watching(poll_interval=0.1))
+    statuses = [status for status, _, _ in seen]
+    assert statuses.index("input_required") < statuses.index("completed")
+    outcomes = [outcome for _, outcome, _ in seen]
+    assert f"asks: {demo.QUESTION}" in outcomes
+    assert f"answered {demo.ANSWER}; going on" in outcomes
+    assert "writing the entry, step 1 of 2" in outcomes
+    assert seen[-1][2] == "4.3k · $0.016"
+
+
 async def test_scenario_timeline(autojump_clock: trio.testing.MockClock) -> None:
     start = trio.current_time()
     reporter = RecordingReporter()
     summary = await demo.play(reporter)
 
     # About ten seconds, all of it on the Trio clock.
-    assert trio.current_time() - start == pytest.approx(10.0)
-    assert summary.at == pytest.approx(10.0)
-    assert reporter.at("delegate", "completed") == pytest.approx([1.0, 6.8])
+    assert trio.current_time() - start == pytest.approx(15.5)
+    assert summary.at == pytest.approx(15.5)
+    assert reporter.at("delegate", "completed") == pytest.approx([1.0, 6.8, 13.5])
     assert reporter.at("wait", "running") == pytest.approx([3.0, 3.0])
     assert reporter.at("cancel", "running") == pytest.approx([3.5])
-    assert reporter.at("wait", "RunCancelledError") == pytest.approx([4.5])
     # Started at 1.5 with a 4.0 s deadline; the wait's own timeout was 5.0 s.
     assert reporter.at("wait", "RunTimedOutError") == pytest.approx([5.5])
-    assert reporter.at("wait", "completed") == pytest.approx([7.3, 7.3, 8.0])
-    assert reporter.at("check", "passed") == pytest.approx([8.5])
-    assert [title[:2] for _, title in reporter.steps] == [f"{n}." for n in range(1, 9)]
+    assert reporter.at("wait", "completed") == pytest.approx([7.3, 7.3, 8.0, 10.0])
+    # Asked at 9.0, half a second after its start; answered at 9.5.
+    assert reporter.at("wait", "input_required") == pytest.approx([9.0])
+    assert reporter.at("answer", "running") == pytest.approx([9.5])
+    # The fourth 6,000-token report, 2.0 s after the start at 10.5.
+    assert reporter.at("wait", "RunCancelledError") == pytest.approx([4.5, 12.5])
+    assert reporter.at("check", "passed") == pytest.approx([14.0])
+    titles = [title.split(" ", 1)[0] for _, title in reporter.steps]
+    assert titles == [f"{n}." for n in range(1, 11)]
 
 
 def _story(reporter: RecordingReporter) -> list[tuple[float, str, str, str]]:
@@ -186,8 +275,8 @@ async def test_polling_reporter_is_refreshed(autojump_clock: trio.testing.MockCl
     reporter = RecordingReporter(poll_interval=0.1)
     summary = await demo.play(reporter)
     assert summary.resolved
-    # One poll per 0.1 s of Trio time, over 10 s.
-    assert reporter.refreshes >= 95
+    # One poll per 0.1 s of Trio time, over 15.5 s.
+    assert reporter.refreshes >= 150
 
 
 async def test_live_reporter_renders_table_and_summary(
@@ -206,7 +295,8 @@ async def test_live_reporter_renders_table_and_summary(
         "replaced by",
     ):
         assert expected in text
-    assert "runs by status: 5 completed, 1 failed, 1 cancelled, 1 timed_out" in text
+    assert "runs by status: 7 completed, 1 failed, 2 cancelled, 1 timed_out" in text
+    assert "usage: 63,400 tokens in 20 requests, $0.219" in text
     assert "fail-closed check passed" in text
 
 
@@ -221,8 +311,10 @@ async def test_unresolved_work_fails_the_check(
     summary = await demo.play(reporter)
     assert not summary.resolved
     assert "4 unresolved delegated run(s)" in summary.headline
-    # As they stood at the claim: the notes were never waited for.
-    assert summary.counts()[RunStatus.RUNNING] == 1
+    # As they stood at the claim: the notes completed, but were never waited for.
+    notes = run_of(summary, "writer", demo.NOTES_TASK)
+    assert notes.status is RunStatus.COMPLETED
+    assert not notes.observed
     checks = [e.answer for e in reporter.events if e.action == "check"]
     assert checks == ["UnresolvedDelegationError", "UnresolvedDelegationError"]
 
@@ -261,10 +353,10 @@ def test_paced_clock_plays_the_same_story_faster() -> None:
     summary = trio.run(demo.play, reporter, clock=demo.PacedClock(100.0))
     elapsed = time.perf_counter() - started
     assert summary.resolved
-    # 10 s of scenario at 100x: never faster than 0.1 s of real time, and
-    # faster than the scenario's own 10 s however busy the machine.
-    assert 0.1 <= elapsed < 10.0
-    assert summary.at == pytest.approx(10.0, abs=0.5)
+    # 15.5 s of scenario at 100x: never faster than 0.155 s of real time,
+    # and faster than the scenario's own 15.5 s however busy the machine.
+    assert 0.155 <= elapsed < 15.5
+    assert summary.at == pytest.approx(15.5, abs=0.5)
     assert _story_shape(_story(reporter)) == _story_shape(_reference_story())
 
 
@@ -346,7 +438,13 @@ def test_demo_command_plain(capsys: pytest.CaptureFixture[str]) -> None:
         "-> RunFailedError (FlakyCheckError: 2 of 40 tests failed",
         "replaces=run_",
         "-> UnresolvedDelegationError (4 unresolved",
-        "summary  8 runs: 5 completed, 1 failed, 1 cancelled, 1 timed_out",
+        "summary  11 runs: 7 completed, 1 failed, 2 cancelled, 1 timed_out",
+        "usage    63,400 tokens in 20 requests, $0.219",
+        "progress: drafting section 2 of 4",
+        "-> input_required (asks: Which release ships the retry change?)",
+        "answer   writer       run_",
+        '"2.4.0" -> running',
+        "-> RunCancelledError (stopped by its run budget: max_total_tokens 24,000 > 20,000)",
         "verdict  fail-closed check passed",
     ):
         assert expected in out
@@ -453,7 +551,7 @@ async def test_demo_records_every_run_in_its_store(
     summary = await demo.play(RecordingReporter(), store)
     assert summary.resolved
     records = await store.list_runs()
-    assert len(records) == len(summary.runs) == 8
+    assert len(records) == len(summary.runs) == 11
     assert {record.owner for record in records} == {demo.OWNER}
     assert sorted(record.status.value for record in records) == sorted(
         row.status.value for row in summary.runs
@@ -473,10 +571,13 @@ def test_demo_command_writes_the_database(
     listed_by_hand = subprocess.run(
         [*suggested, "--json"], capture_output=True, text=True, check=True, timeout=60
     )
-    assert len(json.loads(listed_by_hand.stdout)) == 8
+    listed_runs = json.loads(listed_by_hand.stdout)
+    assert len(listed_runs) == 11
+    # Usage is recorded, and listed as JSON.
+    assert sum(run["usage"] is not None for run in listed_runs) == 8
     assert main(["runs", "list", "--db", str(db), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert len(listed) == 8
+    assert len(listed) == 11
 
 
 def test_the_suggested_command_runs_without_an_activated_environment(

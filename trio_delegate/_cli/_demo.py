@@ -1,13 +1,16 @@
 """The ``trio-delegate demo`` scenario: a scripted, offline delegation session.
 
 A parent delegates to three scripted subagents (an ``investigator``, a
-``writer`` and a flaky ``checker``) and shows, in about ten seconds, what a
+``writer`` and a flaky ``checker``) and shows, in about fifteen seconds, what a
 host relies on: a foreground delegation; background runs whose ``start`` is
 an admission ack, not a result; timed waits that answer with a running
 handle while the child goes on; a cancellation whose ack reads ``running``
 until the child's shielded cleanup ends; a child deadline expiring; a failure
-recovered by a replacement run (``replaces=``); and the fail-closed check,
-refusing while work is unresolved and passing at the end.
+recovered by a replacement run (``replaces=``); a child reporting progress;
+a child asking its parent a question (the run reads ``input_required`` until
+the parent answers); tokens and cost reported by every run; a run stopped by
+its budget; and the fail-closed check, refusing while work is unresolved and
+passing at the end.
 
 Runners only ``await trio.sleep(...)`` and return small JSON dicts: no
 network, no randomness. All the pacing comes from the Trio clock: under
@@ -148,6 +151,12 @@ class _Script:
         flaky_after: when set, the first attempt raises FlakyCheckError after
             this long; later attempts of the same task succeed.
         flaky_message: the message of that error.
+        steps: the work is done in this many equal steps.
+        progress: when set, each step is reported with ``ctx.progress``
+            as ``"<progress> <n> of <steps>"``.
+        usage: what each step spent, reported with ``ctx.add_usage`` after it.
+        question: when set, asked of the parent (``ctx.ask``) halfway
+            through; the answer is added to the result as ``"answer"``.
     """
 
     seconds: float
@@ -155,6 +164,10 @@ class _Script:
     cleanup_seconds: float = 0.0
     flaky_after: float | None = None
     flaky_message: str = ""
+    steps: int = 1
+    progress: str = ""
+    usage: td.Usage | None = None
+    question: str = ""
 
 
 FIND_TASK = "Find where the HTTP client configures request retries"
@@ -164,25 +177,80 @@ GUIDE_TASK = "Rewrite the whole networking guide"
 CHECK_TASK = "Run the retry integration tests"
 AUDIT_NET_TASK = "Audit the retry helper's call sites in net/ only"
 GUIDE_SECTION_TASK = "Update only the retry section of the networking guide"
+CHANGELOG_TASK = "Add the retry change to the changelog"
+TRACE_TASK = "Trace the retry helper through the whole git history"
+TRACE_NET_TASK = "Trace the retry helper through the last release only"
+
+#: What the writer asks while it writes the changelog entry, and the answer.
+QUESTION = "Which release ships the retry change?"
+ANSWER = "2.4.0"
+
+#: Each investigator run may spend this much: the history trace goes over it.
+INVESTIGATOR_BUDGET = td.Budget(max_total_tokens=20_000)
+
+
+def _spent(requests: int, input_tokens: int, output_tokens: int, cost_usd: float) -> td.Usage:
+    return td.Usage(
+        requests=requests,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cost_usd=cost_usd,
+    )
+
 
 #: Child deadlines in scenario seconds. The investigator's is short so that
 #: the repository-wide audit (8 s of work) runs out of time.
 DEADLINES: Mapping[str, float] = {"investigator": 4.0, "writer": 40.0, "checker": 10.0}
 
 _INVESTIGATOR: dict[str, _Script] = {
-    FIND_TASK: _Script(1.0, {"file": "net/retry.py", "setting": "MAX_RETRIES", "value": 3}),
+    FIND_TASK: _Script(
+        1.0,
+        {"file": "net/retry.py", "setting": "MAX_RETRIES", "value": 3},
+        usage=_spent(2, 3_100, 420, 0.012),
+    ),
     AUDIT_TASK: _Script(8.0, {"call_sites": 57}),
-    AUDIT_NET_TASK: _Script(1.0, {"call_sites": 9, "directory": "net/"}),
+    AUDIT_NET_TASK: _Script(
+        1.0, {"call_sites": 9, "directory": "net/"}, usage=_spent(3, 5_600, 610, 0.021)
+    ),
+    # Reports 6,000 tokens every 0.5 s: the fourth report, at 2.0 s, passes
+    # the 20,000-token budget, well before the 4.0 s deadline.
+    TRACE_TASK: _Script(
+        4.0,
+        {"commits": 1200},
+        steps=8,
+        progress="reading history chunk",
+        usage=_spent(1, 5_000, 1_000, 0.018),
+    ),
+    TRACE_NET_TASK: _Script(
+        1.0, {"commits": 31, "since": "2.3.0"}, usage=_spent(2, 4_400, 380, 0.016)
+    ),
 }
 _WRITER: dict[str, _Script] = {
-    NOTES_TASK: _Script(5.8, {"title": "Retries are now configurable", "words": 118}),
+    NOTES_TASK: _Script(
+        5.8,
+        {"title": "Retries are now configurable", "words": 118},
+        steps=4,
+        progress="drafting section",
+        usage=_spent(1, 2_300, 510, 0.011),
+    ),
     GUIDE_TASK: _Script(30.0, {"pages": 42}, cleanup_seconds=1.0),
-    GUIDE_SECTION_TASK: _Script(0.8, {"section": "Retries", "words": 230}),
+    GUIDE_SECTION_TASK: _Script(
+        0.8, {"section": "Retries", "words": 230}, usage=_spent(2, 6_800, 1_240, 0.034)
+    ),
+    CHANGELOG_TASK: _Script(
+        1.0,
+        {"entry": "Retries are now configurable"},
+        steps=2,
+        progress="writing the entry, step",
+        usage=_spent(1, 1_900, 260, 0.008),
+        question=QUESTION,
+    ),
 }
 _CHECKER: dict[str, _Script] = {
     CHECK_TASK: _Script(
         2.0,
         {"passed": 40, "failed": 0},
+        usage=_spent(1, 1_200, 90, 0.004),
         flaky_after=1.2,
         flaky_message="2 of 40 tests failed: connection reset by peer",
     ),
@@ -250,11 +318,22 @@ class _Board:
         if status.is_terminal and row.ended_at is None:
             row.ended_at = self._watch.now()
 
+    def saw_handle(self, handle: td.RunHandle) -> None:
+        """Record a handle's status, progress, open question and usage."""
+        self.saw(handle.run_id, handle.status)
+        row = self._rows[handle.run_id]
+        row.progress = handle.progress
+        row.question = handle.questions[0].text if handle.questions else ""
+        if handle.usage is not None:
+            row.usage = handle.usage
+
     def poll(self, parent: td.Parent) -> None:
-        """Refresh every live run's status with ``parent.status`` (never observes)."""
+        """Refresh every run with ``parent.status`` (never observes).
+
+        Ended runs too: the usage a run reported is read from its handle.
+        """
         for row in self._rows.values():
-            if not row.status.is_terminal:
-                self.saw(row.run_id, parent.status(row.run_id).status)
+            self.saw_handle(parent.status(row.run_id))
 
 
 # -- scripted subagents -----------------------------------------------------------------
@@ -274,14 +353,32 @@ def _runner(
             await trio.sleep(script.flaky_after)
             raise FlakyCheckError(script.flaky_message)
         try:
-            await trio.sleep(script.seconds)
+            answer = await _work(ctx, script)
         except trio.Cancelled:
             if script.cleanup_seconds:
                 await _clean_up(ctx, script.cleanup_seconds, watch, reporter)
             raise
-        return dict(script.result)
+        result = dict(script.result)
+        if script.question:
+            result["answer"] = answer
+        return result
 
     return run
+
+
+async def _work(ctx: td.ChildContext, script: _Script) -> object:
+    """Do *script*'s work step by step: progress, the question, usage."""
+    answer: object = None
+    for step in range(script.steps):
+        if script.progress:
+            message = f"{script.progress} {step + 1} of {script.steps}"
+            ctx.progress(message, progress=step, total=script.steps)
+        if script.question and step == script.steps // 2:
+            answer = await ctx.ask(script.question)
+        await trio.sleep(script.seconds / script.steps)
+        if script.usage is not None:
+            ctx.add_usage(script.usage)
+    return answer
 
 
 async def _clean_up(
@@ -309,12 +406,14 @@ def _subagents(watch: Stopwatch, board: _Board, reporter: Reporter) -> list[td.S
             _runner(_INVESTIGATOR, watch, board, reporter),
             description="Reads the code base and reports findings.",
             timeout_seconds=DEADLINES["investigator"],
+            budget=INVESTIGATOR_BUDGET,
         ),
         td.Subagent(
             "writer",
             _runner(_WRITER, watch, board, reporter),
             description="Writes release notes and documentation.",
             timeout_seconds=DEADLINES["writer"],
+            asks=True,
         ),
         td.Subagent(
             "checker",
@@ -402,7 +501,11 @@ class _Director:
             self.report("wait", type(exc).__name__, run_id, args=args, note=note or self._why(exc))
             return None
         if isinstance(answer, td.RunHandle):
-            self.board.saw(run_id, answer.status)
+            self.board.saw_handle(answer)
+            if answer.questions:
+                note = note or f"asks: {answer.questions[0].text}"
+            elif answer.progress is not None and answer.progress.message:
+                note = f"{note}; progress: {answer.progress.message}"
             self.report("wait", answer.status.value, run_id, args=args, note=note)
             return answer
         self._observed(answer)
@@ -413,9 +516,20 @@ class _Director:
     def status(self, run_id: str, note: str) -> td.RunHandle:
         """Read a status snapshot (never observes, never blocks)."""
         handle = self.parent.status(run_id)
-        self.board.saw(run_id, handle.status)
+        self.board.saw_handle(handle)
         self.report("status", handle.status.value, run_id, note=note)
         return handle
+
+    def answer(self, run_id: str, value: str) -> td.AnswerAck:
+        """Answer the run's oldest open question."""
+        ack = self.parent.answer(run_id, value)
+        self.board.saw(run_id, ack.status)
+        row = self.board.row(run_id)
+        row.question = ""
+        row.answer = value
+        note = f"accepted={ack.accepted}: the child goes on with the answer"
+        self.report("answer", ack.status.value, run_id, args=json.dumps(value), note=note)
+        return ack
 
     def cancel(self, run_id: str) -> td.CancelAck:
         """Request cancellation; the ack is not proof that the child stopped."""
@@ -460,6 +574,14 @@ class _Director:
         # whole sentences that also tell a model what to do next.
         if isinstance(exc, td.RunFailedError):
             return f"{exc.error_type}: {exc.error_message}"
+        budget = exc.__cause__
+        if isinstance(exc, td.RunCancelledError) and isinstance(budget, td.BudgetExceededError):
+            spent = f"{budget.limit} {budget.spent:,} > {budget.limit_value:,}"
+            return (
+                f"budget stop: {spent}"
+                if short
+                else f"stopped by its {budget.scope} budget: {spent}"
+            )
         if isinstance(exc, td.RunCancelledError):
             return "cancelled by request" if short else "cancelled by request, after its cleanup"
         if isinstance(exc, td.RunTimedOutError) and exc.run_id is not None:
@@ -529,7 +651,15 @@ async def _story(d: _Director) -> None:
     await _recover(d, runs)
     await d.pause(0.5)
 
-    d.step("8. Claim of completion: parent.check_resolved()")
+    d.step("8. A question: the run reads input_required until the parent answers")
+    await _question(d)  # 8.5 → 10.0
+    await d.pause(0.5)
+
+    d.step("9. A budget: the run that spends past it is stopped, the budget its cause")
+    await _budget_stop(d)  # 10.5 → 13.5
+    await d.pause(0.5)
+
+    d.step("10. Claim of completion: parent.check_resolved()")
 
 
 async def _recover(d: _Director, runs: _Background) -> None:
@@ -540,6 +670,23 @@ async def _recover(d: _Director, runs: _Background) -> None:
     await d.wait(runs.notes, timeout=5.0)  # 6.8 → 7.3: the later wait returns the result
     await d.wait(audit)  # done at 7.0 already: answers at once
     await d.wait(retry)  # 7.3 → 8.0
+
+
+async def _question(d: _Director) -> None:
+    """A child asks; the wait answers input_required at once; the parent answers."""
+    run_id = await d.start("writer", CHANGELOG_TASK)  # 8.5; asks at 9.0
+    await d.wait(run_id)  # 9.0: input_required, whatever the timeout
+    await d.pause(0.5)
+    d.status(run_id, "still input_required: the run keeps its slot, its deadline runs on")
+    d.answer(run_id, ANSWER)  # 9.5
+    await d.wait(run_id)  # 10.0
+
+
+async def _budget_stop(d: _Director) -> None:
+    """A run goes over its budget and is cancelled; a narrower replacement completes."""
+    run_id = await d.start("investigator", TRACE_TASK)  # 10.5; over budget at 12.5
+    await d.wait(run_id)  # 12.5 → RunCancelledError, caused by BudgetExceededError
+    await d.delegate("investigator", TRACE_NET_TASK, replaces=run_id)  # 12.5 → 13.5
 
 
 async def _alongside_poller(d: _Director, body: Callable[[_Director], Awaitable[None]]) -> None:
@@ -592,14 +739,16 @@ async def _session(
     except td.UnresolvedDelegationError as exc:
         if director is not None:
             director.report_refusal(exc)
-        return Summary(board.rows, False, str(exc), watch.now())
-    return Summary(board.rows, True, RESOLVED_VERDICT, watch.now())
+        usage = director.parent.usage() if director is not None else None
+        return Summary(board.rows, False, str(exc), watch.now(), usage)
+    usage = director.parent.usage() if director is not None else None
+    return Summary(board.rows, True, RESOLVED_VERDICT, watch.now(), usage)
 
 
 async def play(reporter: Reporter, store: td.ResultStore | None = None) -> Summary:
     """Play the scripted scenario, sending what happens to *reporter*.
 
-    It takes 10 s on the Trio clock: run it under ``MockClock`` to take no
+    It takes 15.5 s on the Trio clock: run it under ``MockClock`` to take no
     time, or on a :class:`PacedClock` to watch it. With a *store*, every run
     is recorded there.
 
@@ -690,7 +839,7 @@ def run_demo(
 INTRODUCTION: Final = f"""\
 A scripted delegation session, offline: no model is involved. A parent delegates
 to three stand-in subagents that sleep and return canned results, so that every
-rule shows in about 10 s. The script: {REPOSITORY_URL}/blob/main/trio_delegate/_cli/_demo.py
+rule shows in about 15 s. The script: {REPOSITORY_URL}/blob/main/trio_delegate/_cli/_demo.py
 """
 
 #: Where to go from the demo, said after it.

@@ -21,7 +21,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .._results import Progress
 from .._status import RunStatus
+from .._usage import Usage
 from ._run_view import short_id
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
 STATUS_STYLES: dict[str, str] = {
     RunStatus.PENDING.value: "dim",
     RunStatus.RUNNING.value: "yellow",
+    RunStatus.INPUT_REQUIRED.value: "bold blue",
     RunStatus.COMPLETED.value: "green",
     RunStatus.FAILED.value: "red",
     RunStatus.CANCELLED.value: "magenta",
@@ -66,7 +69,7 @@ class Event:
     Attributes:
         at: scenario seconds since the start.
         action: ``delegate``, ``start``, ``wait``, ``status``, ``cancel``,
-            ``check`` or ``cleanup``.
+            ``answer``, ``check`` or ``cleanup``.
         answer: what came back: a status value (``"running"``), an error type
             name (``"RunTimedOutError"``), or ``"passed"``.
         subagent: the subagent the call was about, if any.
@@ -102,6 +105,10 @@ class RunRow:
         replaced_by: the run started to replace this one, if any.
         observed: whether the parent has read the completed result.
         cancel_requested: whether the parent asked the run to stop.
+        progress: the latest progress the run reported, if any.
+        question: the text of the run's open question, if any.
+        answer: the parent's answer to the run's question, once given.
+        usage: what the run reported it spent, if anything.
     """
 
     run_id: str
@@ -116,6 +123,18 @@ class RunRow:
     replaced_by: str = ""
     observed: bool = False
     cancel_requested: bool = False
+    progress: Progress | None = None
+    question: str = ""
+    answer: str = ""
+    usage: Usage | None = None
+
+    def describe_usage(self) -> str:
+        """The usage column: ``"3.5k · $0.012"`` (tokens, cost), or ``"—"``."""
+        if self.usage is None:
+            return "—"
+        tokens = self.usage.total_tokens
+        shown = f"{tokens / 1000:.1f}k" if tokens >= 1000 else str(tokens)
+        return f"{shown} · ${self.usage.cost_usd:.3f}"
 
     def describe_outcome(self) -> str:
         """The outcome column: what the parent learned, else what the status implies."""
@@ -135,6 +154,12 @@ class RunRow:
             return f"{self.status.value}; the parent has not asked yet"
         if self.cancel_requested:
             return "cancel requested; cleaning up"
+        if self.question:
+            return f"asks: {self.question}"
+        if self.answer:
+            return f"answered {self.answer}; going on"
+        if self.progress is not None and self.progress.message:
+            return self.progress.message
         return ""
 
 
@@ -147,12 +172,21 @@ class Summary:
         resolved: whether the final fail-closed check passed.
         verdict: the check's outcome in words (the error message when it failed).
         at: scenario seconds at the end.
+        usage: what the parent's runs spent in all (``parent.usage()``).
     """
 
     runs: tuple[RunRow, ...]
     resolved: bool
     verdict: str
     at: float
+    usage: Usage | None = None
+
+    def usage_line(self) -> str:
+        """``51,230 tokens in 14 requests, $0.204`` (empty without usage)."""
+        if self.usage is None:
+            return ""
+        u = self.usage
+        return f"{u.total_tokens:,} tokens in {u.requests} requests, ${u.cost_usd:.3f}"
 
     @property
     def headline(self) -> str:
@@ -217,10 +251,11 @@ def format_event(event: Event) -> str:
 def format_summary(summary: Summary) -> list[str]:
     """The closing lines: counts by status and the fail-closed verdict."""
     word = "passed" if summary.resolved else "FAILED"
-    return [
-        f"[{summary.at:4.1f}s] summary  {summary.counts_line()}",
-        f"[{summary.at:4.1f}s] verdict  fail-closed check {word}: {summary.headline}",
-    ]
+    lines = [f"[{summary.at:4.1f}s] summary  {summary.counts_line()}"]
+    if summary.usage is not None:
+        lines.append(f"[{summary.at:4.1f}s] usage    {summary.usage_line()}")
+    lines.append(f"[{summary.at:4.1f}s] verdict  fail-closed check {word}: {summary.headline}")
+    return lines
 
 
 @attrs.define
@@ -268,8 +303,8 @@ def _time_cell(row: RunRow, now: float) -> str:
     return f"{max(elapsed, 0.0):4.1f}s / {deadline}"
 
 
-# Widths of the columns that never shrink: run id, subagent, status, time.
-_FIXED_WIDTHS = (9, 12, 9, 13)
+# Widths of the columns that never shrink: run id, subagent, status, time, usage.
+_FIXED_WIDTHS = (9, 12, 14, 13, 14)
 # Per column: one border plus one space of padding each side.
 _COLUMN_OVERHEAD = 3
 # Below this many spare cells the task column is left out: the outcome says more.
@@ -282,7 +317,7 @@ def _flexible_widths(width: int) -> tuple[int, int]:
 
     A task width of 0 means: leave the task column out.
     """
-    spare = width - sum(_FIXED_WIDTHS) - _COLUMN_OVERHEAD * 6 - 1
+    spare = width - sum(_FIXED_WIDTHS) - _COLUMN_OVERHEAD * 7 - 1
     if spare < _MIN_SPLIT:
         return 0, max(spare + _COLUMN_OVERHEAD, 8)
     task = min(_MAX_TASK_WIDTH, spare * 2 // 5)
@@ -290,7 +325,7 @@ def _flexible_widths(width: int) -> tuple[int, int]:
 
 
 def render_table(rows: Sequence[RunRow], now: float, width: int = 120) -> Table:
-    """The table of runs: id, subagent, status, task, time/deadline, outcome.
+    """The table of runs: id, subagent, status, task, time/deadline, usage, outcome.
 
     Sized for a *width*-cell terminal: the id, subagent, status and time
     columns never shrink; the task and outcome are cut with an ellipsis
@@ -298,13 +333,14 @@ def render_table(rows: Sequence[RunRow], now: float, width: int = 120) -> Table:
     """
     task_width, outcome_width = _flexible_widths(width)
     table = Table(title=f"trio-delegate demo · {now:4.1f}s", title_justify="left")
-    run_w, subagent_w, status_w, time_w = _FIXED_WIDTHS
+    run_w, subagent_w, status_w, time_w, usage_w = _FIXED_WIDTHS
     table.add_column("run", style="cyan", no_wrap=True, width=run_w)
     table.add_column("subagent", no_wrap=True, width=subagent_w)
     table.add_column("status", no_wrap=True, width=status_w)
     if task_width:
         table.add_column("task", no_wrap=True, overflow="ellipsis", width=task_width)
     table.add_column("time/deadline", justify="right", no_wrap=True, width=time_w)
+    table.add_column("tokens · cost", justify="right", no_wrap=True, width=usage_w)
     table.add_column("outcome", no_wrap=True, overflow="ellipsis", width=outcome_width)
     for row in rows:
         cells: list[RenderableType] = [
@@ -314,7 +350,7 @@ def render_table(rows: Sequence[RunRow], now: float, width: int = 120) -> Table:
         ]
         if task_width:
             cells.append(row.task)
-        cells += [_time_cell(row, now), row.describe_outcome()]
+        cells += [_time_cell(row, now), row.describe_usage(), row.describe_outcome()]
         table.add_row(*cells)
     return table
 
@@ -436,6 +472,8 @@ class LiveReporter:
                 counts.append(", ")
             counts.append(f"{n} {status.value}", style=STATUS_STYLES[status.value])
         self._console.print(counts)
+        if summary.usage is not None:
+            self._console.print(Text(f"usage: {summary.usage_line()}", style="bold"))
         if summary.resolved:
             self._console.print(Text(f"fail-closed check passed: {summary.headline}", "bold green"))
         else:

@@ -56,7 +56,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = commands.add_parser(
         "demo",
-        help="watch a scripted, offline delegation session (about 10 s)",
+        help="watch a scripted, offline delegation session (about 15 s)",
         description=(
             "Play a scripted session offline: a parent delegates to an investigator, a "
             "writer and a flaky checker, in the foreground and the background, with timed "
@@ -75,7 +75,7 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         type=_speed,
         default=1.0,
         metavar="FACTOR",
-        help=f"play FACTOR times faster (default: 1.0, about 10 s; at most {_MAX_SPEED:g})",
+        help=f"play FACTOR times faster (default: 1.0, about 15 s; at most {_MAX_SPEED:g})",
     )
     demo.add_argument(
         "--db",

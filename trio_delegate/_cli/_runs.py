@@ -33,6 +33,7 @@ from .._stores._base import DamagedRow
 from .._stores._postgres import PostgresReader, is_postgres_dsn, mask_dsn
 from .._stores._protocol import ChangeBatch, RunRecord
 from .._stores._sqlite import SQLiteReader
+from .._usage import Usage
 from ._run_view import duration, lifecycle_rows, seconds_text, short_id
 
 if TYPE_CHECKING:
@@ -592,6 +593,9 @@ def plain(record: RunRecord) -> dict[str, Any]:
         value = getattr(record, field.name)
         if isinstance(value, RunStatus):
             value = value.value
+        elif isinstance(value, Usage):
+            # An attrs value, not JSON: its fields are ints and a float.
+            value = attrs.asdict(value)
         elif isinstance(value, tuple):
             value = list(value)
         data[field.name] = value
