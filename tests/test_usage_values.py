@@ -134,7 +134,12 @@ def test_usage_adds_field_by_field_saturating(first: td.Usage, second: td.Usage)
     assert total == second + first
     for field in COUNTS:
         assert getattr(total, field) == min(getattr(first, field) + getattr(second, field), MAX)
-    assert math.isclose(total.cost_usd, first.cost_usd + second.cost_usd, rel_tol=1e-12)
+    # Costs add as exact decimals of their shortest forms, floats as binary
+    # fractions: the two agree to 12 digits, except among subnormal floats
+    # (below 2.2e-308), whose shortest forms keep few digits.
+    assert math.isclose(
+        total.cost_usd, first.cost_usd + second.cost_usd, rel_tol=1e-12, abs_tol=1e-300
+    )
 
 
 def test_budget_exceeded_is_a_limit_exceeded_error_with_its_details() -> None:
