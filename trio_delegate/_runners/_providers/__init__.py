@@ -18,7 +18,7 @@ from ..._tools import ToolDefinition
 from ..._usage import Usage
 from .._model_tools import ToolOutcome
 
-__all__ = ["ModelReply", "Provider", "ToolCall", "user_entry"]
+__all__ = ["ModelReply", "Provider", "ProviderCall", "ToolCall", "user_entry"]
 
 
 @attrs.frozen
@@ -70,6 +70,25 @@ class Provider(Protocol):
         connection are tried again; ``-1.0`` means "retry, with the default backoff".
         """
         ...
+
+
+class ProviderCall:
+    """What every provider keeps for one run's calls: the SDK's client, the
+    model, the instructions, the output token limit and extra request options."""
+
+    def __init__(
+        self,
+        client: Any,
+        model: str,
+        instructions: str,
+        max_tokens: int,
+        options: Mapping[str, Any],
+    ) -> None:
+        self._client = client
+        self._model = model
+        self._instructions = instructions
+        self._max_tokens = max_tokens
+        self._options = dict(options)
 
 
 def user_entry(text: str) -> dict[str, Any]:

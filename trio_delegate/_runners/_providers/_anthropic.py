@@ -9,28 +9,14 @@ from ..._json import JsonProblem, encode
 from ..._tools import ToolDefinition
 from ..._usage import Usage
 from .._model_tools import ToolOutcome
-from . import ModelReply, ToolCall, retry_after_http
+from . import ModelReply, ProviderCall, ToolCall, retry_after_http
 
 __all__ = ["AnthropicProvider"]
 
 
 @final
-class AnthropicProvider:
+class AnthropicProvider(ProviderCall):
     """Messages API calls for one run; ``instructions`` go in ``system``."""
-
-    def __init__(
-        self,
-        client: Any,
-        model: str,
-        instructions: str,
-        max_tokens: int,
-        options: Mapping[str, Any],
-    ) -> None:
-        self._client = client
-        self._model = model
-        self._instructions = instructions
-        self._max_tokens = max_tokens
-        self._options = dict(options)
 
     async def call(
         self,

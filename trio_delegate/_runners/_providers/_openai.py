@@ -13,7 +13,7 @@ from ..._json import escape_text
 from ..._tools import ToolDefinition
 from ..._usage import Usage
 from .._model_tools import ToolOutcome
-from . import ModelReply, ToolCall, retry_after_http
+from . import ModelReply, ProviderCall, ToolCall, retry_after_http
 
 __all__ = ["ChatProvider", "ResponsesProvider"]
 
@@ -21,21 +21,7 @@ __all__ = ["ChatProvider", "ResponsesProvider"]
 _SCHEMA_NAME = "final_result"
 
 
-class _OpenAIBase:
-    def __init__(
-        self,
-        client: Any,
-        model: str,
-        instructions: str,
-        max_tokens: int,
-        options: Mapping[str, Any],
-    ) -> None:
-        self._client = client
-        self._model = model
-        self._instructions = instructions
-        self._max_tokens = max_tokens
-        self._options = dict(options)
-
+class _OpenAIBase(ProviderCall):
     def retry_after(self, error: Exception) -> float | None:
         import openai
 
