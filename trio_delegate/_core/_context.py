@@ -192,7 +192,7 @@ class ChildContext:
             QuestionDeclinedError: the parent declined; its ``reason`` says why.
             AskTimeoutError: *timeout* passed first; the run goes on.
         """
-        return await ask(self._run, self._subagent, question, schema, timeout, 100_000)
+        return await ask(self._run, self._subagent, question, schema, timeout)
 
 
 def bind(ctx: ChildContext, run: Run) -> ChildContext:

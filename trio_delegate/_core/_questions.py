@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from .._checks import check_seconds, check_text, describe, is_a
+from .._config import Config
 from .._errors import (
     AskTimeoutError,
     InputUnavailableError,
@@ -29,7 +30,6 @@ from ._run import State
 from ._talk import OnInput, OpenQuestion, Talk, talk_of
 
 if TYPE_CHECKING:
-    from .._config import Config
     from ._run import Run
 
 __all__ = [
@@ -48,6 +48,8 @@ __all__ = [
 ANSWER_STEPS: Final = 5_000
 
 _INPUT_REQUIRED: Final = State.INPUT_REQUIRED
+#: The limits a question is checked against in a context built without a runtime.
+_DEFAULTS: Final = Config()
 
 
 @functools.cache
@@ -69,9 +71,7 @@ def is_asking(run: Run) -> bool:
 # -- the child's side --------------------------------------------------------------
 
 
-async def ask(
-    run: Run | None, subagent: str, question: Any, schema: Any, timeout: Any, max_chars: int
-) -> Any:
+async def ask(run: Run | None, subagent: str, question: Any, schema: Any, timeout: Any) -> Any:
     """``ctx.ask``: open a question on *run*, wait for its answer, withdraw it however
     the wait ends.
 
@@ -82,21 +82,21 @@ async def ask(
         QuestionDeclinedError: the parent declined.
         AskTimeoutError: *timeout* passed first.
     """
-    if run is not None:
-        if not run.subagent.asks:
-            raise InvalidArgumentsError(
-                f"subagent {subagent!r} may not ask its parent questions: declare it with "
-                "Subagent(..., asks=True), or carry on without asking",
-                run_id=run.run_id,
-                subagent=subagent,
-            )
-        max_chars = run.host.config.max_task_chars
-    text = check_text("ctx.ask(question)", question, max_chars=max_chars)
+    if run is not None and not run.subagent.asks:
+        raise InvalidArgumentsError(
+            f"subagent {subagent!r} may not ask its parent questions: declare it with "
+            "Subagent(..., asks=True), or carry on without asking",
+            run_id=run.run_id,
+            subagent=subagent,
+        )
+    config = _DEFAULTS if run is None else run.host.config
+    text = check_text("ctx.ask(question)", question, max_chars=config.max_task_chars)
     if schema is None:
         compiled = _string_schema()
     else:
-        depth = run.host.config.max_nesting_depth if run is not None else 64
-        compiled = compile_result_schema(schema, "ctx.ask(schema=...)", max_nesting=depth)
+        compiled = compile_result_schema(
+            schema, "ctx.ask(schema=...)", max_nesting=config.max_nesting_depth
+        )
     limit = check_seconds("ctx.ask(timeout=...)", timeout, allow_zero=False, allow_none=True)
     if run is None:
         raise InputUnavailableError(
