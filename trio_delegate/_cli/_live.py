@@ -65,6 +65,7 @@ def live_of(record: RunRecord) -> Live:
 
 
 def _number(value: float) -> str:
+    value = float(value)  # a report may hold an int
     return f"{value:,.0f}" if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
 
 
