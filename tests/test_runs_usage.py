@@ -253,7 +253,7 @@ def test_damaged_usage_huge_numbers_and_names_that_are_not_unicode_render(
 ) -> None:
     db = tmp_path / "runs.db"
     owner = runtime_id()
-    names = ("negative count", "not an object", "huge", "bytes", "healthy")
+    names = ("negative count", "string count", "not an object", "huge", "bytes", "healthy")
     runs = {
         name: record(owner, td.RunStatus.COMPLETED, usage=td.Usage(input_tokens=7))
         for name in names
@@ -267,6 +267,8 @@ def test_damaged_usage_huge_numbers_and_names_that_are_not_unicode_render(
     trio.run(write)
     ids = {name: run.run_id for name, run in runs.items()}
     _tamper(db, ids["negative count"], state={"usage": {"input_tokens": -1}})
+    # Read as 7 by a lax reader: a count of text is damage all the same.
+    _tamper(db, ids["string count"], state={"usage": {"input_tokens": "7"}})
     _tamper(db, ids["not an object"], state={"usage": 5})
     _tamper(
         db,
@@ -301,12 +303,14 @@ def test_damaged_usage_huge_numbers_and_names_that_are_not_unicode_render(
     # The damaged usages are named on stderr; the rest is added up.
     code, out, err = _cli(["runs", "usage", *where, "--json"], capsys)
     summary = json.loads(out)
-    assert summary["damaged_rows"] == 2
+    assert summary["damaged_rows"] == 3
     assert {row["run_id"] for row in summary["damaged"]} == {
         ids["negative count"],
+        ids["string count"],
         ids["not an object"],
     }
     assert f"the run {ids['not an object']} is damaged: its usage is int 5" in err
+    assert "Usage.input_tokens must be an int from 0 to 2**63-1, got '7'" in err
     total = summary["total"]
     assert total["runs"] == 3
     assert total["input_tokens"] == 2**63 - 1 + 14  # never saturated, never wrapped

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from .._converter import converter
+from .._errors import InvalidArgumentsError
 from .._stores._base import guarded
 from .._stores._postgres import PostgresReader
 from .._stores._sqlite import SQLiteReader
@@ -79,8 +79,16 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+#: The keys of a stored usage (the fields of :class:`Usage`).
+_USAGE_KEYS: Final = frozenset(field.name for field in attrs.fields(Usage))
+
+
 def _usage(value: object) -> tuple[Usage | None, str | None]:
-    """The usage a state document held (SQLite gives an object as its JSON text)."""
+    """The usage a state document held (SQLite gives an object as its JSON text).
+
+    Read as strictly as ``Usage(...)`` checks a report: a count that is a
+    float, a string or a bool, or a key no usage has, is damage, not a number.
+    """
     if value is None:
         return None, None
     if not isinstance(value, str):
@@ -88,10 +96,18 @@ def _usage(value: object) -> tuple[Usage | None, str | None]:
     if len(value) > _MAX_USAGE_CHARS:
         return None, f"its usage is {len(value):,} characters long, not a usage this writes"
     try:
-        usage: Usage = converter.structure(json.loads(value), Usage)
-    except Exception as exc:
-        return None, f"its usage is not valid ({type(exc).__name__}: {str(exc)[:200]})"
-    return usage, None
+        data = json.loads(value)
+    except ValueError:
+        return None, f"its usage is not JSON: {value[:100]!r}"
+    if not isinstance(data, dict):
+        return None, f"its usage is {type(data).__name__} {value[:50]}, not an object"
+    unknown = sorted(set(data) - _USAGE_KEYS)
+    if unknown:
+        return None, f"its usage has keys no usage has: {', '.join(map(repr, unknown))[:200]}"
+    try:
+        return Usage(**data), None
+    except InvalidArgumentsError as exc:
+        return None, f"its usage is not valid: {exc.message[:300]}"
 
 
 class _Sqlite:
