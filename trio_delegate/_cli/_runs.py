@@ -1,4 +1,4 @@
-"""``trio-delegate runs list|show|watch``: read the runs recorded in a store, never writing to it.
+"""``trio-delegate runs list|show|watch|usage``: read the runs recorded in a store, never writing.
 
 The store is an SQLite file (``--db PATH``), opened read-only: no migration,
 no lock, no journal switch, so it works on a file and a folder this user
@@ -184,7 +184,7 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
 
 
 def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``runs list`` and ``runs show``."""
+    """Register ``runs list``, ``show``, ``watch`` and ``usage``."""
     runs = commands.add_parser(
         "runs",
         help="list or show the runs recorded in a store",

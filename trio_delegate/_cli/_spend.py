@@ -11,12 +11,13 @@ usage (a table cell, ``runs show``'s rows, JSON) is made here.
 from __future__ import annotations
 
 import decimal
+import sys
 from typing import Any, Final
 
 import attrs
 
 from .._stores._protocol import is_run_id
-from .._usage import COUNTS, Usage, cost_decimal
+from .._usage import COUNTS, EXACT, Usage, cost_decimal
 
 __all__ = [
     "TOKEN_KINDS",
@@ -40,8 +41,6 @@ TOKEN_KINDS: Final = (
 )
 
 _ZERO: Final = decimal.Decimal(0)
-#: Costs are added with room for any sum of stored floats (as ``_usage.EXACT``).
-_EXACT: Final = decimal.Context(prec=1000, Emax=10_000, Emin=-10_000)
 
 
 @attrs.define(eq=False)
@@ -67,7 +66,7 @@ class Spend:
         counts = self.counts
         for index, name in enumerate(COUNTS):
             counts[index] += sign * getattr(usage, name)
-        self.cost = _EXACT.add(self.cost, sign * cost_decimal(usage.cost_usd))
+        self.cost = EXACT.add(self.cost, sign * cost_decimal(usage.cost_usd))
         if sign > 0:
             self.runs += 1
 
@@ -75,7 +74,7 @@ class Spend:
         """Add everything *other* holds."""
         for index, value in enumerate(other.counts):
             self.counts[index] += value
-        self.cost = _EXACT.add(self.cost, other.cost)
+        self.cost = EXACT.add(self.cost, other.cost)
         self.runs += other.runs
 
     def count(self, name: str) -> int:
@@ -93,7 +92,7 @@ class Spend:
         if self.cost <= 0:
             return 0.0
         value = float(self.cost)
-        return value if value != float("inf") else 1.7976931348623157e308
+        return min(value, sys.float_info.max)
 
     def fields(self) -> dict[str, Any]:
         """The sums as the ``--json`` views give a usage: the fields of :class:`Usage`,

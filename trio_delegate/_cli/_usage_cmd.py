@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, TextIO
 
 from .._errors import StoreError
 from .._status import LIVE_STATUSES
-from ._runs import fail, json_text, literal, reader_for
+from ._runs import common_arguments, fail, json_text, literal, reader_for
 from ._spend import Spend, cost_text, parent_of, tokens_text, top_owner
 from ._usage_scan import Parents, UsageRow, usage_rows
 
@@ -90,7 +90,9 @@ class Summary:
         )
 
 
-def summarize(rows: Any, parents: Parents, *, by: str | None, owner: str | None) -> Summary:
+def summarize(
+    rows: Iterable[UsageRow], parents: Parents, *, by: str | None, owner: str | None
+) -> Summary:
     """Add *rows* (:class:`UsageRow`, oldest first) up by *by*, only runs of *owner*.
 
     Raises:
@@ -98,7 +100,6 @@ def summarize(rows: Any, parents: Parents, *, by: str | None, owner: str | None)
     """
     summary = Summary()
     key_of = _KEYS[by]
-    row: UsageRow
     for row in rows:
         if owner is not None and top_owner(row.owner) != owner:
             continue
@@ -127,8 +128,6 @@ def summarize(rows: Any, parents: Parents, *, by: str | None, owner: str | None)
 
 def add_usage_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``runs usage``."""
-    from ._runs import common_arguments
-
     usage = actions.add_parser(
         "usage",
         help="what the runs spent: tokens and cost, in total or by subagent, owner or day",
