@@ -215,7 +215,7 @@ def test_runs_usage_reads_a_store_a_page_at_a_time(
 
     trio.run(write)
     pages: list[int] = []
-    original = _usage_scan._Sqlite.page
+    original = _usage_scan._Sqlite.page  # counts the rows each query gives
 
     def page(self: Any, after: int, owner: str | None) -> list[Any]:
         rows: list[Any] = original(self, after, owner)
@@ -450,3 +450,22 @@ def test_runs_usage_and_show_read_postgres(
     code, out, err = _cli(["runs", "show", ids["lead"], *where, "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["own_usage"]["total_tokens"] == 1050
+
+
+def test_runs_usage_says_what_is_wrong_with_what_it_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nothing.db"
+    code, out, err = _cli(["runs", "usage", "--db", str(missing)], capsys)
+    assert (code, out) == (1, "")
+    assert "no store at" in err
+    assert not missing.exists()
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    with conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    conn.close()
+    code, out, err = _cli(["runs", "usage", "--db", str(other), "--by", "day"], capsys)
+    assert (code, out) == (1, "")
+    assert str(other) in err
+    assert "Traceback" not in err

@@ -26,7 +26,7 @@ from .._errors import StoreError
 from .._status import LIVE_STATUSES
 from ._runs import common_arguments, fail, json_text, literal, reader_for
 from ._spend import Spend, cost_text, parent_of, tokens_text, top_owner
-from ._usage_scan import Parents, UsageRow, usage_rows
+from ._usage_scan import ParentFacts, UsageRow, UsageSource
 
 __all__ = ["GROUPINGS", "MAX_GROUPS", "Summary", "add_usage_parser", "summarize"]
 
@@ -91,9 +91,14 @@ class Summary:
 
 
 def summarize(
-    rows: Iterable[UsageRow], parents: Parents, *, by: str | None, owner: str | None
+    rows: Iterable[UsageRow],
+    parent: Callable[[str], ParentFacts | None],
+    *,
+    by: str | None,
+    owner: str | None,
 ) -> Summary:
-    """Add *rows* (:class:`UsageRow`, oldest first) up by *by*, only runs of *owner*.
+    """Add *rows* (:class:`UsageRow`, oldest first) up by *by*, only runs of *owner*;
+    *parent* tells what the store holds of a run (``None``: nothing).
 
     Raises:
         StoreError: a parent run cannot be read.
@@ -117,7 +122,7 @@ def summarize(
         parent_id = parent_of(row.owner)
         if parent_id is None:
             continue
-        facts = parents.get(parent_id)
+        facts = parent(parent_id)
         if facts is None or not facts.has_usage:
             continue  # its spend is in no record but its own: a top-level run's
         key = key_of(facts.owner, facts.subagent, facts.admitted_at)
@@ -155,14 +160,21 @@ def _usage(args: argparse.Namespace) -> int:
         return 1
     reader, name = opened
     try:
-        summary = summarize(
-            usage_rows(reader, owner=args.owner), Parents(reader), by=args.by, owner=args.owner
-        )
+        # The reader checks that the store is one (its layout, its version);
+        # the rows are read on a connection of their own.
+        try:
+            reader.run_ids_starting("run_", 1)
+        finally:
+            reader.close()
+        source = UsageSource(reader, args.schema)
+        try:
+            rows = source.rows(owner=args.owner)
+            summary = summarize(rows, source.parent, by=args.by, owner=args.owner)
+        finally:
+            source.close()
     except StoreError as exc:
         fail(exc, err)
         return 1
-    finally:
-        reader.close()
     if args.json:
         out.write(json_text(_as_json(summary, args.by)) + "\n")
     else:
