@@ -26,6 +26,7 @@ import attrs
 
 from .._checks import describe
 from .._errors import InvalidArgumentsError, StoreError
+from .._results import Progress, Question
 from .._status import RunStatus
 from .._usage import Usage
 
@@ -213,6 +214,20 @@ class RunRecord:
             dataclass, that type's tag (its name and a digest of its JSON
             Schema): data, never imported; a runtime structures the stored
             result into the type of that tag it knows, if any.
+        questions: the run's open questions (contract §19), oldest first, each
+            ``{"question_id", "text", "schema"}``; only in a live record.
+        answers: the answers (``{"question_id", "answer"}``) and refusals
+            (``{"question_id", "declined": true, "reason"}``) its runtime
+            accepted since the run's previous record was committed: an
+            accepted answer reaches the child once a record holding it is.
+        progress: its latest progress report, ``{"message", "progress",
+            "total", "seq"}``, or ``None``.
+        answer_requests: answers other runtimes left for its open questions
+            (:meth:`ResultStore.post_answer`), each ``{"question_id",
+            "answer", "declined", "reason"}``, for its own runtime to apply.
+            Kept by the store apart from the record: a write by the run's
+            runtime never sets them (it carries none), and clears them once
+            no question is open.
     """
 
     run_id: str
@@ -238,6 +253,10 @@ class RunRecord:
     continues: str | None = None
     result_type: str | None = None
     usage: Usage | None = None
+    questions: tuple[Any, ...] = ()
+    answers: tuple[Any, ...] = ()
+    progress: Any = None
+    answer_requests: tuple[Any, ...] = ()
 
 
 @final
@@ -247,12 +266,17 @@ class StoredRun:
 
     Attributes:
         usage: what the run spent (contract §20), when its record says.
+        progress: its latest progress report, when its record says (§19).
+        questions: its open questions, when it is live in another runtime
+            and waits for an answer (its status is then ``input_required``).
     """
 
     owner: str
     subagent: str
     status: RunStatus
     usage: Usage | None = None
+    progress: Progress | None = None
+    questions: tuple[Question, ...] = ()
 
 
 @final
@@ -290,6 +314,8 @@ def interrupted(record: RunRecord) -> RunRecord:
     """*record* marked failed because its runtime's process ended while it was live."""
     return attrs.evolve(
         record,
+        questions=(),
+        answers=(),
         status=RunStatus.FAILED,
         error_type=INTERRUPTED_ERROR_TYPE,
         error_message=(

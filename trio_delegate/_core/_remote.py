@@ -1,0 +1,233 @@
+"""Questions and progress across runtimes that share a store (contract §16, §19).
+
+A run's record carries its open questions and its latest progress (see
+``_talk``). Another runtime of the same owner reads them from its view of
+the store (:func:`stored_view`), and may answer: the answer is checked
+against the question's stored schema at once, and left in the store
+(``ResultStore.post_answer``) for the owning runtime, whose watcher applies
+it within a poll interval (:func:`apply_requests`), as it applies a cancel
+request. What a store holds was written by a runtime, but is read as
+untrusted: an entry that is not what a runtime writes is left out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+
+from .._errors import DelegationError, InvalidArgumentsError, StoreError
+from .._results import AnswerAck, Progress, Question, RunHandle
+from .._schema import compile_result_schema
+from .._status import RunStatus
+from .._stores._protocol import RunRecord, StoredRun
+from ._questions import answer_run, checked_answer
+
+if TYPE_CHECKING:
+    from .._config import Config
+    from .._schema import ResultSchema
+    from .._stores._protocol import ResultStore
+    from ._run import Run
+    from ._watcher import Watcher
+
+__all__ = ["Replies", "apply_requests", "stored_handle", "stored_view"]
+
+_QUESTION_ID: Final = re.compile(r"q_[0-9a-f]{32}")
+_RUNNING: Final = RunStatus.RUNNING
+_ASKING: Final = RunStatus.INPUT_REQUIRED
+#: At most this many question ids answered from this runtime are remembered
+#: (so that a view read again before the owner applied an answer does not
+#: offer the question again), and this many stored schemas kept compiled.
+_ANSWERED_LIMIT: Final = 10_000
+_SCHEMAS_LIMIT: Final = 256
+
+
+def _number(value: object) -> float | None:
+    if value is None or type(value) is bool or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def stored_progress(data: object) -> Progress | None:
+    """The progress a record holds, if it is what a runtime writes."""
+    if not isinstance(data, dict):
+        return None
+    message = data.get("message")
+    seq = data.get("seq")
+    if (message is not None and type(message) is not str) or type(seq) is not int or seq < 1:
+        return None
+    return Progress(message, _number(data.get("progress")), _number(data.get("total")), seq)
+
+
+def stored_questions(record: RunRecord, skip: Any = ()) -> tuple[Question, ...]:
+    """The open questions a record holds (but those in *skip*), as a runtime writes them."""
+    found = []
+    for entry in record.questions:
+        if not isinstance(entry, dict):
+            continue
+        qid, text, schema = entry.get("question_id"), entry.get("text"), entry.get("schema")
+        if (
+            type(qid) is str
+            and _QUESTION_ID.fullmatch(qid)
+            and type(text) is str
+            and isinstance(schema, dict)
+            and qid not in skip
+        ):
+            found.append(Question(qid, record.run_id, text, schema))
+    return tuple(found)
+
+
+def stored_view(record: RunRecord, skip: Any = ()) -> StoredRun:
+    """What a runtime keeps of *record*'s run: ``input_required`` with its questions
+    while it waits for an answer (not past its deadline, nor once a cancel was
+    requested), and its latest progress."""
+    questions: tuple[Question, ...] = ()
+    status = record.status
+    if (
+        record.questions
+        and status is _RUNNING
+        and not record.cancel_requested
+        and (record.deadline_at is None or time.time() < record.deadline_at)
+    ):
+        questions = stored_questions(record, skip)
+        if questions:
+            status = _ASKING
+    return StoredRun(
+        record.owner,
+        record.subagent,
+        status,
+        record.usage,
+        stored_progress(record.progress),
+        questions,
+    )
+
+
+def stored_handle(run_id: str, stored: StoredRun) -> RunHandle:
+    """The handle of a run known from the store."""
+    return RunHandle(
+        run_id, stored.subagent, stored.status, stored.progress, stored.questions, stored.usage
+    )
+
+
+def apply_requests(run: Run, record: RunRecord) -> None:
+    """Apply the answers other runtimes left in the store for live *run*'s questions.
+
+    Each goes through ``answer_run`` as a local answer would: one for a
+    question no longer open, or that fails its schema (a store changed by
+    something else), is dropped.
+    """
+    limit = run.host.config.max_task_chars
+    for request in record.answer_requests:
+        if not isinstance(request, dict) or type(request.get("question_id")) is not str:
+            continue
+        reason = request.get("reason")
+        try:
+            answer_run(
+                run,
+                request["question_id"],
+                request.get("answer"),
+                declined=request.get("declined") is True,
+                reason=reason[:limit] if type(reason) is str else "",
+            )
+        except DelegationError:
+            continue
+
+
+@final
+class Replies:
+    """This runtime's answers to questions of runs that live in other runtimes."""
+
+    __slots__ = ("_answered", "_config", "_schemas", "_watcher", "store")
+
+    def __init__(self, store: ResultStore, config: Config, watcher: Watcher) -> None:
+        self.store = store
+        self._config = config
+        self._watcher = watcher
+        self._answered: OrderedDict[str, None] = OrderedDict()
+        self._schemas: OrderedDict[str, ResultSchema] = OrderedDict()
+
+    @property
+    def answered(self) -> OrderedDict[str, None]:
+        """The ids of the questions answered (or declined) from this runtime."""
+        return self._answered
+
+    def reply(
+        self,
+        run_id: str,
+        stored: StoredRun,
+        question_id: str | None,
+        value: object,
+        declined: bool,
+        reason: str,
+    ) -> tuple[AnswerAck, StoredRun]:
+        """Answer (or decline) a question of *stored*, a run live in another runtime.
+
+        The answer is checked against the question's schema now, and sent to
+        the store with the watcher's next poll; the owning runtime applies it
+        within a poll interval, unless the question was closed meanwhile.
+
+        Returns:
+            the ack (``accepted`` False when no such question is open in this
+            runtime's view, or the store cannot carry answers) and the view
+            of the run without that question.
+
+        Raises:
+            InvalidArgumentsError: a malformed *question_id*, or a *value* that
+                does not satisfy the schema (the question stays open).
+            StoreError: the stored schema is not one a runtime writes.
+        """
+        if question_id is not None and type(question_id) is not str:
+            raise InvalidArgumentsError(
+                f"question_id must be a string or None (the oldest open question), got "
+                f"{type(question_id).__name__}"
+            )
+        questions = stored.questions
+        opened = next(
+            (q for q in questions if question_id is None or q.question_id == question_id), None
+        )
+        if (
+            opened is None
+            or stored.status is not _ASKING
+            or getattr(self.store, "post_answer", None) is None
+        ):
+            return AnswerAck(run_id, question_id, False, stored.status), stored
+        qid = opened.question_id
+        request: dict[str, Any] = {"question_id": qid, "declined": declined, "reason": reason}
+        if not declined:
+            answer, _ = checked_answer(self._schema(opened), qid, value, self._config)
+            request["answer"] = answer.copy()
+        self._watcher.post_answer(run_id, request)
+        answered = self._answered
+        answered[qid] = None
+        if len(answered) > _ANSWERED_LIMIT:
+            answered.popitem(last=False)
+        left = tuple(q for q in questions if q.question_id != qid)
+        view = attrs.evolve(stored, status=_ASKING if left else _RUNNING, questions=left)
+        return AnswerAck(run_id, qid, True, view.status), view
+
+    def _schema(self, question: Question) -> ResultSchema:
+        schemas = self._schemas
+        schema = schemas.get(question.question_id)
+        if schema is None:
+            try:
+                schema = compile_result_schema(
+                    dict(question.schema),
+                    "the question's stored schema",
+                    max_nesting=self._config.max_nesting_depth,
+                )
+            except Exception as exc:
+                raise StoreError(
+                    f"question {question.question_id} of run {question.run_id} has a stored "
+                    f"schema no runtime writes ({exc}); the store was changed by something "
+                    "else",
+                    run_id=question.run_id,
+                ) from None
+            schemas[question.question_id] = schema
+            if len(schemas) > _SCHEMAS_LIMIT:
+                schemas.popitem(last=False)
+        return schema
