@@ -260,6 +260,9 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         help="stop after SECONDS (default: until interrupted)",
     )
     watch.set_defaults(handler=_watch)
+    from ._answer import add_answer_parser  # the one action that writes: its own module
+
+    add_answer_parser(actions)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
-from .._errors import DelegationError, InvalidArgumentsError, StoreError
+from .._config import Config
+from .._errors import DelegationError, InvalidArgumentsError, StoreError, UnknownRunError
 from .._results import AnswerAck, Progress, Question, RunHandle
 from .._schema import compile_result_schema
 from .._status import RunStatus
@@ -28,13 +29,12 @@ from .._stores._protocol import RunRecord, StoredRun
 from ._questions import answer_run, checked_answer
 
 if TYPE_CHECKING:
-    from .._config import Config
     from .._schema import ResultSchema
     from .._stores._protocol import ResultStore
     from ._run import Run
     from ._watcher import Watcher
 
-__all__ = ["Replies", "apply_requests", "stored_handle", "stored_view"]
+__all__ = ["Replies", "answer_in_store", "apply_requests", "stored_handle", "stored_view"]
 
 _QUESTION_ID: Final = re.compile(r"q_[0-9a-f]{32}")
 _RUNNING: Final = RunStatus.RUNNING
@@ -44,6 +44,8 @@ _ASKING: Final = RunStatus.INPUT_REQUIRED
 #: offer the question again), and this many stored schemas kept compiled.
 _ANSWERED_LIMIT: Final = 10_000
 _SCHEMAS_LIMIT: Final = 256
+#: The limits an answer left through the store alone is checked against.
+_DEFAULTS: Final = Config()
 
 
 def _number(value: object) -> float | None:
@@ -214,20 +216,87 @@ class Replies:
         schemas = self._schemas
         schema = schemas.get(question.question_id)
         if schema is None:
-            try:
-                schema = compile_result_schema(
-                    dict(question.schema),
-                    "the question's stored schema",
-                    max_nesting=self._config.max_nesting_depth,
-                )
-            except Exception as exc:
-                raise StoreError(
-                    f"question {question.question_id} of run {question.run_id} has a stored "
-                    f"schema no runtime writes ({exc}); the store was changed by something "
-                    "else",
-                    run_id=question.run_id,
-                ) from None
-            schemas[question.question_id] = schema
+            schema = schemas[question.question_id] = _compiled(question, self._config)
             if len(schemas) > _SCHEMAS_LIMIT:
                 schemas.popitem(last=False)
         return schema
+
+
+def _compiled(question: Question, config: Config) -> ResultSchema:
+    """The stored schema of *question*, compiled.
+
+    Raises:
+        StoreError: it is not a schema a runtime writes.
+    """
+    try:
+        return compile_result_schema(
+            dict(question.schema),
+            "the question's stored schema",
+            max_nesting=config.max_nesting_depth,
+        )
+    except Exception as exc:
+        raise StoreError(
+            f"question {question.question_id} of run {question.run_id} has a stored schema "
+            f"no runtime writes ({exc}); the store was changed by something else",
+            run_id=question.run_id,
+        ) from None
+
+
+async def answer_in_store(
+    store: Any,
+    run_id: str,
+    value: object,
+    *,
+    owner: str | None = None,
+    question_id: str | None = None,
+    declined: bool = False,
+    reason: str = "",
+    config: Config | None = None,
+) -> AnswerAck:
+    """Answer (or decline) an open question of *run_id* through *store* alone, as
+    another runtime would (``trio-delegate runs answer``); durable when it returns.
+
+    The run's own runtime applies the answer within a poll interval, unless
+    the question was closed meanwhile.
+
+    Args:
+        store: a store with ``post_answer`` (the stores of this package).
+        owner: the run's owner, when the caller must be it.
+        question_id: the question (``None``: the run's oldest open one).
+
+    Returns:
+        the ack: ``accepted`` False when the run has no such open question
+        (answered, declined, withdrawn, ended), or another answer was left
+        for it first.
+
+    Raises:
+        UnknownRunError: the store holds no run *run_id* (of *owner*).
+        InvalidArgumentsError: *value* does not satisfy the question's schema,
+            or is too large or deep.
+        StoreError: the store could not be read or written.
+    """
+    config = _DEFAULTS if config is None else config
+    record = await store.get(run_id)
+    if record is None or (owner is not None and record.owner != owner):
+        whose = "" if owner is None else f" of owner {owner!r}"
+        raise UnknownRunError(
+            f"the store holds no run {run_id}{whose}: check the id (trio-delegate runs list "
+            "shows them) and the store",
+            run_id=run_id,
+        )
+    view = stored_view(record)
+    opened = next(
+        (q for q in view.questions if question_id is None or q.question_id == question_id), None
+    )
+    if opened is None:
+        return AnswerAck(run_id, question_id, False, view.status)
+    qid = opened.question_id
+    request: dict[str, Any] = {"question_id": qid, "declined": declined, "reason": reason}
+    if not declined:
+        answer, _ = checked_answer(_compiled(opened, config), qid, value, config)
+        request["answer"] = answer.copy()
+    stored = await store.post_answer(run_id, request)
+    # The first answer left for a question is the one its runtime applies.
+    accepted = stored is not None and any(entry == request for entry in stored.answer_requests)
+    left = len(view.questions) > 1
+    return AnswerAck(run_id, qid, accepted, _ASKING if left or not accepted else _RUNNING)
