@@ -278,11 +278,10 @@ class Talk:
         """*question* was answered or declined: its ask gets the answer once it is
         durable (with a store, once a record holding it is committed)."""
         writer = run.host.writer
-        if writer is None:
-            question.event.set()
+        if writer is None or not writer.touch(run, run.host.now()):
+            question.event.set()  # nothing is recorded: it has its answer at once
             return
         self.unrecorded.append(question)
-        writer.touch(run, run.host.now())
 
     def recorded_with(self, answered: list[OpenQuestion]) -> Callable[[StoreError | None], None]:
         """What to do once a record holding the answers of *answered* is committed."""

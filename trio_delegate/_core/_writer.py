@@ -160,8 +160,7 @@ class Writer:
         # Runs whose running record is held for the next batch (see started),
         # when it is due at the latest, and the writer's wait for records.
         self._held: dict[str, Run] = {}
-        # Runs whose live record is due by a time, not before (see touch).
-        self._due = DueRecords()
+        self._due = DueRecords()  # live records due by a time, not before (touch)
         self._flush_at = math.inf
         self._idle: trio.CancelScope | None = None
         # This runtime's runs whose results it handed out, to be flagged
@@ -369,12 +368,15 @@ class Writer:
             if idle is not None:
                 idle.deadline = at
 
-    def touch(self, run: Run, at: float) -> None:
+    def touch(self, run: Run, at: float) -> bool:
         """Write *run*'s live record at Trio time *at*, not before (contract §19): its
         progress (coalesced by the caller's *at*), a question opened or closed, an
-        answer accepted (its ask waits for the commit: a durability point)."""
-        if self._dead is None and self._due.add(run, at):
+        answer accepted (its ask waits for the commit). False: nothing is written."""
+        if self._dead is not None:
+            return False
+        if self._due.add(run, at):
             self._hold_until(at)
+        return True
 
     def _take_held(self) -> list[_Pending]:
         """The live records of the held runs that are still running, and of the
