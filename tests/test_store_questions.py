@@ -20,6 +20,7 @@ import trio
 
 import trio_delegate as td
 from trio_delegate._stores._sqlite import SCHEMA_VERSION
+from trio_delegate.lowlevel import answer_in_store
 
 from .helpers import sub
 from .stores import WrappedStore, read_line, record, runtime_id, spawn_child
@@ -320,3 +321,52 @@ async def test_a_version_4_sqlite_file_is_migrated(tmp_path: Path) -> None:
         conn.close()
     assert version == (str(SCHEMA_VERSION),)
     assert SCHEMA_VERSION == 5
+
+
+async def test_answer_in_store_answers_through_the_store_alone(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+
+    async def asker(ctx: td.ChildContext) -> Any:
+        return await ctx.ask("how many?", schema={"type": "integer"})
+
+    async with (
+        td.open_runtime([sub("asker", asker, asks=True)], store=store) as rt,
+        rt.open_parent("alice") as parent,
+    ):
+        run_id = (await parent.start("asker", "t")).run_id
+        await trio.sleep(1)
+        (question,) = parent.questions()
+        deep: Any = 1
+        for _ in range(1000):
+            deep = [deep]
+        for hostile in (deep, "\ud800", "three", float("nan")):
+            with pytest.raises(td.InvalidArgumentsError):
+                await answer_in_store(store, run_id, hostile)
+        assert parent.questions() == (question,)  # still open
+        with pytest.raises(td.UnknownRunError):
+            await answer_in_store(store, run_id, 3, owner="bob")
+        stale = await answer_in_store(store, run_id, 3, question_id="q_" + "0" * 32)
+        assert not stale.accepted
+        ack = await answer_in_store(store, run_id, 3, owner="alice")
+        assert ack == td.AnswerAck(run_id, question.question_id, True, td.RunStatus.RUNNING)
+        await trio.sleep(1)  # the owner's watcher applies it (at once, in memory)
+        result = await parent.wait(run_id)
+        assert result.final_result == 3  # type: ignore[union-attr]
+        again = await answer_in_store(store, run_id, 4)
+        assert not again.accepted
+
+
+async def test_answer_in_store_refuses_what_it_cannot_use() -> None:
+    store = td.MemoryStore()
+    with pytest.raises(td.InvalidArgumentsError, match="run_id must be a run id"):
+        await answer_in_store(store, "run_1", "x")
+    with pytest.raises(td.InvalidArgumentsError, match="question_id must be a string"):
+        await answer_in_store(store, record(runtime_id()).run_id, "x", question_id=5)  # type: ignore[arg-type]
+    with pytest.raises(td.InvalidArgumentsError, match="reason"):
+        await answer_in_store(store, record(runtime_id()).run_id, None, reason="\ud800")
+    with pytest.raises(td.InvalidArgumentsError, match="takes answers"):
+        await answer_in_store(WrappedStore(), record(runtime_id()).run_id, "x")
+    with pytest.raises(td.UnknownRunError, match="holds no run"):
+        await answer_in_store(store, record(runtime_id()).run_id, "x")

@@ -20,12 +20,12 @@ from typing import Any, TextIO
 import trio
 
 from .._checks import terminal_safe
-from .._core import answer_in_store
 from .._errors import DelegationError
 from .._results import AnswerAck
 from .._stores._postgres import PostgresStore, is_postgres_dsn
 from .._stores._protocol import is_run_id
 from .._stores._sqlite import SQLiteStore
+from ..lowlevel import answer_in_store
 
 __all__ = ["add_answer_parser"]
 

@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
+from .._checks import check_text, describe, is_a
 from .._config import Config
 from .._errors import DelegationError, InvalidArgumentsError, StoreError, UnknownRunError
 from .._results import AnswerAck, Progress, Question, RunHandle
 from .._schema import compile_result_schema
 from .._status import RunStatus
-from .._stores._protocol import RunRecord, StoredRun
+from .._stores._protocol import RunRecord, StoredRun, is_run_id
 from ._questions import answer_run, checked_answer
+from ._records import store_error
 
 if TYPE_CHECKING:
     from .._schema import ResultSchema
@@ -276,7 +278,25 @@ async def answer_in_store(
         StoreError: the store could not be read or written.
     """
     config = _DEFAULTS if config is None else config
-    record = await store.get(run_id)
+    if not is_run_id(run_id):
+        raise InvalidArgumentsError(
+            f"run_id must be a run id (run_ and 32 lowercase hex digits), got {describe(run_id)}"
+        )
+    if question_id is not None and not is_a(question_id, str):
+        raise InvalidArgumentsError(
+            f"question_id must be a string or None (the oldest open question), got "
+            f"{describe(question_id)}"
+        )
+    reason = check_text("reason", reason, max_chars=config.max_task_chars, allow_blank=True)
+    if getattr(store, "post_answer", None) is None:
+        raise InvalidArgumentsError(
+            f"store must be a store that takes answers (post_answer), such as SQLiteStore or "
+            f"PostgresStore, got {describe(store)}"
+        )
+    try:
+        record = await store.get(run_id)
+    except Exception as exc:
+        raise store_error(exc, f"read run {run_id}", run_id) from None
     if record is None or (owner is not None and record.owner != owner):
         whose = "" if owner is None else f" of owner {owner!r}"
         raise UnknownRunError(
@@ -295,7 +315,10 @@ async def answer_in_store(
     if not declined:
         answer, _ = checked_answer(_compiled(opened, config), qid, value, config)
         request["answer"] = answer.copy()
-    stored = await store.post_answer(run_id, request)
+    try:
+        stored = await store.post_answer(run_id, request)
+    except Exception as exc:
+        raise store_error(exc, f"leave an answer for run {run_id}", run_id) from None
     # The first answer left for a question is the one its runtime applies.
     accepted = stored is not None and any(entry == request for entry in stored.answer_requests)
     left = len(view.questions) > 1
