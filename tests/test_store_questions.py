@@ -370,3 +370,28 @@ async def test_answer_in_store_refuses_what_it_cannot_use() -> None:
         await answer_in_store(WrappedStore(), record(runtime_id()).run_id, "x")
     with pytest.raises(td.UnknownRunError, match="holds no run"):
         await answer_in_store(store, record(runtime_id()).run_id, "x")
+
+
+async def test_many_answers_are_recorded_without_growing_the_record(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = Recording()
+
+    async def curious(ctx: td.ChildContext) -> int:
+        total = 0
+        for _ in range(500):
+            total += await ctx.ask("a number?", schema={"type": "integer"})
+        return total
+
+    async with (
+        td.open_runtime([sub("curious", curious, asks=True)], store=store) as rt,
+        rt.open_parent("alice") as parent,
+    ):
+        run_id = (await parent.start("curious", "t")).run_id
+        while isinstance(answer := await parent.wait(run_id), td.RunHandle):
+            assert parent.answer(run_id, 2).accepted
+    assert answer.final_result == 1000
+    written = store.of(run_id)
+    # Each answer is written once it is accepted, then never again.
+    assert sum(len(r.answers) for r in written) == 500
+    assert max(len(r.answers) for r in written) == 1
