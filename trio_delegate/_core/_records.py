@@ -25,14 +25,13 @@ from ._talk import talk_fields
 if TYPE_CHECKING:
     from ._run import Outcome, Run
 
-
-def _ignore(error: StoreError | None) -> None:
-    pass
-
-
 __all__ = ["Records", "store_error", "stored_conversation"]
 
 _FAILED: Final = RunStatus.FAILED
+
+
+def _ignore(error: StoreError | None) -> None:
+    pass
 
 
 @final

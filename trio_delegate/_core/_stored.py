@@ -281,7 +281,8 @@ class StoredRuns:
 
         Returns:
             the run's terminal record (a completed one is flagged observed in
-            the store), or its handle if *limit* seconds passed first.
+            the store), or its handle if *limit* seconds passed first, or at
+            once while it waits for an answer (contract §19).
 
         Raises:
             ExpiredRunError, StoreError: as for :meth:`read`.
