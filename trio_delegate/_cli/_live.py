@@ -10,7 +10,6 @@ of them is shown by changing it alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
@@ -49,19 +48,12 @@ class Live:
 
 
 def live_of(record: RunRecord) -> Live:
-    """What *record* says its run is doing (its status; progress and questions where
-    the record keeps them: a field of another type is left out, never shown wrong)."""
-    progress = getattr(record, "progress", None)
-    questions: Any = getattr(record, "questions", None) or ()
+    """What *record* says its run is doing: its status, its latest progress and, while
+    it lives, its open questions (an entry that is not what a runtime writes is left
+    out, never shown wrong)."""
     if record.status.is_terminal:
-        return Live(record.status, progress if isinstance(progress, Progress) else None)
-    return Live(
-        record.status,
-        progress if isinstance(progress, Progress) else None,
-        tuple(question for question in questions if isinstance(question, Question))
-        if isinstance(questions, Sequence)
-        else (),
-    )
+        return Live(record.status, record.progress_report())
+    return Live(record.status, record.progress_report(), record.open_questions())
 
 
 def _number(value: float) -> str:

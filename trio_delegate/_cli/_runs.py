@@ -1,11 +1,13 @@
-"""``trio-delegate runs list|show|watch|usage``: read the runs recorded in a store, never writing.
+"""``trio-delegate runs list|show|watch|usage|answer``: the runs recorded in a store.
 
-The store is an SQLite file (``--db PATH``), opened read-only: no migration,
-no lock, no journal switch, so it works on a file and a folder this user
-cannot write and while another process holds the write lock. Or it is a
-PostgreSQL database (``--db postgresql://…``) read in a read-only session;
-the password comes from the environment (``PGPASSWORD``, a password file or
-a service file) and is never printed.
+Every action but ``answer`` reads and never writes (``answer``, in its own
+module, leaves an answer in the store). The store is an SQLite file
+(``--db PATH``), opened read-only: no migration, no lock, no journal switch,
+so it works on a file and a folder this user cannot write and while
+another process holds the write lock. Or it is a PostgreSQL database
+(``--db postgresql://…``) read in a read-only session; the password comes
+from the environment (``PGPASSWORD``, a password file or a service file)
+and is never printed.
 
 Every stored string comes from models and runners and is shown literally:
 rich markup is never interpreted, and control characters, escape sequences,
@@ -184,12 +186,13 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
 
 
 def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``runs list``, ``show``, ``watch`` and ``usage``."""
+    """Register ``runs list``, ``show``, ``watch``, ``usage`` and ``answer``."""
     runs = commands.add_parser(
         "runs",
-        help="list or show the runs recorded in a store",
+        help="list, show, watch or answer the runs recorded in a store",
         description=(
-            "Read the runs recorded in a store (read only): an SQLite file, or a PostgreSQL "
+            "Read the runs recorded in a store (read only; 'answer' alone writes, an answer to "
+            "a run's open question): an SQLite file, or a PostgreSQL "
             "database given as a postgresql:// URI (password from PGPASSWORD, a password file "
             "or a service file)."
         ),
@@ -269,10 +272,11 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         help="stop after SECONDS (default: until interrupted)",
     )
     watch.set_defaults(handler=_watch)
-
+    from ._answer import add_answer_parser  # the one action that writes: its own module
     from ._usage_cmd import add_usage_parser
 
     add_usage_parser(actions)
+    add_answer_parser(actions)
 
 
 def common_arguments(parser: argparse.ArgumentParser) -> None:

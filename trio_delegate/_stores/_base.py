@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar, final
 
 import attrs
@@ -340,6 +340,20 @@ class ThreadedStore(abc.ABC):
         """
         await self._run(self._flag_sync, run_id, "observed", observed_by)
 
+    async def post_answer(self, run_id: str, request: Mapping[str, Any]) -> RunRecord | None:
+        """Leave *request* (an answer to one of the run's open questions) for the
+        run's own runtime to apply (contract §19); durable when this returns.
+
+        Only a live run's open question takes one, and only its first.
+
+        Returns:
+            the record as stored, or ``None`` for an unknown run.
+
+        Raises:
+            StoreError: the store failed, or holds no JSON this package wrote.
+        """
+        return await self._run(self._post_sync, run_id, dict(request))
+
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await run_sync(self._guarded, fn, *args, limiter=self._limiter)
 
@@ -374,3 +388,6 @@ class ThreadedStore(abc.ABC):
 
     @abc.abstractmethod
     def _flag_sync(self, run_id: str, flag: str, by: str | None = None) -> RunRecord | None: ...
+
+    @abc.abstractmethod
+    def _post_sync(self, run_id: str, request: dict[str, Any]) -> RunRecord | None: ...

@@ -41,9 +41,10 @@ from ._codec import (
     EncodedRecord,
     LiveHeads,
     change_batch,
-    decode_row,
+    decode_full_row,
     encode_record,
     encode_state,
+    requests_after,
     status_of,
     stored_usage,
     with_head,
@@ -67,7 +68,7 @@ from ._protocol import (
 __all__ = ["SCHEMA_VERSION", "SQLiteReader", "SQLiteStore"]
 
 _APPLICATION: Final = "trio_delegate"
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 _LIVE = ("pending", "running")
 #: Store-side retention is applied after this many written records (and on attach).
 _PRUNE_EVERY: Final = 512
@@ -153,18 +154,31 @@ def _migrate_to_4(conn: sqlite3.Connection) -> None:
     """
 
 
+def _migrate_to_5(conn: sqlite3.Connection) -> None:
+    """Version 5: ``answer_requests``, the answers other runtimes left for a live
+    run's open questions (contract §19), for its own runtime to apply.
+
+    Rows of version 4 hold none. A run's questions and progress live in its
+    state document, which an older trio_delegate would read without them:
+    the version keeps it from opening the store.
+    """
+    conn.execute("ALTER TABLE runs ADD COLUMN answer_requests TEXT")
+
+
 #: _MIGRATIONS[n] brings a store from version n to n + 1.
 _MIGRATIONS: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {
     0: _migrate_to_1,
     1: _migrate_to_2,
     2: _migrate_to_3,
     3: _migrate_to_4,
+    4: _migrate_to_5,
 }
 
-_COLUMNS: Final = "record, state, cancel_requested, observed"
-#: What ``trio-delegate runs`` reads: the run id column too, which names a
-#: damaged row whose record does not.
-_READ_COLUMNS: Final = f"{_COLUMNS}, run_id"
+_COLUMNS: Final = "record, state, cancel_requested, observed, answer_requests"
+#: What ``trio-delegate runs`` reads: the record and its flags (not the answers
+#: left for it), and the run id column, which names a damaged row whose record
+#: does not.
+_READ_COLUMNS: Final = "record, state, cancel_requested, observed, run_id"
 
 #: The changes after a number that a given runtime did not write itself.
 _FOREIGN_CHANGES: Final = (
@@ -555,7 +569,7 @@ class SQLiteStore(ThreadedStore):
 
     def _decode_rows(self, rows: list[Any]) -> list[RunRecord]:
         where = str(self.path)
-        return [decode_row(row, where) for row in rows]
+        return [decode_full_row(row, where) for row in rows]
 
     # -- work on the thread --------------------------------------------------------------
 
@@ -722,6 +736,14 @@ class SQLiteStore(ThreadedStore):
                 ignored += _ignored_endings(conn, stretch)
         if became_terminal:
             _count_terminal(conn, became_terminal)
+        asking = [(item.record.run_id,) for item in encoded if item.record.questions]
+        if asking:
+            # Answers left for a run that still has questions open are news for
+            # its own runtime, whoever wrote last (see post_answer).
+            conn.executemany(
+                "UPDATE runs SET writer = NULL WHERE run_id = ? AND answer_requests IS NOT NULL",
+                asking,
+            )
         return ignored
 
     @staticmethod
@@ -824,6 +846,28 @@ class SQLiteStore(ThreadedStore):
                     f"UPDATE runs SET {flag} = 1, seq = ?, "
                     "writer = CASE WHEN runtime_id = ? THEN ? END WHERE run_id = ?",
                     (_reserve(conn, 1), by, by, run_id),
+                )
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
+            return self._decode_rows(rows.fetchall())[0]
+
+    def _post_sync(self, run_id: str, request: dict[str, Any]) -> RunRecord | None:
+        if not is_run_id(run_id):
+            return None
+        conn = self._connection()
+        where = str(self.path)
+        with _transaction(conn):
+            row = conn.execute(
+                "SELECT status, state, answer_requests FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            status, state, stored = row
+            requests = requests_after(status_of(status, where, run_id), state, stored, request)
+            if requests != stored:
+                # Left by another runtime: news for the run's own (writer NULL).
+                conn.execute(
+                    "UPDATE runs SET answer_requests = ?, seq = ?, writer = NULL WHERE run_id = ?",
+                    (requests, _reserve(conn, 1), run_id),
                 )
             rows = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
             return self._decode_rows(rows.fetchall())[0]
