@@ -22,6 +22,7 @@ from trio_delegate._cli._live import Live, live_cells, live_json, live_rows
 from trio_delegate._cli._main import main
 from trio_delegate._cli._spend import Spend, cost_text, parent_of, top_owner
 from trio_delegate._cli._watch import RunsView
+from trio_delegate._stores._sqlite import SQLiteReader
 
 from .pg_server import PostgresServer
 from .stores import record, run_id, runtime_id
@@ -215,15 +216,15 @@ def test_runs_usage_reads_a_store_a_page_at_a_time(
 
     trio.run(write)
     pages: list[int] = []
-    original = _usage_scan._Sqlite.page  # counts the rows each query gives
+    original = SQLiteReader.usage_rows  # counts the rows each query gives
 
-    def page(self: Any, after: int, owner: str | None) -> list[Any]:
-        rows: list[Any] = original(self, after, owner)
+    def page(self: Any, after: int, owner: str | None, limit: int) -> list[Any]:
+        rows: list[Any] = original(self, after, owner, limit)
         pages.append(len(rows))
         return rows
 
     monkeypatch.setattr(_usage_scan, "PAGE_ROWS", 4)
-    monkeypatch.setattr(_usage_scan._Sqlite, "page", page)
+    monkeypatch.setattr(SQLiteReader, "usage_rows", page)
     total = _usage(["--db", str(db)], capsys)["total"]
     # The parents' records hold their children's usage: each run counts once.
     assert total["input_tokens"] == sum(10 + n for n in range(5))

@@ -372,6 +372,10 @@ class Reader(Protocol):
 
     def changes(self, cursor: int | None) -> ChangeBatch: ...
 
+    def usage_rows(self, after: int, owner: str | None, limit: int) -> list[tuple[Any, ...]]: ...
+
+    def usage_row(self, run_id: str) -> tuple[Any, ...] | None: ...
+
     def close(self) -> None: ...
 
 
@@ -516,7 +520,7 @@ def _show(args: argparse.Namespace) -> int:
         # up without reading any record, then the one run is read.
         candidates = reader.run_ids_starting(args.run_id, SHOWN_CANDIDATES + 1)
         record = reader.get(candidates[0]) if len(candidates) == 1 else None
-        own = _own_usage(reader, args.schema, record) if record is not None else None
+        own = _own_usage(reader, record) if record is not None else None
     except StoreError as exc:
         fail(exc, err)
         return 1
@@ -560,7 +564,7 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _own_usage(reader: Reader, schema: str, record: RunRecord) -> tuple[Spend, int] | None:
+def _own_usage(reader: Reader, record: RunRecord) -> tuple[Spend, int] | None:
     """What *record*'s run spent itself, and how many nested runs with usage it had:
     its usage less theirs (their owner is its nested parent). ``None`` when it
     recorded no usage.
@@ -575,14 +579,10 @@ def _own_usage(reader: Reader, schema: str, record: RunRecord) -> tuple[Spend, i
     own = Spend.of(record.usage)
     nested = 0
     owner = nested_owner(record.owner, record.run_id)
-    source = UsageSource(reader, schema)
-    try:
-        for row in source.rows(owner=owner):
-            if row.owner == owner and row.usage is not None:
-                own.add(row.usage, -1)
-                nested += 1
-    finally:
-        source.close()
+    for row in UsageSource(reader).rows(owner=owner):
+        if row.owner == owner and row.usage is not None:
+            own.add(row.usage, -1)
+            nested += 1
     return own, nested
 
 

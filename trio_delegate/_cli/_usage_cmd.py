@@ -160,21 +160,15 @@ def _usage(args: argparse.Namespace) -> int:
         return 1
     reader, name = opened
     try:
-        # The reader checks that the store is one (its layout, its version);
-        # the rows are read on a connection of their own.
-        try:
-            reader.run_ids_starting("run_", 1)
-        finally:
-            reader.close()
-        source = UsageSource(reader, args.schema)
-        try:
-            rows = source.rows(owner=args.owner)
-            summary = summarize(rows, source.parent, by=args.by, owner=args.owner)
-        finally:
-            source.close()
+        source = UsageSource(reader)
+        summary = summarize(
+            source.rows(owner=args.owner), source.parent, by=args.by, owner=args.owner
+        )
     except StoreError as exc:
         fail(exc, err)
         return 1
+    finally:
+        reader.close()
     if args.json:
         out.write(json_text(_as_json(summary, args.by)) + "\n")
     else:

@@ -176,6 +176,37 @@ class RecordReader(abc.ABC):
         # A row whose id no runtime made holds no run (a listing shows it damaged).
         return [run_id for run_id in ids if is_run_id(run_id)]
 
+    def usage_rows(self, after: int, owner: str | None, limit: int) -> list[tuple[Any, ...]]:
+        """What each run stored after position *after* spent, oldest first, at most *limit*.
+
+        Five columns and the usage, never a whole record: a summary of a
+        large store reads a page of these at a time (``trio-delegate runs
+        usage``). Each row is ``(position, run_id, owner, subagent, status,
+        admitted_at, usage)``: the names as stored (bytes where SQLite holds
+        bytes), *usage* the JSON text of the record's usage or ``None``;
+        read as untrusted, as every stored value is.
+
+        Args:
+            after: a position an earlier row gave (0 for the first page).
+            owner: only the runs of this owner and of its nested parents
+                (``owner/run_…``), or every run.
+            limit: the most rows to read.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        return guarded(self._error, self._usage_rows, after, owner, limit)
+
+    def usage_row(self, run_id: str) -> tuple[Any, ...] | None:
+        """The row :meth:`usage_rows` gives for *run_id*, or ``None``.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        if not is_run_id(run_id):
+            return None
+        return guarded(self._error, self._usage_row, run_id)
+
     def changes(self, cursor: int | None) -> ChangeBatch:
         """Every record written or flagged after *cursor*, oldest change first.
 
@@ -209,6 +240,12 @@ class RecordReader(abc.ABC):
 
     @abc.abstractmethod
     def _changes(self, cursor: int | None) -> ChangeBatch: ...
+
+    @abc.abstractmethod
+    def _usage_rows(self, after: int, owner: str | None, limit: int) -> list[tuple[Any, ...]]: ...
+
+    @abc.abstractmethod
+    def _usage_row(self, run_id: str) -> tuple[Any, ...] | None: ...
 
     @abc.abstractmethod
     def _error(self, exc: Exception) -> StoreError: ...

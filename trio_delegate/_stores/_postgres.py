@@ -229,6 +229,21 @@ class _Sql:
         self.read_changes = q(
             f"SELECT seq, {self.read_columns} FROM {{s}}.runs WHERE seq > %s ORDER BY seq"
         )
+        # What a usage summary reads of a row (``PostgresReader.usage_rows``):
+        # the usage is the state's last member (the codec writes it there), so
+        # it is read off the state's tail, never the whole document.
+        usage_columns = (
+            "pos, run_id, owner, subagent, status, admitted_at, "
+            "substring(right(state, 400) from '\"usage\":(\\x7b[^\\x7b\\x7d]*\\x7d)\\x7d$')"
+        )
+        self.usage_rows = q(
+            f"SELECT {usage_columns} FROM {{s}}.runs WHERE pos > %s ORDER BY pos LIMIT %s"
+        )
+        self.usage_rows_of = q(
+            f"SELECT {usage_columns} FROM {{s}}.runs WHERE pos > %s"
+            " AND (owner = %s OR starts_with(owner, %s)) ORDER BY pos LIMIT %s"
+        )
+        self.usage_row = q(f"SELECT {usage_columns} FROM {{s}}.runs WHERE run_id = %s")
         # Ids only. Not a range of the index: under the database's collation
         # (da_DK sorts "aa" after "z") ids that start alike need not be neighbours.
         self.ids_starting = q(
@@ -1343,6 +1358,18 @@ class PostgresReader(RecordReader):
 
     def _error(self, exc: Exception) -> StoreError:
         return postgres_error(exc, self._where, self._scrub, self.timeout)
+
+    def _usage_rows(self, after: int, owner: str | None, limit: int) -> list[tuple[Any, ...]]:
+        conn = self._connection()
+        if owner is None:
+            cursor = conn.execute(self._sql.usage_rows, [after, limit])
+        else:
+            cursor = conn.execute(self._sql.usage_rows_of, [after, owner, owner + "/", limit])
+        return [tuple(row) for row in cursor.fetchall()]
+
+    def _usage_row(self, run_id: str) -> tuple[Any, ...] | None:
+        row = self._connection().execute(self._sql.usage_row, [run_id]).fetchone()
+        return None if row is None else tuple(row)
 
     def _get(self, run_id: str) -> RunRecord | None:
         rows = self._connection().execute(self._sql.read_get, [run_id]).fetchall()

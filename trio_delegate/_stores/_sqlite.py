@@ -179,6 +179,20 @@ _COLUMNS: Final = "record, state, cancel_requested, observed, answer_requests"
 #: left for it), and the run id column, which names a damaged row whose record
 #: does not.
 _READ_COLUMNS: Final = "record, state, cancel_requested, observed, run_id"
+#: What a usage summary reads of a row (``SQLiteReader.usage_rows``): the
+#: names as the bytes stored (a byte that is not UTF-8 is shown, not an error),
+#: the usage out of the state document (of the whole record, in a row of the
+#: first layout, whose state is NULL).
+_USAGE_OF_RECORD: Final = "CASE WHEN json_valid(record) THEN json_extract(record, '$.usage') END"
+_USAGE_NAMES: Final = (
+    "rowid, run_id, CAST(owner AS BLOB), CAST(subagent AS BLOB), status, admitted_at, "
+)
+_USAGE_COLUMNS: Final = (
+    _USAGE_NAMES
+    + f"CASE WHEN state IS NULL THEN {_USAGE_OF_RECORD}"
+    + " WHEN json_valid(state) THEN json_extract(state, '$.usage') END"
+)
+_USAGE_COLUMNS_V1: Final = _USAGE_NAMES + _USAGE_OF_RECORD
 
 #: The changes after a number that a given runtime did not write itself.
 _FOREIGN_CHANGES: Final = (
@@ -923,12 +937,13 @@ class SQLiteReader(RecordReader):
         path: the store's file.
     """
 
-    __slots__ = ("_columns", "path")
+    __slots__ = ("_columns", "_usage_columns", "path")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
         self.path = Path(path).expanduser().absolute()
         self._columns = _READ_COLUMNS
+        self._usage_columns = _USAGE_COLUMNS
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is not None:
@@ -959,6 +974,7 @@ class SQLiteReader(RecordReader):
             if version < 2:
                 # Written before the state column and the flags existed.
                 self._columns = "record, NULL, 0, 0, run_id"
+                self._usage_columns = _USAGE_COLUMNS_V1
         except BaseException:
             conn.close()
             raise
@@ -966,6 +982,27 @@ class SQLiteReader(RecordReader):
 
     def _error(self, exc: Exception) -> StoreError:
         return _error_for(self.path, exc)
+
+    def _usage_rows(self, after: int, owner: str | None, limit: int) -> list[tuple[Any, ...]]:
+        conn = self._connection()
+        query = f"SELECT {self._usage_columns} FROM runs WHERE rowid > ?"
+        params: list[Any] = [after]
+        if owner is not None:
+            # The owner's runs and its nested parents' (``owner/run_…``): a
+            # range of the owner index ('0' follows '/').
+            query += " AND (owner = ? OR (owner >= ? AND owner < ?))"
+            params += [owner, owner + "/", owner + "0"]
+        rows: list[tuple[Any, ...]] = conn.execute(
+            query + " ORDER BY rowid LIMIT ?", [*params, limit]
+        ).fetchall()
+        return rows
+
+    def _usage_row(self, run_id: str) -> tuple[Any, ...] | None:
+        conn = self._connection()
+        row: tuple[Any, ...] | None = conn.execute(
+            f"SELECT {self._usage_columns} FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return row
 
     def _get(self, run_id: str) -> RunRecord | None:
         conn = self._connection()
