@@ -55,8 +55,10 @@ class Provider(Protocol):
         conversation: Sequence[Any],
         tools: Sequence[ToolDefinition],
         final_schema: Mapping[str, Any] | None,
+        max_tokens: int,
     ) -> ModelReply:
-        """Make one model call over *conversation*; raise the SDK's error when it fails."""
+        """Make one model call over *conversation*, its response at most *max_tokens*
+        long; raise the SDK's error when it fails."""
         ...
 
     def results(self, calls: Sequence[ToolCall], outcomes: Sequence[ToolOutcome]) -> list[Any]:
@@ -74,20 +76,18 @@ class Provider(Protocol):
 
 class ProviderCall:
     """What every provider keeps for one run's calls: the SDK's client, the
-    model, the instructions, the output token limit and extra request options."""
+    model, the instructions and extra request options."""
 
     def __init__(
         self,
         client: Any,
         model: str,
         instructions: str,
-        max_tokens: int,
         options: Mapping[str, Any],
     ) -> None:
         self._client = client
         self._model = model
         self._instructions = instructions
-        self._max_tokens = max_tokens
         self._options = dict(options)
 
 
