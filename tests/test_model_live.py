@@ -65,6 +65,7 @@ async def test_progress_follows_every_turn_and_every_tool_call(api: Api) -> None
             run.append(handle.run_id)
             result = await parent.wait(handle.run_id)
             last = parent.status(handle.run_id).progress
+    assert isinstance(result, td.RunResult)
     assert result.final_result == "done"
     one = _tokens(api)
     assert [(p.message, p.progress, p.total) for p in seen if p is not None] == [
@@ -232,11 +233,13 @@ async def test_an_unanswered_question_times_out_as_a_tool_error(
         async with open_parent(td.Subagent("p", runner, asks=True)) as parent:
             handle = await parent.start("p", "paint")
             waiting = await parent.wait(handle.run_id)
+            assert isinstance(waiting, td.RunHandle)
             assert waiting.status is td.RunStatus.INPUT_REQUIRED
             mock_clock.jump(5)
             # The ask ends at its timeout; the question is withdrawn.
             await trio.testing.wait_all_tasks_blocked()
             result = await parent.wait(handle.run_id)
+    assert isinstance(result, td.RunResult)
     assert result.final_result == "carried on"
     assert errors[0]["type"] == "ask_timeout"
 
