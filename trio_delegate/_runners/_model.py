@@ -90,8 +90,9 @@ def report_turn(ctx: ChildContext, report: TurnReport) -> None:
     """
     ctx.add_usage(report.usage)
     _log.debug(
-        "run %s turn %d: tools %s, input tokens %d, output tokens %d",
+        "run %s (%s) turn %d: tools %s, input tokens %d, output tokens %d",
         ctx.run_id,
+        ctx.subagent,
         report.turn,
         list(report.tools),
         report.usage.input_tokens,
