@@ -448,3 +448,40 @@ def test_malformed_prices_are_refused_naming_the_field(prices: Any, says: str) -
 def test_prices_as_a_mapping_are_prices() -> None:
     runner = td.model_runner("openai:gpt-test", prices={"input": 1, "output": 2})
     assert runner.prices == td.Prices(input=1.0, output=2.0)
+
+
+@by_name
+async def test_hostile_tool_names_are_tool_errors_and_progress_stays_readable(api: Api) -> None:
+    errors: list[Any] = []
+
+    def after(turn: Turn) -> Reply:
+        errors.extend(result.json()["error"]["type"] for result in turn.tool_results)
+        return text("ok")
+
+    names = ["\ud800bad", "x" * 5_000, *[f"tool{n}" for n in range(20)]]
+    hostile = Reply(calls=tuple(Call(name, {}) for name in names))
+    with api.fake([hostile, after]) as fake:
+        async with open_parent(td.Subagent("h", api.runner(fake))) as parent:
+            handle = await parent.start("h", "go")
+            seen: list[td.Progress | None] = []
+            result = await parent.wait(handle.run_id)
+            seen.append(parent.status(handle.run_id).progress)
+    assert isinstance(result, td.RunResult)
+    assert result.final_result == "ok"
+    assert errors == ["invalid_arguments"] * len(names)
+    last = seen[0]
+    assert last is not None
+    # A turn, 22 tool calls, the answer.
+    assert last.seq == 24
+
+
+@by_name
+async def test_a_lone_surrogate_in_the_model_s_text_is_kept_as_its_escape(api: Api) -> None:
+    script: list[Step] = [Reply(text="half \ud800 way", calls=(Call("nope", {}),)), text("\udfff")]
+    with api.fake(script) as fake:
+        async with open_parent(td.Subagent("s", api.runner(fake))) as parent:
+            result = await parent.delegate("s", "go")
+    assert result.final_result == "\\udfff"
+    assert fake.problems == []
+    # The first reply went back with the second request, escaped.
+    assert repr("half \\ud800 way")[1:-1] in str(fake.turns[1].request.body)

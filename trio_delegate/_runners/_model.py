@@ -42,7 +42,7 @@ from ._model_live import (
 )
 from ._model_mcp import check_mcp_servers, open_mcp_tools
 from ._model_tools import FunctionTool, Tool, Toolbox, function_tools
-from ._providers import ModelReply, Provider, user_entry
+from ._providers import ModelReply, Provider, sendable, user_entry
 
 __all__ = ["ModelRunner", "TurnReport", "model_runner"]
 
@@ -171,7 +171,7 @@ class ModelRunner:
                 names = tuple(c.name for c in reply.calls)
                 report_turn(ctx, TurnReport(turn, names, usage))
                 tell_turn(ctx, turn, self.max_turns, names, spent)
-                conversation.extend(reply.entries)
+                conversation.extend(sendable(reply.entries))
                 if not reply.calls:
                     return Output(_final(ctx, reply), transcript=conversation)
                 outcomes = []
@@ -278,10 +278,12 @@ def _history_entry(entry: Any) -> Any:
 
 
 def _final(ctx: ChildContext, reply: ModelReply) -> Any:
+    # The model's text is recorded whatever it holds: a lone surrogate as its escape.
+    text = escape_text(reply.text)
     if ctx.final_schema is None:
-        return reply.text
+        return text
     try:
-        return parse(reply.text)
+        return parse(text)
     except ValueError as exc:
         raise ModelReplyError(
             f"the model's final answer is not JSON ({exc}) although the run asks for a "

@@ -242,6 +242,17 @@ def _refused(ctx: ChildContext, turn: int, field: str, left: Budget) -> LimitExc
 # -- progress ---------------------------------------------------------------------
 
 
+#: The most tool names one progress message lists (a model may call hundreds).
+_MOST_NAMES: Final = 8
+
+
+def _names(tools: Sequence[str]) -> str:
+    # The names are the model's: cut, so that one long name leaves room for the rest.
+    listed = ", ".join(name[:64] for name in tools[:_MOST_NAMES])
+    more = len(tools) - _MOST_NAMES
+    return f"{listed} and {more} more" if more > 0 else listed
+
+
 def _tokens(spent: Usage) -> str:
     return f"{spent.total_tokens:,} tokens so far"
 
@@ -250,7 +261,7 @@ def tell_turn(
     ctx: ChildContext, turn: int, max_turns: int, tools: Sequence[str], spent: Usage
 ) -> None:
     """Report model turn *turn*: the tools it called (or that it answered) and the tokens."""
-    did = "called " + ", ".join(tools) if tools else "answered"
+    did = "called " + _names(tools) if tools else "answered"
     ctx.progress(f"turn {turn}: {did}; {_tokens(spent)}", progress=turn, total=max_turns)
 
 
@@ -267,7 +278,7 @@ def tell_tool(
     how = "failed" if outcome.is_error else "returned"
     index, of = position
     ctx.progress(
-        f"turn {turn}: {name} {how} ({index} of {of}); {_tokens(spent)}",
+        f"turn {turn}: {name[:64]} {how} ({index} of {of}); {_tokens(spent)}",
         progress=turn,
         total=max_turns,
     )
