@@ -3,11 +3,15 @@ tool call, the ask_parent tool, prices, and budgets that clamp and stop the loop
 
 from __future__ import annotations
 
+import contextlib
+from decimal import Decimal
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import trio_delegate as td
 
@@ -485,3 +489,69 @@ async def test_a_lone_surrogate_in_the_model_s_text_is_kept_as_its_escape(api: A
     assert fake.problems == []
     # The first reply went back with the second request, escaped.
     assert repr("half \\ud800 way")[1:-1] in str(fake.turns[1].request.body)
+
+
+counts = st.integers(min_value=0, max_value=10**12)
+price_values = st.one_of(st.none(), st.floats(min_value=0, max_value=1_000, allow_nan=False))
+
+
+@given(
+    fresh=counts,
+    read=counts,
+    written=counts,
+    output=counts,
+    given_prices=st.tuples(price_values, price_values, price_values, price_values),
+)
+def test_a_cost_is_each_kind_of_token_at_its_price(
+    fresh: int,
+    read: int,
+    written: int,
+    output: int,
+    given_prices: tuple[float | None, ...],
+) -> None:
+    given_input, given_output, cache_read, cache_write = given_prices
+    prices = td.Prices(
+        input=given_input or 0.0,
+        output=given_output or 0.0,
+        cache_read=cache_read,
+        cache_write=cache_write,
+    )
+    usage = td.Usage(
+        input_tokens=fresh + read + written,
+        cache_read_input_tokens=read,
+        cache_creation_input_tokens=written,
+        output_tokens=output,
+    )
+    exact = (
+        Decimal(fresh) * Decimal(repr(prices.input))
+        + Decimal(read) * Decimal(repr(prices.input if cache_read is None else cache_read))
+        + Decimal(written) * Decimal(repr(prices.input if cache_write is None else cache_write))
+        + Decimal(output) * Decimal(repr(prices.output))
+    ) / Decimal(1_000_000)
+    assert prices.cost(usage) == float(exact)
+
+
+# Each example runs a fake server and a runtime: a few cover the cases.
+@settings(max_examples=12, deadline=None)
+@given(left=st.integers(min_value=0, max_value=50), mine=st.integers(min_value=1, max_value=50))
+async def test_max_tokens_never_exceeds_what_the_budget_leaves(left: int, mine: int) -> None:
+    api = ANTHROPIC
+    spend = Usage(
+        input_tokens=0,
+        output_tokens=50,
+        cache_read_input_tokens=0,
+        cache_creation_input_tokens=0,
+    )
+    script: list[Step] = [Reply(calls=(Call("nope", {}),), usage=spend), text("done")]
+    with api.fake(script) as fake:
+        runner = api.runner(fake, max_tokens=mine)
+        budget = td.Budget(max_output_tokens=50 + left)
+        async with open_parent_lenient(td.Subagent("b", runner, budget=budget)) as parent:
+            with contextlib.suppress(td.RunFailedError):
+                await parent.delegate("b", "go")
+    sent = [_max_tokens(api, turn.request.body) for turn in fake.turns]
+    assert sent[0] == min(mine, 50 + left)
+    if left == 0:
+        assert len(sent) == 1  # nothing left: the second call is not made
+    else:
+        assert sent[1] == min(mine, left)
