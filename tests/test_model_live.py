@@ -555,3 +555,15 @@ async def test_max_tokens_never_exceeds_what_the_budget_leaves(left: int, mine: 
         assert len(sent) == 1  # nothing left: the second call is not made
     else:
         assert sent[1] == min(mine, left)
+
+
+async def test_a_tiny_price_and_a_large_cost_budget_leave_max_tokens_as_it_is() -> None:
+    # What is left over the price of a token is larger than any float.
+    api = ANTHROPIC
+    prices = td.Prices(input=0.0, output=1e-300)
+    with api.fake([text("ok")]) as fake:
+        runner = api.runner(fake, prices=prices, max_tokens=9)
+        budget = td.Budget(max_cost_usd=1e308)
+        async with open_parent(td.Subagent("c", runner, budget=budget)) as parent:
+            await parent.delegate("c", "go")
+    assert _max_tokens(api, fake.turns[0].request.body) == 9

@@ -339,6 +339,15 @@ def model_runner(
     description=..., children=("summarizer",))``. The subagent's ``children``
     become the model's delegation tools.
 
+    While it runs, the run reports its progress after every model turn and
+    tool call (``ctx.progress``: the turn as ``progress``, ``max_turns`` as
+    ``total``, the tools called and the tokens so far in the message), and
+    every response's usage (``ctx.add_usage``), priced by *prices*. A
+    subagent declared with ``asks=True`` offers its model an ``ask_parent``
+    tool (``ctx.ask``). Before each call, what the budgets leave
+    (``ctx.remaining()``) clamps its ``max_tokens``; a call they cannot pay
+    for is not made.
+
     Args:
         model: ``"<provider>:<model id>"``; the provider is ``anthropic``
             (the Messages API) or ``openai``.

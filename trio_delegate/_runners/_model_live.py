@@ -221,10 +221,12 @@ async def afford(ctx: ChildContext, turn: int, max_tokens: int, prices: Prices |
     if left.max_cost_usd is not None and prices is not None and prices.output:
         # The most output tokens the money left pays for (input aside).
         per_token = prices.output_cost(1)
-        most = math.floor(left.max_cost_usd / per_token) if per_token else clamped
+        # A float ratio: it may be inf (a tiny price), which no floor takes.
+        most = left.max_cost_usd / per_token if per_token else math.inf
         if most < 1:
             raise _refused(ctx, turn, "max_cost_usd", left)
-        clamped = min(clamped, most)
+        if most < clamped:
+            clamped = math.floor(most)
     return clamped
 
 
