@@ -41,6 +41,9 @@ class ChildContext:
         deadline: the child deadline on the Trio clock, or ``math.inf``.
         parent: a :class:`Parent` for nested delegation when the subagent
             declares ``children``, else ``None``.
+        asks: whether the subagent declares ``asks=True``, so that :meth:`ask`
+            may be called (a runner offers its model a way to ask only then);
+            ``False`` for a context built directly.
 
     A context built directly belongs to no run: :meth:`progress` checks its
     arguments and keeps nothing, and :meth:`ask` raises ``InputUnavailableError``.
@@ -112,6 +115,11 @@ class ChildContext:
     @property
     def parent(self) -> Parent | None:
         return self._parent
+
+    @property
+    def asks(self) -> bool:
+        run = self._run
+        return run is not None and run.subagent.asks
 
     def add_usage(self, usage: Usage) -> None:
         """Report what the runner spent (contract §20): it counts for this run and
