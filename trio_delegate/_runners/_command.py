@@ -14,7 +14,9 @@ result. What the runtime asks of a runner maps onto the process like this:
   more than that in memory;
 * cancellation and the child deadline send SIGTERM to the whole group, then
   SIGKILL after ``kill_grace_seconds``; the command is always reaped, and
-  processes it left behind in its group are ended too.
+  processes it left behind in its group are ended too;
+* progress, usage and questions come as JSON lines on the descriptor named
+  by ``TRIO_DELEGATE_FD`` (:mod:`._command_talk`), so stdout stays the result.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .._core import ChildContext
 from .._errors import CommandFailedError, InvalidArgumentsError, LimitExceededError
 from .._json import parse
 from .._threads import run_sync
+from ._command_talk import FD_VARIABLE, Talk
 
 __all__ = [
     "INLINE_OUTPUT_BYTES",
@@ -145,9 +148,15 @@ class CommandRunner:
     The process gets the task text on stdin (then end of file), and these
     variables on top of this process's environment and *env*:
     ``TRIO_DELEGATE_RUN_ID``, ``TRIO_DELEGATE_SUBAGENT``, ``TRIO_DELEGATE_FINAL_SCHEMA``
-    (the run's JSON Schema, when it has one) and, for a continuation,
-    ``TRIO_DELEGATE_HISTORY_FILE`` (a JSON file holding ``ctx.history``; the
-    new message is on stdin).
+    (the run's JSON Schema, when it has one), ``TRIO_DELEGATE_FD`` and, for a
+    continuation, ``TRIO_DELEGATE_HISTORY_FILE`` (a JSON file holding
+    ``ctx.history``; the new message is on stdin).
+
+    ``TRIO_DELEGATE_FD`` is a descriptor (a Unix stream socket) on which the
+    process reports progress and usage and asks questions, one JSON object a
+    line (``{"progress": {...}}``, ``{"usage": {...}}``, ``{"ask": {...},
+    "id": ...}``), and reads each ask's answer line back. A line that breaks
+    the protocol fails the run with :class:`CommandFailedError`.
 
     Args:
         command: the program and its arguments; no shell is involved.
@@ -174,7 +183,8 @@ class CommandRunner:
         """Run the command for one run and return its result.
 
         Raises:
-            CommandFailedError: the process failed, or its output is unusable.
+            CommandFailedError: the process failed, its output is unusable, or
+                it broke the protocol of ``TRIO_DELEGATE_FD``.
             LimitExceededError: stdout was longer than ``max_output_bytes``.
         """
         async with _history_file(ctx.history) as history_path:
@@ -186,6 +196,7 @@ class CommandRunner:
                 env=self._environment(ctx, history_path),
                 max_output_bytes=self.max_output_bytes,
                 kill_grace_seconds=self.kill_grace_seconds,
+                talk=True,
             )
         if len(finished.stdout) <= INLINE_OUTPUT_BYTES:
             return self._result(ctx, finished)
@@ -289,41 +300,61 @@ async def run_process(
     env: Mapping[str, str],
     max_output_bytes: int,
     kill_grace_seconds: float,
+    talk: bool = False,
 ) -> Finished:
     """Run *command* for the run *ctx* in a process group of its own, to its end.
 
     *stdin* is written and closed; stdout is collected up to
     *max_output_bytes*, and the end of stderr is kept. On cancellation (or
     once the command has exited) the whole group gets SIGTERM, then SIGKILL
-    after *kill_grace_seconds*, and the command is always reaped.
+    after *kill_grace_seconds*, and the command is always reaped. With
+    *talk*, the command gets the channel of :mod:`._command_talk` (its
+    descriptor in ``TRIO_DELEGATE_FD``) for progress, usage and questions.
 
     Raises:
-        CommandFailedError: the program could not be started.
+        CommandFailedError: the program could not be started, or it broke
+            the protocol of its channel.
         LimitExceededError: stdout was longer than *max_output_bytes*.
     """
     program = _describe(command)
+    channel = Talk(ctx) if talk else None
+    environment = dict(env)
+    # The descriptor of an enclosing command's run is never passed on.
+    environment.pop(FD_VARIABLE, None)
+    if channel is not None:
+        environment[FD_VARIABLE] = str(channel.child_fd)
     try:
-        process = await trio.lowlevel.open_process(
-            list(command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            # A group of its own: signals reach everything it starts,
-            # and a terminal's Ctrl-C reaches only the server.
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise CommandFailedError(
-            f"could not start {program}: {exc}; check command and cwd",
-            run_id=ctx.run_id,
-            subagent=ctx.subagent,
-        ) from exc
-    try:
-        stdout, stderr = await _communicate(process, stdin, max_output_bytes)
+        try:
+            process = await trio.lowlevel.open_process(
+                list(command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=environment,
+                # A group of its own: signals reach everything it starts,
+                # and a terminal's Ctrl-C reaches only the server.
+                start_new_session=True,
+                pass_fds=() if channel is None else (channel.child_fd,),
+            )
+        except OSError as exc:
+            raise CommandFailedError(
+                f"could not start {program}: {exc}; check command and cwd",
+                run_id=ctx.run_id,
+                subagent=ctx.subagent,
+            ) from exc
+        if channel is not None:
+            # The process has its copy; the channel ends when it (and
+            # whatever it started) closes that.
+            channel.started()
+        try:
+            stdout, stderr = await _communicate(process, stdin, max_output_bytes, channel)
+        finally:
+            await _stop(process, kill_grace_seconds)
     finally:
-        await _stop(process, kill_grace_seconds)
+        if channel is not None:
+            with trio.CancelScope(shield=True):
+                await channel.aclose()
     if stdout.overflowed:
         raise LimitExceededError(
             f"{program} wrote more than {max_output_bytes} bytes to stdout, "
@@ -334,11 +365,14 @@ async def run_process(
         )
     returncode = process.returncode
     assert returncode is not None
-    return Finished(program, returncode, bytes(stdout.data), stderr.text())
+    finished = Finished(program, returncode, bytes(stdout.data), stderr.text())
+    if channel is not None and channel.failure is not None:
+        raise finished.failure(ctx, f"{channel.failure}; it was stopped")
+    return finished
 
 
 async def _communicate(
-    process: trio.Process, task: bytes, max_output_bytes: int
+    process: trio.Process, task: bytes, max_output_bytes: int, channel: Talk | None
 ) -> tuple[_Capture, _Tail]:
     """Feed stdin, collect stdout and the end of stderr, until the command exits."""
     stdout = _Capture(max_output_bytes)
@@ -350,12 +384,16 @@ async def _communicate(
         nursery.start_soon(_feed, process.stdin, task)
         nursery.start_soon(stdout.read, process.stdout, nursery.cancel_scope)
         nursery.start_soon(stderr.read, process.stderr)
+        if channel is not None:
+            nursery.start_soon(channel.run, nursery.cancel_scope)
         await process.wait()
         # The pipes end when every process holding them has exited; one
         # the command left running in the background may hold them on.
         with trio.move_on_after(_DRAIN_SECONDS):
             await stdout.done.wait()
             await stderr.done.wait()
+            if channel is not None:
+                await channel.done.wait()
         nursery.cancel_scope.cancel()
     return stdout, stderr
 
