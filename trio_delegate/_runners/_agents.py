@@ -4,9 +4,10 @@ Each run starts the CLI headless, in a process group of its own (through
 :func:`run_process`, as command subagents do), with the task on stdin, and
 reads its JSON output:
 
-* Claude Code: ``claude -p --output-format json``; the result is the
-  ``result`` text, or ``structured_output`` when the run has a
-  ``final_schema`` (passed with ``--json-schema``).
+* Claude Code: ``claude -p --output-format stream-json --verbose``; the
+  result is the last ``result`` event's ``result`` text, or its
+  ``structured_output`` when the run has a ``final_schema`` (passed with
+  ``--json-schema``).
 * Codex: ``codex exec --json --skip-git-repo-check -``; the result is the
   last ``agent_message``, parsed as JSON when the run has a ``final_schema``
   (passed with ``--output-schema FILE``).
@@ -20,6 +21,9 @@ or after ``--``, so none can be read as an option. Large output is parsed
 on a worker thread. Cancellation and the deadline end the whole
 process group. A CLI that reports an error (a bad API key, a usage limit, a
 refused request) fails the run with the CLI's own message.
+
+While the CLI works, each turn and tool call its events show is reported
+as the run's progress (see :mod:`._agent_events`).
 
 What the CLI says it spent counts for the run (contract §20), whether the
 run then succeeds or fails: Claude Code's result gives tokens per model
@@ -45,6 +49,7 @@ from .._json import parse
 from .._results import Output
 from .._threads import run_sync
 from .._usage import MAX_COUNT, Usage
+from ._agent_events import Steps
 from ._command import (
     INLINE_OUTPUT_BYTES,
     CommandFailedError,
@@ -133,6 +138,7 @@ class AgentCLIRunner:
                 env={**os.environ, **self.env},
                 max_output_bytes=self.max_output_bytes,
                 kill_grace_seconds=self.kill_grace_seconds,
+                on_line=Steps(ctx, self.kind).line,
             )
         claude = self.kind == "claude"
         read = _claude_result if claude else _codex_result
@@ -160,7 +166,17 @@ class AgentCLIRunner:
         # holds, it can never be read as an option of its own.
         model = [f"--model={self.model}"] if self.model is not None else []
         if self.kind == "claude":
-            argv = [self.program, "-p", "--output-format=json", *model, *self.args]
+            # Streamed events (stream-json needs --verbose in print mode): each
+            # turn and tool call is progress as it happens; the last event is
+            # the same result that --output-format=json writes alone.
+            argv = [
+                self.program,
+                "-p",
+                "--output-format=stream-json",
+                "--verbose",
+                *model,
+                *self.args,
+            ]
             if ctx.final_schema is not None:
                 argv.append(f"--json-schema={json.dumps(ctx.final_schema)}")
             if session is not None:
@@ -250,7 +266,7 @@ def _claude_result(
     if not results:
         raise finished.failure(
             ctx,
-            "wrote no JSON result (is it Claude Code, run with -p --output-format json?)"
+            "wrote no JSON result (is it Claude Code, run with -p --output-format stream-json?)"
             if finished.returncode == 0
             else None,
         )

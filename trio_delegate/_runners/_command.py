@@ -29,7 +29,7 @@ import shlex
 import signal
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, final
 
@@ -58,6 +58,9 @@ _CHUNK_BYTES: Final = 64 * 1024
 #: Output up to which a result is read on the event loop (well under a
 #: millisecond of decoding and parsing); more is read on a worker thread.
 INLINE_OUTPUT_BYTES: Final = 64 * 1024
+#: The longest stdout line handed to a line reader as it comes (see
+#: :func:`run_process`); longer ones are only in the whole output.
+LINE_BYTES: Final = 64 * 1024
 #: How much of the end of stderr is kept for error messages.
 _STDERR_TAIL_BYTES: Final = 8 * 1024
 #: How many of its last lines an error message shows.
@@ -301,6 +304,7 @@ async def run_process(
     max_output_bytes: int,
     kill_grace_seconds: float,
     talk: bool = False,
+    on_line: Callable[[bytes], None] | None = None,
 ) -> Finished:
     """Run *command* for the run *ctx* in a process group of its own, to its end.
 
@@ -310,6 +314,8 @@ async def run_process(
     after *kill_grace_seconds*, and the command is always reaped. With
     *talk*, the command gets the channel of :mod:`._command_talk` (its
     descriptor in ``TRIO_DELEGATE_FD``) for progress, usage and questions.
+    *on_line* is called with each line of stdout (without its newline) as it
+    arrives, on the event loop, for lines of at most :data:`LINE_BYTES`.
 
     Raises:
         CommandFailedError: the program could not be started, or it broke
@@ -317,7 +323,14 @@ async def run_process(
         LimitExceededError: stdout was longer than *max_output_bytes*.
     """
     program = _describe(command)
-    channel = Talk(ctx) if talk else None
+    try:
+        channel = Talk(ctx) if talk else None
+    except OSError as exc:  # out of descriptors, most likely
+        raise CommandFailedError(
+            f"could not start {program}: no channel for it ({exc}); try again later",
+            run_id=ctx.run_id,
+            subagent=ctx.subagent,
+        ) from exc
     environment = dict(env)
     # The descriptor of an enclosing command's run is never passed on.
     environment.pop(FD_VARIABLE, None)
@@ -348,7 +361,9 @@ async def run_process(
             # whatever it started) closes that.
             channel.started()
         try:
-            stdout, stderr = await _communicate(process, stdin, max_output_bytes, channel)
+            stdout, stderr = await _communicate(
+                process, stdin, _Capture(max_output_bytes, on_line), channel
+            )
         finally:
             await _stop(process, kill_grace_seconds)
     finally:
@@ -372,10 +387,9 @@ async def run_process(
 
 
 async def _communicate(
-    process: trio.Process, task: bytes, max_output_bytes: int, channel: Talk | None
+    process: trio.Process, task: bytes, stdout: _Capture, channel: Talk | None
 ) -> tuple[_Capture, _Tail]:
     """Feed stdin, collect stdout and the end of stderr, until the command exits."""
-    stdout = _Capture(max_output_bytes)
     stderr = _Tail(_STDERR_TAIL_BYTES)
     assert process.stdin is not None
     assert process.stdout is not None
@@ -430,13 +444,22 @@ def quote(text: str) -> str:
 
 
 class _Capture:
-    """stdout, held up to a limit; passing it stops the command."""
+    """stdout, held up to a limit; passing it stops the command.
 
-    def __init__(self, limit: int) -> None:
+    With *on_line*, each line is handed to it as soon as its newline arrives
+    (one longer than :data:`LINE_BYTES` is skipped), and the last line at
+    the end of output.
+    """
+
+    def __init__(self, limit: int, on_line: Callable[[bytes], None] | None = None) -> None:
         self.limit = limit
         self.data = bytearray()
         self.overflowed = False
         self.done = trio.Event()
+        self.on_line = on_line
+        # Where the line being read starts, and how far it was searched.
+        self._line_start = 0
+        self._searched = 0
 
     async def read(self, stream: trio.abc.ReceiveStream, scope: trio.CancelScope) -> None:
         try:
@@ -446,6 +469,7 @@ class _Capture:
                 wanted = min(_CHUNK_BYTES, self.limit - len(self.data) + 1)
                 chunk = await stream.receive_some(wanted)
                 if not chunk:
+                    self._lines(end=True)
                     return
                 self.data += chunk
                 if len(self.data) > self.limit:
@@ -453,10 +477,23 @@ class _Capture:
                     del self.data[self.limit :]
                     scope.cancel()
                     return
+                self._lines()
         except trio.ClosedResourceError:  # pragma: no cover - closed under us at teardown
             return
         finally:
             self.done.set()
+
+    def _lines(self, *, end: bool = False) -> None:
+        if self.on_line is None:
+            return
+        data = self.data
+        while (newline := data.find(b"\n", self._searched)) >= 0:
+            if newline - self._line_start <= LINE_BYTES:
+                self.on_line(bytes(data[self._line_start : newline]))
+            self._line_start = self._searched = newline + 1
+        self._searched = len(data)
+        if end and 0 < len(data) - self._line_start <= LINE_BYTES:
+            self.on_line(bytes(data[self._line_start :]))
 
 
 class _Tail:
