@@ -1,4 +1,5 @@
-"""The Claude Agent SDK and Codex SDK child runners report what their agent spent.
+"""The Claude Agent SDK and Codex SDK child runners report what their agent spent (and
+the Claude Agent SDK runner its agent's progress).
 
 Each drives the bundled CLI (``claude``, ``codex app-server``) through its
 SDK against a fake model API on 127.0.0.1 that reports the usage numbers
@@ -22,7 +23,7 @@ from claude_agent_sdk import ClaudeAgentOptions  # noqa: E402
 
 from trio_delegate.adapters import claude, codex  # noqa: E402
 
-from .fakes import FakeAnthropic, FakeResponses, Reply, Step, Usage, call  # noqa: E402
+from .fakes import FakeAnthropic, FakeResponses, Hold, Reply, Step, Usage, call  # noqa: E402
 from .fakes.clients import claude_env, claude_program, codex_env, codex_program  # noqa: E402
 
 
@@ -112,3 +113,27 @@ async def test_a_codex_sdk_run_reports_the_tokens_the_model_reported(tmp_path: P
     assert spent == td.Usage(
         input_tokens=100, output_tokens=20, cache_read_input_tokens=30, reasoning_output_tokens=4
     )
+
+
+async def test_a_claude_sdk_runs_tool_calls_and_text_are_progress(tmp_path: Path) -> None:
+    script: list[Step] = [call("Read", file_path=str(tmp_path / "notes.txt")), Hold()]
+    with FakeAnthropic(script) as fake:
+        subagent = td.Subagent("claude", claude.runner(claude_options(tmp_path, fake)))
+        async with td.open_runtime([subagent]) as rt, rt.open_parent("host") as parent:
+            handle = await parent.start("claude", "read the notes")
+            with trio.fail_after(60):
+                # The agent runs in another process: nothing here can signal its report.
+                while parent.status(handle.run_id).progress is None:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            # While the model still thinks about its second turn, the first
+            # turn's tool call is already there.
+            assert parent.status(handle.run_id).progress == td.Progress(
+                "tool call: Read", 1.0, None, 1
+            )
+            fake.release()
+            with trio.fail_after(60):
+                done = await parent.wait(handle.run_id)
+            assert isinstance(done, td.RunResult)
+            last = parent.status(handle.run_id).progress
+    assert done.final_result == "(released)"
+    assert last == td.Progress("(released)", 2.0, None, 2)

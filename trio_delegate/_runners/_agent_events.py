@@ -55,8 +55,11 @@ class Steps:
             event = parse(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             return
-        if not isinstance(event, dict):
-            return
+        if isinstance(event, dict):
+            self.event(event)
+
+    def event(self, event: dict[str, Any]) -> None:
+        """One event, as the CLI writes it (parsed); each step in it is reported."""
         for message in self._steps(self, event):
             self._count += 1
             self._ctx.progress(message, progress=self._count)

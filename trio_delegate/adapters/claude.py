@@ -39,7 +39,15 @@ from collections.abc import AsyncGenerator
 from typing import Any, Final, cast
 
 try:
-    from claude_agent_sdk import ClaudeAgentOptions, McpSdkServerConfig, ResultMessage, query
+    from claude_agent_sdk import (
+        AssistantMessage,
+        ClaudeAgentOptions,
+        McpSdkServerConfig,
+        ResultMessage,
+        TextBlock,
+        ToolUseBlock,
+        query,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "trio_delegate.adapters.claude needs the Claude Agent SDK: "
@@ -47,6 +55,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import ChildContext, DelegationError, Output, Parent
+from .._runners._agent_events import Steps
 from .._runners._agents import (
     claude_result_usage,
     session_and_prompt,
@@ -127,6 +136,9 @@ def runner(options: ClaudeAgentOptions | None = None) -> Any:
       Claude Code process.
     * A query that ends with an error fails the run with
       :class:`ClaudeRunError` (the SDK's own errors propagate as they are).
+    * Each tool call and text of the agent's messages is reported as the
+      run's progress (``"tool call: Read"``, or the text), as for the
+      ``kind = "claude"`` CLI subagent.
     * What the result message says was spent (``model_usage`` summed over
       every model, else ``usage``; ``num_turns`` as requests;
       ``total_cost_usd``) is the run's usage, whether the run then succeeds
@@ -151,6 +163,8 @@ def runner(options: ClaudeAgentOptions | None = None) -> Any:
             changes["output_format"] = {"type": "json_schema", "schema": ctx.final_schema}
         run_options = dataclasses.replace(base, **changes)
         result: ResultMessage | None = None
+        # Each tool call and text of the agent is progress, as for Claude Code's CLI.
+        steps = Steps(ctx, _AGENT)
         # Closed on every way out: cancellation ends the query's process.
         messages = cast(AsyncGenerator[Any, None], query(prompt=prompt, options=run_options))
         try:
@@ -158,6 +172,8 @@ def runner(options: ClaudeAgentOptions | None = None) -> Any:
                 async for message in messages:
                     if isinstance(message, ResultMessage):
                         result = message
+                    elif isinstance(message, AssistantMessage):
+                        steps.event(_assistant_event(message))
         except BaseException:
             # The SDK may raise after the result (the CLI exited with an
             # error): what that result says was spent counts all the same.
@@ -186,6 +202,17 @@ def runner(options: ClaudeAgentOptions | None = None) -> Any:
         )
 
     return run_claude
+
+
+def _assistant_event(message: AssistantMessage) -> dict[str, Any]:
+    """*message* as the CLI's ``assistant`` event, for :class:`Steps`."""
+    blocks: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, ToolUseBlock):
+            blocks.append({"type": "tool_use", "name": block.name})
+        elif isinstance(block, TextBlock):
+            blocks.append({"type": "text", "text": block.text})
+    return {"type": "assistant", "message": {"content": blocks}}
 
 
 def _usage(result: ResultMessage) -> Usage:
