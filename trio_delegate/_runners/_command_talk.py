@@ -148,13 +148,15 @@ class Talk:
                 if buffer:  # a last line without its newline still counts
                     await self._line(bytes(buffer), asks)
                 return
-            start = len(buffer)
+            searched = len(buffer)
             buffer += chunk
-            while (end := buffer.find(b"\n", start)) >= 0:
-                line = bytes(buffer[:end])
-                del buffer[: end + 1]
-                start = 0
-                await self._line(line, asks)
+            start = 0
+            while (end := buffer.find(b"\n", searched)) >= 0:
+                await self._line(bytes(buffer[start:end]), asks)
+                start = searched = end + 1
+            # Taken off once per chunk, not once per line: a chunk of many
+            # short lines costs no more than one long one.
+            del buffer[:start]
             if len(buffer) > MAX_LINE_BYTES:
                 raise _Broken(
                     f"wrote a line longer than {MAX_LINE_BYTES} bytes to {FD_VARIABLE}; "
