@@ -165,7 +165,7 @@ class ChildContext:
             return  # settled: nothing is kept and nothing checked
         text, number, of = check_progress(message, progress, total)
         if run is not None:
-            talk_of(run).report(text, number, of)
+            talk_of(run).report(run, text, number, of)
 
     async def ask(self, question: str, *, schema: Any = None, timeout: float | None = None) -> Any:
         """Ask the parent a question and wait for its answer (contract §19).
