@@ -58,6 +58,9 @@ async def test_task_on_stdin_result_on_stdout_with_run_variables(tmp_path: Path)
     assert isinstance(result.final_result, str)
     seen = json.loads(result.final_result)
     assert seen["task"] == "héllo\nworld"
+    fd = seen["env"].pop("TRIO_DELEGATE_FD")
+    assert fd.isdigit()
+    assert int(fd) > 2  # the talk channel, never stdin, stdout or stderr
     assert seen["env"] == {
         "TRIO_DELEGATE_RUN_ID": result.run_id,
         "TRIO_DELEGATE_SUBAGENT": "echo",

@@ -47,7 +47,7 @@ def test_a_mistyped_subagent_key_reads_as_sentences(tmp_path: Path) -> None:
         load_server_config(config)
     assert str(info.value).endswith(
         "fix: did you mean 'description'? Otherwise remove it: a command subagent takes "
-        "these keys: name, description, timeout_seconds, budget, final_schema, command, cwd, "
+        "these keys: name, description, timeout_seconds, budget, asks, final_schema, command, cwd, "
         "env, kill_grace_seconds"
     )
 

@@ -220,6 +220,7 @@ def _subagent(
             final_schema=table.final_schema,
             children=children,
             budget=table.budget,
+            asks=table.asks,
         )
     except InvalidArgumentsError as exc:
         key = key_text(at)

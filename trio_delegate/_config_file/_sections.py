@@ -211,6 +211,11 @@ class _Subagent:
     )
     timeout_seconds: TimeoutSetting = key(INHERIT, check=check.deadline)
     budget: Budget | None = key(None, check=budget, fix=_BUDGET_FIX)
+    asks: bool = key(
+        False,
+        check=check.boolean,
+        fix="write asks = true (its runner may ask its parent questions) or asks = false",
+    )
     final_schema: Any = key(
         None,
         check=check.json_schema,

@@ -25,6 +25,7 @@ from ._problems import NO_DEADLINE, Problem, cut, toml_text
 
 __all__ = [
     "agent_kind",
+    "boolean",
     "cost_limit",
     "command",
     "config_value",
@@ -183,6 +184,17 @@ def positive_int(value: Any) -> int:
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise Problem(f"must be an integer >= 1, got {toml_text(value)}")
+    return value
+
+
+def boolean(value: Any) -> bool:
+    """``true`` or ``false``.
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
+    if not isinstance(value, bool):
+        raise Problem(f"must be true or false, got {toml_text(value)}")
     return value
 
 

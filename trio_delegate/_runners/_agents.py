@@ -4,9 +4,10 @@ Each run starts the CLI headless, in a process group of its own (through
 :func:`run_process`, as command subagents do), with the task on stdin, and
 reads its JSON output:
 
-* Claude Code: ``claude -p --output-format json``; the result is the
-  ``result`` text, or ``structured_output`` when the run has a
-  ``final_schema`` (passed with ``--json-schema``).
+* Claude Code: ``claude -p --output-format stream-json --verbose``; the
+  result is the last ``result`` event's ``result`` text, or its
+  ``structured_output`` when the run has a ``final_schema`` (passed with
+  ``--json-schema``).
 * Codex: ``codex exec --json --skip-git-repo-check -``; the result is the
   last ``agent_message``, parsed as JSON when the run has a ``final_schema``
   (passed with ``--output-schema FILE``).
@@ -20,6 +21,9 @@ or after ``--``, so none can be read as an option. Large output is parsed
 on a worker thread. Cancellation and the deadline end the whole
 process group. A CLI that reports an error (a bad API key, a usage limit, a
 refused request) fails the run with the CLI's own message.
+
+While the CLI works, each turn and tool call its events show is reported
+as the run's progress (see :mod:`._agent_events`).
 
 What the CLI says it spent counts for the run (contract §20), whether the
 run then succeeds or fails: Claude Code's result gives tokens per model
@@ -44,7 +48,8 @@ from .._core import ChildContext
 from .._json import parse
 from .._results import Output
 from .._threads import run_sync
-from .._usage import MAX_COUNT, Usage
+from .._usage import COUNTS, EXACT, MAX_COUNT, Usage, cost_decimal, cost_float
+from ._agent_events import Steps
 from ._command import (
     INLINE_OUTPUT_BYTES,
     CommandFailedError,
@@ -57,11 +62,16 @@ from ._command import (
 __all__ = [
     "AGENT_KINDS",
     "SESSION_ID",
+    "SESSION_USAGE",
     "AgentCLIRunner",
     "AgentKind",
+    "claude_result_usage",
+    "codex_token_usage",
     "is_session_id",
     "reported_usage",
     "session_and_prompt",
+    "session_total",
+    "this_run",
     "transcript",
 ]
 
@@ -133,6 +143,7 @@ class AgentCLIRunner:
                 env={**os.environ, **self.env},
                 max_output_bytes=self.max_output_bytes,
                 kill_grace_seconds=self.kill_grace_seconds,
+                on_line=Steps(ctx, self.kind).line,
             )
         claude = self.kind == "claude"
         read = _claude_result if claude else _codex_result
@@ -140,7 +151,9 @@ class AgentCLIRunner:
         # Megabytes of JSON events are decoded and parsed on a worker thread,
         # so that the event loop (every other run) is never held by them.
         events = _json_lines(finished) if inline else await run_sync(_json_lines, finished)
-        usage = _claude_usage(events) if claude else _codex_usage(events)
+        spent = _claude_usage(events) if claude else _codex_usage(events)
+        # A fork reports its session's spending in all: this run's is the rest.
+        usage = None if spent is None else this_run(self.kind, ctx, spent)
         try:
             if inline:
                 result, session_id = read(ctx, finished, events)
@@ -152,7 +165,9 @@ class AgentCLIRunner:
                 ctx.add_usage(usage)
             raise
         return Output(
-            result, transcript=transcript(self.kind, ctx, result, session_id), usage=usage
+            result,
+            transcript=transcript(self.kind, ctx, result, session_id, session_total(spent)),
+            usage=usage,
         )
 
     def _argv(self, ctx: ChildContext, session: str | None, schema_path: str | None) -> list[str]:
@@ -160,7 +175,17 @@ class AgentCLIRunner:
         # holds, it can never be read as an option of its own.
         model = [f"--model={self.model}"] if self.model is not None else []
         if self.kind == "claude":
-            argv = [self.program, "-p", "--output-format=json", *model, *self.args]
+            # Streamed events (stream-json needs --verbose in print mode): each
+            # turn and tool call is progress as it happens; the last event is
+            # the same result that --output-format=json writes alone.
+            argv = [
+                self.program,
+                "-p",
+                "--output-format=stream-json",
+                "--verbose",
+                *model,
+                *self.args,
+            ]
             if ctx.final_schema is not None:
                 argv.append(f"--json-schema={json.dumps(ctx.final_schema)}")
             if session is not None:
@@ -203,17 +228,78 @@ def session_and_prompt(agent: str, ctx: ChildContext) -> tuple[str | None, str]:
     return None, f"The conversation so far (JSON):\n{earlier}\n\nThe next message:\n{ctx.task}"
 
 
-def transcript(agent: str, ctx: ChildContext, answer: Any, session: str | None) -> list[Any]:
+def transcript(
+    agent: str,
+    ctx: ChildContext,
+    answer: Any,
+    session: str | None,
+    session_usage: Usage | None = None,
+) -> list[Any]:
     """A run's whole conversation: its history, the task, and the answer with its session.
 
     The answer's entry names the *agent* and its ``session_id``, which is how
-    :func:`session_and_prompt` finds the session to fork.
+    :func:`session_and_prompt` finds the session to fork, and what the
+    session had spent in all by then (*session_usage*, under
+    :data:`SESSION_USAGE`), which is how :func:`this_run` tells a fork's
+    spending from its session's.
     """
     reply: dict[str, Any] = {"role": "assistant", "content": answer}
     if is_session_id(session):
         # Only an id that can go on a command line is kept to be forked.
         reply |= {"agent": agent, "session_id": session}
+        if session_usage is not None:
+            reply[SESSION_USAGE] = {
+                **{field: getattr(session_usage, field) for field in COUNTS},
+                "cost_usd": session_usage.cost_usd,
+            }
     return [*ctx.history, {"role": "user", "content": ctx.task}, reply]
+
+
+#: The key of a transcript's reply entry that holds what its session had
+#: spent in all: a forked session reports its earlier spending again.
+SESSION_USAGE: Final = "session_usage"
+
+
+def session_total(spent: Usage | None) -> Usage | None:
+    """What a session spent in all, as its transcript entry keeps it.
+
+    Requests are left out: Claude Code counts the turns of each invocation
+    alone (``num_turns``), while tokens and cost go on from the forked
+    session's; Codex counts no requests.
+    """
+    return None if spent is None else attrs.evolve(spent, requests=0)
+
+
+def _forked_entry(agent: str, ctx: ChildContext) -> dict[str, Any] | None:
+    """The history entry whose session a continuation forks (as :func:`session_and_prompt`)."""
+    for entry in reversed(ctx.history):
+        if (
+            isinstance(entry, dict)
+            and entry.get("agent") == agent
+            and is_session_id(entry.get("session_id"))
+        ):
+            return entry
+    return None
+
+
+def this_run(agent: str, ctx: ChildContext, session_usage: Usage) -> Usage:
+    """What this run spent, of what its session says it spent in all.
+
+    A continuation forks an earlier session, and the CLIs count the fork's
+    spending on from that session's: the earlier entry's
+    :data:`SESSION_USAGE` is taken off, each field clamped at 0 (a history
+    is data: one that says too much never makes a count negative).
+    """
+    entry = _forked_entry(agent, ctx)
+    before = entry.get(SESSION_USAGE) if entry is not None else None
+    if not isinstance(before, dict):
+        return session_usage
+    earlier = reported_usage(**{key: before.get(key) for key in (*COUNTS, "cost_usd")})
+    counts = {
+        field: max(getattr(session_usage, field) - getattr(earlier, field), 0) for field in COUNTS
+    }
+    cost = EXACT.subtract(cost_decimal(session_usage.cost_usd), cost_decimal(earlier.cost_usd))
+    return reported_usage(**counts, cost_usd=max(cost_float(cost), 0.0))
 
 
 def _schema_file(
@@ -250,7 +336,7 @@ def _claude_result(
     if not results:
         raise finished.failure(
             ctx,
-            "wrote no JSON result (is it Claude Code, run with -p --output-format json?)"
+            "wrote no JSON result (is it Claude Code, run with -p --output-format stream-json?)"
             if finished.returncode == 0
             else None,
         )
@@ -370,16 +456,21 @@ def reported_usage(
 
 
 def _claude_usage(events: list[dict[str, Any]]) -> Usage | None:
-    """What Claude Code's last ``result`` says it spent, or ``None`` without one.
+    """What Claude Code's last ``result`` says it spent, or ``None`` without one."""
+    results = [event for event in events if event.get("type") == "result"]
+    if not results:
+        return None
+    return claude_result_usage(results[-1])
+
+
+def claude_result_usage(result: Mapping[str, Any]) -> Usage:
+    """What one Claude Code result (the CLI's ``result`` event, or the fields of
+    the Agent SDK's ``ResultMessage`` under the CLI's names) says was spent.
 
     ``modelUsage`` counts every model the CLI called (a small model too);
     plain ``usage``, the main model's, is read only when it is missing.
     Anthropic counts cached input apart from ``input_tokens``; here it is in.
     """
-    results = [event for event in events if event.get("type") == "result"]
-    if not results:
-        return None
-    result = results[-1]
     usage = reported_usage(requests=result.get("num_turns"), cost_usd=result.get("total_cost_usd"))
     models = result.get("modelUsage")
     if isinstance(models, dict) and models:
@@ -426,12 +517,22 @@ def _codex_usage(events: list[dict[str, Any]]) -> Usage | None:
         spent = event.get("usage")
         if event.get("type") != "turn.completed" or not isinstance(spent, dict):
             continue
-        turn = reported_usage(
-            input_tokens=spent.get("input_tokens"),
-            output_tokens=spent.get("output_tokens"),
-            cache_read_input_tokens=spent.get("cached_input_tokens"),
-            cache_creation_input_tokens=spent.get("cache_write_input_tokens"),
-            reasoning_output_tokens=spent.get("reasoning_output_tokens"),
-        )
+        turn = codex_token_usage(spent)
         usage = turn if usage is None else usage + turn
     return usage
+
+
+def codex_token_usage(spent: Mapping[str, Any]) -> Usage:
+    """Codex's token counts (``exec --json``'s names) as a :class:`Usage`.
+
+    Codex counts cached input in ``input_tokens`` and reasoning in
+    ``output_tokens``, as :class:`Usage` does; it says nothing of requests
+    or cost.
+    """
+    return reported_usage(
+        input_tokens=spent.get("input_tokens"),
+        output_tokens=spent.get("output_tokens"),
+        cache_read_input_tokens=spent.get("cached_input_tokens"),
+        cache_creation_input_tokens=spent.get("cache_write_input_tokens"),
+        reasoning_output_tokens=spent.get("reasoning_output_tokens"),
+    )

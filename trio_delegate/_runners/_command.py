@@ -14,7 +14,9 @@ result. What the runtime asks of a runner maps onto the process like this:
   more than that in memory;
 * cancellation and the child deadline send SIGTERM to the whole group, then
   SIGKILL after ``kill_grace_seconds``; the command is always reaped, and
-  processes it left behind in its group are ended too.
+  processes it left behind in its group are ended too;
+* progress, usage and questions come as JSON lines on the descriptor named
+  by ``TRIO_DELEGATE_FD`` (:mod:`._command_talk`), so stdout stays the result.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import shlex
 import signal
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, final
 
@@ -39,6 +41,7 @@ from .._core import ChildContext
 from .._errors import CommandFailedError, InvalidArgumentsError, LimitExceededError
 from .._json import parse
 from .._threads import run_sync
+from ._command_talk import FD_VARIABLE, Talk
 
 __all__ = [
     "INLINE_OUTPUT_BYTES",
@@ -55,6 +58,9 @@ _CHUNK_BYTES: Final = 64 * 1024
 #: Output up to which a result is read on the event loop (well under a
 #: millisecond of decoding and parsing); more is read on a worker thread.
 INLINE_OUTPUT_BYTES: Final = 64 * 1024
+#: The longest stdout line handed to a line reader as it comes (see
+#: :func:`run_process`); longer ones are only in the whole output.
+LINE_BYTES: Final = 64 * 1024
 #: How much of the end of stderr is kept for error messages.
 _STDERR_TAIL_BYTES: Final = 8 * 1024
 #: How many of its last lines an error message shows.
@@ -145,9 +151,15 @@ class CommandRunner:
     The process gets the task text on stdin (then end of file), and these
     variables on top of this process's environment and *env*:
     ``TRIO_DELEGATE_RUN_ID``, ``TRIO_DELEGATE_SUBAGENT``, ``TRIO_DELEGATE_FINAL_SCHEMA``
-    (the run's JSON Schema, when it has one) and, for a continuation,
-    ``TRIO_DELEGATE_HISTORY_FILE`` (a JSON file holding ``ctx.history``; the
-    new message is on stdin).
+    (the run's JSON Schema, when it has one), ``TRIO_DELEGATE_FD`` and, for a
+    continuation, ``TRIO_DELEGATE_HISTORY_FILE`` (a JSON file holding
+    ``ctx.history``; the new message is on stdin).
+
+    ``TRIO_DELEGATE_FD`` is a descriptor (a Unix stream socket) on which the
+    process reports progress and usage and asks questions, one JSON object a
+    line (``{"progress": {...}}``, ``{"usage": {...}}``, ``{"ask": {...},
+    "id": ...}``), and reads each ask's answer line back. A line that breaks
+    the protocol fails the run with :class:`CommandFailedError`.
 
     Args:
         command: the program and its arguments; no shell is involved.
@@ -174,7 +186,8 @@ class CommandRunner:
         """Run the command for one run and return its result.
 
         Raises:
-            CommandFailedError: the process failed, or its output is unusable.
+            CommandFailedError: the process failed, its output is unusable, or
+                it broke the protocol of ``TRIO_DELEGATE_FD``.
             LimitExceededError: stdout was longer than ``max_output_bytes``.
         """
         async with _history_file(ctx.history) as history_path:
@@ -186,6 +199,7 @@ class CommandRunner:
                 env=self._environment(ctx, history_path),
                 max_output_bytes=self.max_output_bytes,
                 kill_grace_seconds=self.kill_grace_seconds,
+                talk=True,
             )
         if len(finished.stdout) <= INLINE_OUTPUT_BYTES:
             return self._result(ctx, finished)
@@ -289,41 +303,73 @@ async def run_process(
     env: Mapping[str, str],
     max_output_bytes: int,
     kill_grace_seconds: float,
+    talk: bool = False,
+    on_line: Callable[[bytes], None] | None = None,
 ) -> Finished:
     """Run *command* for the run *ctx* in a process group of its own, to its end.
 
     *stdin* is written and closed; stdout is collected up to
     *max_output_bytes*, and the end of stderr is kept. On cancellation (or
     once the command has exited) the whole group gets SIGTERM, then SIGKILL
-    after *kill_grace_seconds*, and the command is always reaped.
+    after *kill_grace_seconds*, and the command is always reaped. With
+    *talk*, the command gets the channel of :mod:`._command_talk` (its
+    descriptor in ``TRIO_DELEGATE_FD``) for progress, usage and questions.
+    *on_line* is called with each line of stdout (without its newline) as it
+    arrives, on the event loop, for lines of at most :data:`LINE_BYTES`.
 
     Raises:
-        CommandFailedError: the program could not be started.
+        CommandFailedError: the program could not be started, or it broke
+            the protocol of its channel.
         LimitExceededError: stdout was longer than *max_output_bytes*.
     """
     program = _describe(command)
     try:
-        process = await trio.lowlevel.open_process(
-            list(command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            # A group of its own: signals reach everything it starts,
-            # and a terminal's Ctrl-C reaches only the server.
-            start_new_session=True,
-        )
-    except OSError as exc:
+        channel = Talk(ctx) if talk else None
+    except OSError as exc:  # out of descriptors, most likely
         raise CommandFailedError(
-            f"could not start {program}: {exc}; check command and cwd",
+            f"could not start {program}: no channel for it ({exc}); try again later",
             run_id=ctx.run_id,
             subagent=ctx.subagent,
         ) from exc
+    environment = dict(env)
+    # The descriptor of an enclosing command's run is never passed on.
+    environment.pop(FD_VARIABLE, None)
+    if channel is not None:
+        environment[FD_VARIABLE] = str(channel.child_fd)
     try:
-        stdout, stderr = await _communicate(process, stdin, max_output_bytes)
+        try:
+            process = await trio.lowlevel.open_process(
+                list(command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=environment,
+                # A group of its own: signals reach everything it starts,
+                # and a terminal's Ctrl-C reaches only the server.
+                start_new_session=True,
+                pass_fds=() if channel is None else (channel.child_fd,),
+            )
+        except OSError as exc:
+            raise CommandFailedError(
+                f"could not start {program}: {exc}; check command and cwd",
+                run_id=ctx.run_id,
+                subagent=ctx.subagent,
+            ) from exc
+        if channel is not None:
+            # The process has its copy; the channel ends when it (and
+            # whatever it started) closes that.
+            channel.started()
+        try:
+            stdout, stderr = await _communicate(
+                process, stdin, _Capture(max_output_bytes, on_line), channel
+            )
+        finally:
+            await _stop(process, kill_grace_seconds)
     finally:
-        await _stop(process, kill_grace_seconds)
+        if channel is not None:
+            with trio.CancelScope(shield=True):
+                await channel.aclose()
     if stdout.overflowed:
         raise LimitExceededError(
             f"{program} wrote more than {max_output_bytes} bytes to stdout, "
@@ -334,14 +380,16 @@ async def run_process(
         )
     returncode = process.returncode
     assert returncode is not None
-    return Finished(program, returncode, bytes(stdout.data), stderr.text())
+    finished = Finished(program, returncode, bytes(stdout.data), stderr.text())
+    if channel is not None and channel.failure is not None:
+        raise finished.failure(ctx, f"{channel.failure}; it was stopped")
+    return finished
 
 
 async def _communicate(
-    process: trio.Process, task: bytes, max_output_bytes: int
+    process: trio.Process, task: bytes, stdout: _Capture, channel: Talk | None
 ) -> tuple[_Capture, _Tail]:
     """Feed stdin, collect stdout and the end of stderr, until the command exits."""
-    stdout = _Capture(max_output_bytes)
     stderr = _Tail(_STDERR_TAIL_BYTES)
     assert process.stdin is not None
     assert process.stdout is not None
@@ -350,12 +398,16 @@ async def _communicate(
         nursery.start_soon(_feed, process.stdin, task)
         nursery.start_soon(stdout.read, process.stdout, nursery.cancel_scope)
         nursery.start_soon(stderr.read, process.stderr)
+        if channel is not None:
+            nursery.start_soon(channel.run, nursery.cancel_scope)
         await process.wait()
         # The pipes end when every process holding them has exited; one
         # the command left running in the background may hold them on.
         with trio.move_on_after(_DRAIN_SECONDS):
             await stdout.done.wait()
             await stderr.done.wait()
+            if channel is not None:
+                await channel.done.wait()
         nursery.cancel_scope.cancel()
     return stdout, stderr
 
@@ -392,13 +444,22 @@ def quote(text: str) -> str:
 
 
 class _Capture:
-    """stdout, held up to a limit; passing it stops the command."""
+    """stdout, held up to a limit; passing it stops the command.
 
-    def __init__(self, limit: int) -> None:
+    With *on_line*, each line is handed to it as soon as its newline arrives
+    (one longer than :data:`LINE_BYTES` is skipped), and the last line at
+    the end of output.
+    """
+
+    def __init__(self, limit: int, on_line: Callable[[bytes], None] | None = None) -> None:
         self.limit = limit
         self.data = bytearray()
         self.overflowed = False
         self.done = trio.Event()
+        self.on_line = on_line
+        # Where the line being read starts, and how far it was searched.
+        self._line_start = 0
+        self._searched = 0
 
     async def read(self, stream: trio.abc.ReceiveStream, scope: trio.CancelScope) -> None:
         try:
@@ -408,6 +469,7 @@ class _Capture:
                 wanted = min(_CHUNK_BYTES, self.limit - len(self.data) + 1)
                 chunk = await stream.receive_some(wanted)
                 if not chunk:
+                    self._lines(end=True)
                     return
                 self.data += chunk
                 if len(self.data) > self.limit:
@@ -415,10 +477,23 @@ class _Capture:
                     del self.data[self.limit :]
                     scope.cancel()
                     return
+                self._lines()
         except trio.ClosedResourceError:  # pragma: no cover - closed under us at teardown
             return
         finally:
             self.done.set()
+
+    def _lines(self, *, end: bool = False) -> None:
+        if self.on_line is None:
+            return
+        data = self.data
+        while (newline := data.find(b"\n", self._searched)) >= 0:
+            if newline - self._line_start <= LINE_BYTES:
+                self.on_line(bytes(data[self._line_start : newline]))
+            self._line_start = self._searched = newline + 1
+        self._searched = len(data)
+        if end and 0 < len(data) - self._line_start <= LINE_BYTES:
+            self.on_line(bytes(data[self._line_start :]))
 
 
 class _Tail:

@@ -24,13 +24,19 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityCancellationType
 
+from .._runners._agents import reported_usage
+from .._usage import COUNTS, Usage
+
 __all__ = [
     "LEASE_EXPIRED",
     "PROTOCOL",
     "RENEW_SIGNAL",
+    "USAGE",
     "WORKFLOW_NAME",
     "RunWorkflow",
     "activity_name",
+    "reply_usage",
+    "usage_fields",
 ]
 
 #: The workflow type every run executes as.
@@ -46,6 +52,31 @@ PROTOCOL: Final = 1
 _UNBOUNDED: Final = timedelta(days=3650)
 #: The wait between two attempts of an activity whose worker was lost.
 _RETRY_INTERVAL: Final = timedelta(seconds=1)
+
+
+#: The key of a reply that holds what the runner spent (the fields of
+#: ``td.Usage``), when it reported anything: the workflow hands the reply
+#: back as it is, so the usage comes back with the result.
+USAGE: Final = "usage"
+
+
+def usage_fields(usage: Usage | None) -> dict[str, Any] | None:
+    """*usage* as the JSON object a reply carries under :data:`USAGE`."""
+    if usage is None:
+        return None
+    return {**{field: getattr(usage, field) for field in COUNTS}, "cost_usd": usage.cost_usd}
+
+
+def reply_usage(reply: dict[str, Any]) -> Usage | None:
+    """What a reply says the runner spent, or ``None`` when it says nothing.
+
+    The reply crossed the network: a field that is not a count counts as 0,
+    as in what a CLI reports, and anything but an object is nothing.
+    """
+    fields = reply.get(USAGE)
+    if not isinstance(fields, dict):
+        return None
+    return reported_usage(**{key: fields.get(key) for key in (*COUNTS, "cost_usd")})
 
 
 def activity_name(subagent: str) -> str:
@@ -75,7 +106,8 @@ class RunWorkflow:
 
     @workflow.run
     async def run(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Run the subagent's activity; return its reply ``{final_result, transcript}``.
+        """Run the subagent's activity; return its reply ``{final_result, transcript}``
+        (and ``usage``, :data:`USAGE`, when the runner reported any).
 
         Raises:
             ApplicationError: the runner failed (its type and message), or

@@ -39,7 +39,15 @@ from collections.abc import AsyncGenerator
 from typing import Any, Final, cast
 
 try:
-    from claude_agent_sdk import ClaudeAgentOptions, McpSdkServerConfig, ResultMessage, query
+    from claude_agent_sdk import (
+        AssistantMessage,
+        ClaudeAgentOptions,
+        McpSdkServerConfig,
+        ResultMessage,
+        TextBlock,
+        ToolUseBlock,
+        query,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "trio_delegate.adapters.claude needs the Claude Agent SDK: "
@@ -47,7 +55,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import ChildContext, DelegationError, Output, Parent
-from .._runners._agents import session_and_prompt, transcript
+from .._runners._agent_events import Steps
+from .._runners._agents import (
+    claude_result_usage,
+    session_and_prompt,
+    session_total,
+    this_run,
+    transcript,
+)
+from .._usage import Usage
 from ..mcp import DEFAULT_INSTRUCTIONS, build_parent_server
 
 __all__ = ["DEFAULT_SERVER_NAME", "ClaudeRunError", "allowed_tools", "mcp_server", "runner"]
@@ -120,6 +136,13 @@ def runner(options: ClaudeAgentOptions | None = None) -> Any:
       Claude Code process.
     * A query that ends with an error fails the run with
       :class:`ClaudeRunError` (the SDK's own errors propagate as they are).
+    * Each tool call and text of the agent's messages is reported as the
+      run's progress (``"tool call: Read"``, or the text), as for the
+      ``kind = "claude"`` CLI subagent.
+    * What the result message says was spent (``model_usage`` summed over
+      every model, else ``usage``; ``num_turns`` as requests;
+      ``total_cost_usd``) is the run's usage, whether the run then succeeds
+      or fails.
 
     Args:
         options: the options of every query (model, tools, permissions,
@@ -140,35 +163,92 @@ def runner(options: ClaudeAgentOptions | None = None) -> Any:
             changes["output_format"] = {"type": "json_schema", "schema": ctx.final_schema}
         run_options = dataclasses.replace(base, **changes)
         result: ResultMessage | None = None
+        # Each tool call and text of the agent is progress, as for Claude Code's CLI.
+        steps = Steps(ctx, _AGENT)
         # Closed on every way out: cancellation ends the query's process.
         messages = cast(AsyncGenerator[Any, None], query(prompt=prompt, options=run_options))
-        async with contextlib.aclosing(messages):
-            async for message in messages:
-                if isinstance(message, ResultMessage):
-                    result = message
+        try:
+            async with contextlib.aclosing(messages):
+                async for message in messages:
+                    if isinstance(message, ResultMessage):
+                        result = message
+                    elif isinstance(message, AssistantMessage):
+                        steps.event(_assistant_event(message))
+        except BaseException:
+            # The SDK may raise after the result (the CLI exited with an
+            # error): what that result says was spent counts all the same.
+            if result is not None:
+                ctx.add_usage(this_run(_AGENT, ctx, _usage(result)))
+            raise
         if result is None:
             raise ClaudeRunError(
                 "the query ended without a result message",
                 run_id=ctx.run_id,
                 subagent=ctx.subagent,
             )
-        if result.is_error or result.subtype != "success":
-            detail = result.result or "; ".join(result.errors or ()) or result.subtype
+        spent = _usage(result)
+        # A resumed fork reports its session's spending in all: this run's is the rest.
+        usage = this_run(_AGENT, ctx, spent)
+        try:
+            answer = _answer(ctx, result)
+        except BaseException:
+            # What a failed query spent counts all the same (contract §20).
+            ctx.add_usage(usage)
+            raise
+        return Output(
+            answer,
+            transcript=transcript(_AGENT, ctx, answer, result.session_id, session_total(spent)),
+            usage=usage,
+        )
+
+    return run_claude
+
+
+def _assistant_event(message: AssistantMessage) -> dict[str, Any]:
+    """*message* as the CLI's ``assistant`` event, for :class:`Steps`."""
+    blocks: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, ToolUseBlock):
+            blocks.append({"type": "tool_use", "name": block.name})
+        elif isinstance(block, TextBlock):
+            blocks.append({"type": "text", "text": block.text})
+    return {"type": "assistant", "message": {"content": blocks}}
+
+
+def _usage(result: ResultMessage) -> Usage:
+    """What the query's result says it spent, read as Claude Code's own result is."""
+    return claude_result_usage(
+        {
+            "num_turns": result.num_turns,
+            "total_cost_usd": result.total_cost_usd,
+            "usage": result.usage,
+            "modelUsage": getattr(result, "model_usage", None),
+        }
+    )
+
+
+def _answer(ctx: ChildContext, result: ResultMessage) -> Any:
+    """The query's answer: its text, or its structured output for a ``final_schema``.
+
+    Raises:
+        ClaudeRunError: the query ended with an error, or without the
+            structured output the run needs.
+    """
+    if result.is_error or result.subtype != "success":
+        detail = result.result or "; ".join(result.errors or ()) or result.subtype
+        raise ClaudeRunError(
+            f"the query ended with an error ({result.subtype}): {detail}",
+            run_id=ctx.run_id,
+            subagent=ctx.subagent,
+        )
+    answer: Any = result.result or ""
+    if ctx.final_schema is not None:
+        if result.structured_output is None:
             raise ClaudeRunError(
-                f"the query ended with an error ({result.subtype}): {detail}",
+                "the query returned no structured output although the run has a "
+                f"final_schema; it answered {answer[:200]!r}",
                 run_id=ctx.run_id,
                 subagent=ctx.subagent,
             )
-        answer: Any = result.result or ""
-        if ctx.final_schema is not None:
-            if result.structured_output is None:
-                raise ClaudeRunError(
-                    "the query returned no structured output although the run has a "
-                    f"final_schema; it answered {answer[:200]!r}",
-                    run_id=ctx.run_id,
-                    subagent=ctx.subagent,
-                )
-            answer = result.structured_output
-        return Output(answer, transcript=transcript(_AGENT, ctx, answer, result.session_id))
-
-    return run_claude
+        answer = result.structured_output
+    return answer

@@ -37,8 +37,15 @@ import trio
 from .. import ChildContext, DelegationError, Output
 from .._json import parse
 from .._mcp_config import DEFAULT_SERVER_NAME, codex_config_toml, serve_command
-from .._runners._agents import session_and_prompt, transcript
+from .._runners._agents import (
+    codex_token_usage,
+    session_and_prompt,
+    session_total,
+    this_run,
+    transcript,
+)
 from .._server_config import load_server_config
+from .._usage import Usage
 
 if TYPE_CHECKING:
     from openai_codex import CodexConfig, TurnHandle
@@ -102,6 +109,9 @@ def runner(
     * Cancellation and the child deadline interrupt the turn, wait for the
       worker thread to finish, and close the app-server.
     * A turn that fails fails the run with :class:`CodexRunError`.
+    * The tokens the turn's last usage update gives are the run's usage
+      (Codex tells no requests and no cost), whether the run then succeeds
+      or fails.
 
     Args:
         config: how to launch Codex (``codex_bin``, ``env``, ``cwd``,
@@ -173,20 +183,64 @@ def runner(
             nursery.cancel_scope.cancel()
         await trio.lowlevel.checkpoint_if_cancelled()
         thread_id, result = done.unwrap()
-        status = getattr(result.status, "value", result.status)
-        if status != "completed":
-            error = result.error.message if result.error is not None else "no error given"
-            raise CodexRunError(
-                f"the Codex turn ended {status}: {error}",
-                run_id=ctx.run_id,
-                subagent=ctx.subagent,
-            )
-        answer: Any = result.final_response or ""
-        if ctx.final_schema is not None:
-            answer = _json(ctx, answer)
-        return Output(answer, transcript=transcript(_AGENT, ctx, answer, thread_id))
+        spent = _usage(result)
+        # A forked thread reports its spending in all: this run's is the rest.
+        usage = None if spent is None else this_run(_AGENT, ctx, spent)
+        try:
+            answer = _answer(ctx, result)
+        except BaseException:
+            # What a failed turn spent counts all the same (contract §20).
+            if usage is not None:
+                ctx.add_usage(usage)
+            raise
+        return Output(
+            answer,
+            transcript=transcript(_AGENT, ctx, answer, thread_id, session_total(spent)),
+            usage=usage,
+        )
 
     return run_codex
+
+
+def _answer(ctx: ChildContext, result: Any) -> Any:
+    """The turn's answer, parsed as JSON for a ``final_schema``.
+
+    Raises:
+        CodexRunError: the turn did not complete, or its answer is not the JSON due.
+    """
+    status = getattr(result.status, "value", result.status)
+    if status != "completed":
+        error = result.error.message if result.error is not None else "no error given"
+        raise CodexRunError(
+            f"the Codex turn ended {status}: {error}",
+            run_id=ctx.run_id,
+            subagent=ctx.subagent,
+        )
+    answer: Any = result.final_response or ""
+    if ctx.final_schema is not None:
+        answer = _json(ctx, answer)
+    return answer
+
+
+def _usage(result: Any) -> Usage | None:
+    """What the turn spent: the token counts of its last usage update, or ``None``.
+
+    The SDK hands back the thread's usage as the app-server last reported it
+    during the turn (``total``: every model call of the thread so far, a
+    forked thread's earlier ones too; :func:`this_run` takes those off).
+    """
+    spent = getattr(getattr(result, "usage", None), "total", None)
+    if spent is None:
+        return None
+    return codex_token_usage(
+        {
+            "input_tokens": getattr(spent, "input_tokens", None),
+            "output_tokens": getattr(spent, "output_tokens", None),
+            "cached_input_tokens": getattr(spent, "cached_input_tokens", None),
+            "cache_write_input_tokens": getattr(spent, "cache_write_input_tokens", None),
+            "reasoning_output_tokens": getattr(spent, "reasoning_output_tokens", None),
+        }
+    )
 
 
 def _json(ctx: ChildContext, text: str) -> Any:

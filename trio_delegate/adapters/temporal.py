@@ -253,15 +253,22 @@ def _protocol() -> int:
 
 
 def _output(reply: Any) -> object:
-    """The worker's reply ``{final_result, transcript}`` as the runner's return value."""
+    """The worker's reply ``{final_result, transcript, usage}`` as the runner's return value.
+
+    ``usage`` (optional) is what the runner on the worker spent: it counts
+    for this run as if the runner had run here.
+    """
+    from ._temporal_workflow import reply_usage
+
     if not isinstance(reply, dict) or "final_result" not in reply:
         raise TemporalRunError(f"the worker's reply is not a run result: {describe(reply)}")
     transcript = reply.get("transcript")
-    if transcript is None:
+    usage = reply_usage(reply)
+    if transcript is None and usage is None:
         return reply["final_result"]
-    if not isinstance(transcript, list):
+    if transcript is not None and not isinstance(transcript, list):
         raise TemporalRunError(f"the worker's transcript is not a list: {describe(transcript)}")
-    return Output(reply["final_result"], transcript=transcript)
+    return Output(reply["final_result"], transcript=transcript, usage=usage)
 
 
 def _remote_error(ctx: ChildContext, runner: TemporalRunner, exc: Exception) -> TemporalRunError:
