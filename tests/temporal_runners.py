@@ -71,6 +71,14 @@ async def chat(ctx: td.ChildContext) -> td.Output:
     return td.Output({"reply": reply, "turns": len(transcript)}, transcript=transcript)
 
 
+async def spender(ctx: td.ChildContext) -> td.Output:
+    """Reports usage twice while it runs and once with its result."""
+    _mark("started", ctx)
+    ctx.add_usage(td.Usage(requests=1, input_tokens=100, output_tokens=20, cost_usd=0.25))
+    ctx.add_usage(td.Usage(requests=1, input_tokens=50, output_tokens=5, cost_usd=0.5))
+    return td.Output("spent", usage=td.Usage(output_tokens=1, cost_usd=0.125))
+
+
 async def boom(ctx: td.ChildContext) -> Any:
     """Fails at once with the task in its message."""
     _mark("started", ctx)

@@ -54,7 +54,17 @@ LEASE = 2.0
 _START_GUARD = 60.0
 GUARD = 60.0
 
-RUNNERS = ("echo", "typed", "chat", "boom", "bad_error", "surrogate", "slow", "once_lost")
+RUNNERS = (
+    "echo",
+    "typed",
+    "chat",
+    "spender",
+    "boom",
+    "bad_error",
+    "surrogate",
+    "slow",
+    "once_lost",
+)
 
 
 def _free_port() -> int:

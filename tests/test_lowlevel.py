@@ -16,7 +16,13 @@ GRACE = 7.0
 
 
 def test_the_module_shows_its_names_under_its_own_path() -> None:
-    assert td.lowlevel.__all__ == ["UnstoppedRun", "abandon", "answer_in_store", "unstopped_runs"]
+    assert td.lowlevel.__all__ == [
+        "UnstoppedRun",
+        "abandon",
+        "answer_in_store",
+        "unstopped_runs",
+        "worker_context",
+    ]
     for name in td.lowlevel.__all__:
         assert getattr(td.lowlevel, name).__module__ == "trio_delegate.lowlevel"
     assert "lowlevel" not in td.__all__  # a module beside the API, as trio.lowlevel is
@@ -133,3 +139,22 @@ async def test_unstopped_runs_names_the_runs_decided_without_their_runners_then_
 def test_unstopped_runs_refuses_what_is_not_a_runtime() -> None:
     with pytest.raises(td.InvalidArgumentsError, match=r"runtime must be a trio_delegate\.Runtime"):
         unstopped_runs(object())  # type: ignore[arg-type]
+
+
+async def test_a_worker_context_sums_its_runners_usage_and_belongs_to_no_run() -> None:
+    ctx, reported = td.lowlevel.worker_context("run_w", "spender", "spend")
+    assert reported() is None
+    ctx.add_usage(td.Usage(requests=1, input_tokens=3, cost_usd=0.1))
+    ctx.add_usage(td.Usage(output_tokens=2, cost_usd=0.2))
+    assert reported() == td.Usage(requests=1, input_tokens=3, output_tokens=2, cost_usd=0.3)
+    with pytest.raises(td.InvalidArgumentsError, match="usage"):
+        ctx.add_usage({"input_tokens": 1})  # type: ignore[arg-type]
+    ctx.progress("half", progress=1, total=2)  # checked, kept nowhere
+    with pytest.raises(td.InputUnavailableError):
+        await ctx.ask("which?")
+    assert ctx.remaining() is None
+    assert (ctx.run_id, ctx.subagent, ctx.task, ctx.asks) == ("run_w", "spender", "spend", False)
+    # A context built directly still drops its reports.
+    plain = td.ChildContext("run_p", "spender", "spend")
+    plain.add_usage(td.Usage(requests=1))
+    assert reported() == td.Usage(requests=1, input_tokens=3, output_tokens=2, cost_usd=0.3)

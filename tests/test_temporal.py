@@ -50,6 +50,16 @@ async def test_cap_temporal_foreground_result_carries_the_context(pool: Pool) ->
     assert status(pool.address, result.run_id) == "COMPLETED"
 
 
+async def test_what_a_runner_spent_on_the_worker_counts_for_its_run(pool: Pool) -> None:
+    async with open_on(pool) as rt, rt.open_parent() as parent:
+        result = await parent.delegate("spender", "spend")
+        spent = parent.usage(result.run_id)
+    assert result.final_result == "spent"
+    # Two ctx.add_usage reports on the worker, and the Output's usage.
+    assert spent == td.Usage(requests=2, input_tokens=150, output_tokens=26, cost_usd=0.875)
+    assert rt.usage == spent
+
+
 async def test_cap_temporal_background_results(pool: Pool) -> None:
     async with open_on(pool) as rt, rt.open_parent() as parent:
         handles = [await parent.start("echo", f"task {i}") for i in range(3)]

@@ -15,14 +15,17 @@ none of them.
 * :func:`answer_in_store`: answer a run's open question (contract §19)
   through a shared store alone, without a runtime, as ``trio-delegate runs
   answer`` does; the runtime that runs the run applies it.
+* :func:`worker_context`: the context for a runner that runs a run on
+  behalf of a runtime elsewhere (``trio-delegate temporal-worker``), whose
+  usage reports are summed for the reply (contract §20).
 """
 
 from __future__ import annotations
 
-from ._core import UnstoppedRun, abandon, answer_in_store, unstopped_runs
+from ._core import UnstoppedRun, abandon, answer_in_store, unstopped_runs, worker_context
 from ._public_names import show_under
 
-__all__ = ["UnstoppedRun", "abandon", "answer_in_store", "unstopped_runs"]
+__all__ = ["UnstoppedRun", "abandon", "answer_in_store", "unstopped_runs", "worker_context"]
 
 
 show_under(__name__, globals(), __all__)

@@ -31,11 +31,12 @@ from typing import Any, Final
 
 import trio
 
-from .. import ChildContext
 from .._checks import terminal_safe
 from .._results import Output
 from .._server_config import ConfigError, ServerConfig, load_server_config
 from .._subagent import Subagent
+from .._usage import Usage
+from ..lowlevel import worker_context
 
 __all__ = ["run_temporal_worker"]
 
@@ -231,7 +232,8 @@ def _activity(subagent: Subagent, grace: float) -> Callable[[dict[str, Any]], Aw
                 type="Cancelled",
                 non_retryable=True,
             )
-        return _reply(value)
+        result, reported = value
+        return _reply(result, reported)
 
     activity_fn: Callable[[dict[str, Any]], Awaitable[Any]] = activity.defn(
         name=activity_name(subagent.name)
@@ -247,17 +249,25 @@ async def _heartbeats(timeout: float) -> None:
         await asyncio.sleep(timeout / _BEATS_PER_TIMEOUT)
 
 
-def _reply(value: Any) -> dict[str, Any]:
-    """The activity's result: ``{final_result, transcript}``, checked to be JSON."""
+def _reply(value: Any, reported: Usage | None) -> dict[str, Any]:
+    """The activity's result: ``{final_result, transcript}`` and, when the runner
+    reported any (``ctx.add_usage``, ``Output(usage=...)``), ``usage``; checked
+    to be JSON."""
     from temporalio.exceptions import ApplicationError
+
+    from ..adapters._temporal_workflow import USAGE, usage_fields
 
     if isinstance(value, Output):
         reply = {
             "final_result": value.final_result,
             "transcript": None if value.transcript is None else list(value.transcript),
         }
+        if value.usage is not None:
+            reported = value.usage if reported is None else reported + value.usage
     else:
         reply = {"final_result": value, "transcript": None}
+    if reported is not None:
+        reply[USAGE] = usage_fields(reported)
     try:
         json.dumps(reply, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
@@ -313,7 +323,7 @@ class _TrioRun:
         deadline = math.inf
         if deadline_unix is not None:
             deadline = trio.current_time() + max(float(deadline_unix) - time.time(), 0.0)
-        ctx = ChildContext(
+        ctx, reported = worker_context(
             str(request["run_id"]),
             self._subagent.name,
             str(request["task"]),
@@ -331,5 +341,5 @@ class _TrioRun:
                 value = await self._subagent.runner(ctx)
             except Exception as exc:
                 return ("error", exc)
-            return ("ok", value)
+            return ("ok", (value, reported()))
         return ("cancelled", None)

@@ -13,7 +13,7 @@ of a run lives where, its state table, and where the code lives:
 docs/contract.md, appendix.
 """
 
-from ._context import ChildContext
+from ._context import ChildContext, worker_context
 from ._events import RunEvents
 from ._parent import Parent, abandon
 from ._remote import answer_in_store
@@ -51,4 +51,5 @@ __all__ = [
     "internals",
     "open_runtime",
     "unstopped_runs",
+    "worker_context",
 ]

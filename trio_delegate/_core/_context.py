@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
 from .._usage import Budget, Usage, check_usage
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ._parent import Parent
     from ._run import Run
 
-__all__ = ["ChildContext", "bind"]
+__all__ = ["ChildContext", "bind", "worker_context"]
 
 
 @final
@@ -57,8 +57,12 @@ class ChildContext:
         "_run",
         "_run_id",
         "_subagent",
+        "_tally",
         "_task",
     )
+    #: Where the reports of a context made by :func:`worker_context` go; unset
+    #: for every other context (a run's reports go to its run).
+    _tally: _Tally
 
     def __init__(
         self,
@@ -139,6 +143,10 @@ class ChildContext:
         run = self._run
         if run is not None:
             report(run, usage)
+        else:
+            tally = getattr(self, "_tally", None)  # set only by worker_context
+            if tally is not None:
+                tally.add(usage)
 
     def remaining(self) -> Budget | None:
         """The tightest remaining limits over every budgeted scope that contains
@@ -201,6 +209,53 @@ class ChildContext:
             AskTimeoutError: *timeout* passed first; the run goes on.
         """
         return await ask(self._run, self._subagent, question, schema, timeout)
+
+
+class _Tally:
+    """What the runner of a :func:`worker_context` reported, summed."""
+
+    __slots__ = ("usage",)
+
+    def __init__(self) -> None:
+        self.usage: Usage | None = None
+
+    def add(self, usage: Usage) -> None:
+        self.usage = usage if self.usage is None else self.usage + usage
+
+
+def worker_context(
+    run_id: str,
+    subagent: str,
+    task: str,
+    final_schema: Mapping[str, Any] | None = None,
+    history: tuple[Any, ...] = (),
+    deadline: float = math.inf,
+) -> tuple[ChildContext, Callable[[], Usage | None]]:
+    """A context for a runner that runs a run on behalf of a runtime elsewhere
+    (a worker process), whose usage reports are kept for the reply.
+
+    As a context built directly, it belongs to no run here: ``progress`` is
+    checked and dropped, ``ask`` raises ``InputUnavailableError`` and
+    ``remaining`` is ``None``. Its ``add_usage`` reports are checked and
+    summed: the worker sends the sum back with the result, and the runtime
+    that owns the run counts it (contract §20).
+
+    Args:
+        run_id, subagent, task, final_schema, history, deadline: as for
+            :class:`ChildContext`.
+
+    Returns:
+        the context, and a function that gives what its runner reported so
+        far (``None`` when nothing).
+    """
+    ctx = ChildContext(run_id, subagent, task, final_schema, history, deadline)
+    tally = _Tally()
+    ctx._tally = tally
+
+    def reported() -> Usage | None:
+        return tally.usage
+
+    return ctx, reported
 
 
 def bind(ctx: ChildContext, run: Run) -> ChildContext:
