@@ -490,6 +490,44 @@ async def test_wait_returns_the_input_required_handle_whatever_its_timeout(
         assert (await p.wait(h.run_id)).final_result == "a"  # type: ignore[union-attr]
 
 
+class _AnswerFirst(trio.abc.Instrument):
+    """Answers a run's question before any task takes its next step."""
+
+    def __init__(self, parent: td.Parent, run_id: str) -> None:
+        self.parent, self.run_id = parent, run_id
+        self.answered = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self.parent.questions():
+            assert self.parent.answer(self.run_id, "quick").accepted
+            self.answered += 1
+
+
+async def test_a_question_answered_before_the_waiter_runs_does_not_end_the_wait(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """§19: "A wait answers `input_required` when it sees the run waiting for an answer; a question
+    opened and answered before the waiting task runs again does not end the wait"."""
+
+    async def runner(ctx: td.ChildContext) -> object:
+        await trio.sleep(1)
+        return await ctx.ask("q?")
+
+    async with (
+        td.open_runtime([sub("w", runner, asks=True)], config=LOOSE) as rt,
+        rt.open_parent() as p,
+    ):
+        h = await p.start("w", "t")
+        answer_first = _AnswerFirst(p, h.run_id)
+        trio.lowlevel.add_instrument(answer_first)
+        try:
+            out = await p.wait(h.run_id)
+        finally:
+            trio.lowlevel.remove_instrument(answer_first)
+        assert answer_first.answered == 1
+        assert out == td.RunResult(h.run_id, "w", "t", "quick")
+
+
 async def test_on_input_answers_the_questions_of_a_foreground_delegate(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
