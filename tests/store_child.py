@@ -6,6 +6,8 @@ is an SQLite file or a ``postgresql://`` URI (then ``--schema`` names the
 store's schema), and MODE is
 
 * ``start`` — start a run that never ends, print its id, then wait to be killed;
+* ``ask`` — start a run that asks a question nobody answers, print its id
+  once the store holds the question, then wait to be killed;
 * ``wait`` — delegate a run, print its result as JSON, then ``os._exit(0)``
   before anything else (no runtime exit, no cleanup);
 * ``writer N`` — delegate N runs one after another, print ``done``;
@@ -38,7 +40,16 @@ async def echo(ctx: td.ChildContext) -> dict[str, str]:
     return {"echo": ctx.task, "pid": str(os.getpid())}
 
 
-SUBAGENTS = [td.Subagent("forever", forever), td.Subagent("echo", echo)]
+async def asker(ctx: td.ChildContext) -> str:
+    answer: str = await ctx.ask("anyone there?")
+    return answer
+
+
+SUBAGENTS = [
+    td.Subagent("forever", forever),
+    td.Subagent("echo", echo),
+    td.Subagent("asker", asker, asks=True),
+]
 
 
 def say(line: str) -> None:
@@ -60,6 +71,13 @@ async def through_runtime(store: Any, mode: str, *args: str) -> None:
     ):
         if mode == "start":
             handle = await parent.start("forever", "never ends")
+            say(handle.run_id)
+            await trio.sleep_forever()
+        elif mode == "ask":
+            handle = await parent.start("asker", "asks and waits")
+            # The store is written by this runtime's writer task: poll it.
+            while not (await store.get(handle.run_id)).questions:  # noqa: ASYNC110
+                await trio.sleep(0.05)
             say(handle.run_id)
             await trio.sleep_forever()
         elif mode == "wait":

@@ -238,3 +238,97 @@ def test_the_new_clients_refuse_a_missing_configuration(
     out, err = capsys.readouterr()
     assert out == ""
     assert "does not exist" in err
+
+
+# -- the model subagent init shows ------------------------------------------------------------
+
+KEY = "ANTHROPIC_API_KEY"
+
+
+def _model_lines(path: Path) -> tuple[list[str], range]:
+    """The lines of *path*, and where the commented model subagent is in them."""
+    lines = path.read_text().splitlines()
+    kind = lines.index('# kind = "model"')
+    start = max(i for i in range(kind) if lines[i] == "# [[subagents]]")
+    end = next(i for i in range(kind, len(lines)) if not lines[i].startswith("# "))
+    return lines, range(start, end)
+
+
+def _serve_once(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    request = json.dumps(mcp_initialize(1)) + "\n"
+    return subprocess.run(
+        [sys.executable, "-m", "trio_delegate", "serve"],
+        input=request.encode(),
+        capture_output=True,
+        cwd=folder,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_init_shows_a_model_subagent_that_serve_starts_without_its_sdk_or_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "starter_agents", raising=False)
+    assert main(["init"]) == 0
+    capsys.readouterr()
+    path = tmp_path / CONFIG_NAME
+    lines, block = _model_lines(path)
+    shown = "\n".join(lines[i] for i in block)
+    assert 'model = "anthropic:' in shown
+    assert f'# api_key_env = "{KEY}"' in shown
+    assert "max_turns = " in shown
+    # A plain install has no anthropic SDK: the file as written loads all the same.
+    monkeypatch.setitem(sys.modules, "anthropic", None)
+    monkeypatch.delenv(KEY, raising=False)
+    assert [s.name for s in load_server_config(path).subagents] == ["outliner", "counter"]
+    # Without the key variable, serve starts on the file as written ...
+    env = {name: value for name, value in os.environ.items() if name != KEY}
+    done = _serve_once(tmp_path, env)
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout.splitlines()[0])["id"] == 1
+    # ... and, the SDK installed, with the model subagent uncommented: the key is
+    # read when a run calls the model, not at start-up.
+    for index in block:
+        lines[index] = lines[index].removeprefix("# ")
+    path.write_text("\n".join(lines) + "\n")
+    done = _serve_once(tmp_path, env)
+    assert done.returncode == 0, done.stderr.decode()
+    assert "subagents outliner, counter, writer" in done.stderr.decode()
+    monkeypatch.delitem(sys.modules, "starter_agents", raising=False)
+
+
+async def test_the_model_subagent_init_shows_runs_once_uncommented_with_its_key_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock_clock: trio.testing.MockClock
+) -> None:
+    from .fakes import FakeAnthropic, text
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "starter_agents", raising=False)
+    assert main(["init"]) == 0
+    path = tmp_path / CONFIG_NAME
+    lines, block = _model_lines(path)
+    for index in block:
+        lines[index] = lines[index].removeprefix("# ")
+    with FakeAnthropic([text("a draft")]) as fake:
+        # The one change a test needs: the model API is the fake's.
+        path.write_text("\n".join(lines).replace("max_turns = 8", f'base_url = "{fake.url}"'))
+        writer = load_server_config(path).subagents[-1]
+        assert isinstance(writer.runner, td.ModelRunner)
+        assert (writer.name, writer.runner.api_key_env) == ("writer", KEY)
+        monkeypatch.delenv(KEY, raising=False)
+        async with td.open_runtime([writer]) as rt, rt.open_parent("p") as parent:
+            with pytest.raises(td.RunFailedError, match=KEY) as failed:
+                await parent.delegate("writer", "notes")
+            monkeypatch.setenv(KEY, "sk-test-key")
+            result = await parent.delegate("writer", "notes", replaces=failed.value.run_id)
+    assert result.final_result == "a draft"
+    # The key went out with the one call made (the run without it made none).
+    sent = [request.headers for request in fake.requests]
+    assert len(sent) == 1
+    assert any("sk-test-key" in value for value in sent[0].values())
+    monkeypatch.delitem(sys.modules, "starter_agents", raising=False)

@@ -16,7 +16,7 @@ GRACE = 7.0
 
 
 def test_the_module_shows_its_names_under_its_own_path() -> None:
-    assert td.lowlevel.__all__ == ["UnstoppedRun", "abandon", "unstopped_runs"]
+    assert td.lowlevel.__all__ == ["UnstoppedRun", "abandon", "answer_in_store", "unstopped_runs"]
     for name in td.lowlevel.__all__:
         assert getattr(td.lowlevel, name).__module__ == "trio_delegate.lowlevel"
     assert "lowlevel" not in td.__all__  # a module beside the API, as trio.lowlevel is

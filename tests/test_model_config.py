@@ -191,3 +191,36 @@ def test_a_malformed_mcp_server_names_its_key(
         load_server_config(write(tmp_path, body.replace("{url}", "http://127.0.0.1:9/v1")))
     assert info.value.key == f"subagents[0].{key}"
     assert fragment in str(info.value)
+
+
+def test_prices_of_a_model_subagent_are_read_from_the_file(tmp_path: Path) -> None:
+    body = LEAD.replace(
+        "max_turns = 7", "max_turns = 7\nprices = { input = 3, output = 15.0, cache_read = 0.3 }"
+    )
+    loaded = load_server_config(write(tmp_path, body.replace("{url}", "http://127.0.0.1:9/v1")))
+    runner = loaded.subagents[0].runner
+    assert isinstance(runner, td.ModelRunner)
+    assert runner.prices == td.Prices(input=3.0, output=15.0, cache_read=0.3)
+
+
+@pytest.mark.parametrize(
+    ("value", "key", "fragment"),
+    [
+        ('"3 dollars"', "prices", "must be a table"),
+        ("{ output = 15 }", "prices", "has no input price"),
+        ("{ input = 3 }", "prices", "has no output price"),
+        ('{ input = "3", output = 15 }', "prices.input", "got the string"),
+        ("{ input = 3, output = -1 }", "prices.output", ">= 0"),
+        ("{ input = 3, output = nan }", "prices.output", ">= 0"),
+        ("{ input = 3, output = 15, cache_write = inf }", "prices.cache_write", ">= 0"),
+        ("{ input = 3, output = 15, per = 1 }", "prices.per", "unknown key"),
+    ],
+)
+def test_malformed_prices_name_their_key(
+    tmp_path: Path, value: str, key: str, fragment: str
+) -> None:
+    body = LEAD.replace("max_turns = 7", f"max_turns = 7\nprices = {value}")
+    with pytest.raises(ConfigError) as info:
+        load_server_config(write(tmp_path, body.replace("{url}", "http://127.0.0.1:9/v1")))
+    assert info.value.key == f"subagents[0].{key}"
+    assert fragment in str(info.value)

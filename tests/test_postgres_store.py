@@ -140,8 +140,9 @@ async def test_a_version_1_schema_is_migrated_and_reads_the_same(
     await store.write([done])
     cursor = (await store.changes(None)).cursor
     await store.aclose()
-    # What version 1 made: no writer column.
+    # What version 1 made: no writer column (nor the later answer_requests).
     admin.execute(f"ALTER TABLE {pg_schema}.runs DROP COLUMN writer")
+    admin.execute(f"ALTER TABLE {pg_schema}.runs DROP COLUMN answer_requests")
     admin.execute(f"UPDATE {pg_schema}.meta SET value = '1' WHERE key = 'schema_version'")
     migrated = td.PostgresStore(pg_server.dsn(), schema=pg_schema)
     assert await migrated.get(done.run_id) == done

@@ -78,6 +78,18 @@ async def test_a_subagent_that_does_not_declare_asks_may_not_ask(
     assert "asks=True" in str(log[0])
 
 
+async def test_the_context_says_whether_its_subagent_may_ask(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def says(ctx: td.ChildContext) -> bool:
+        return ctx.asks
+
+    async with open_parent(sub("asker", says, asks=True), sub("plain", says)) as parent:
+        assert (await parent.delegate("asker", "go")).final_result is True
+        assert (await parent.delegate("plain", "go")).final_result is False
+    assert td.ChildContext("run_x", "asker", "go").asks is False
+
+
 async def test_a_wait_already_blocked_returns_the_handle_when_the_child_asks(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -59,6 +59,7 @@ class _Host:
     """Enough of a RunHost for a run that is only moved, never run."""
 
     records = False
+    writer = None
 
     def __init__(self) -> None:
         self.committed: list[Run] = []

@@ -330,6 +330,7 @@ def test_runs_reads_an_old_file_without_changing_it(
             "final_result": {"v": 1},
             "admitted_at": "2020-01-01T00:00:00.000+00:00",
             "ended_at": "2020-01-01T00:00:01.000+00:00",
+            "usage": {"input_tokens": 5, "output_tokens": 2, "cost_usd": 0.01},
         }
         conn.execute(
             "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -352,6 +353,10 @@ def test_runs_reads_an_old_file_without_changing_it(
     shown = json.loads(capsys.readouterr().out)
     assert shown["final_result"] == {"v": 1}
     assert shown["observed"] is False
+    # The usage of a record of the first layout is in its one document.
+    assert main(["runs", "usage", "--db", str(db), "--json"]) == 0
+    total = json.loads(capsys.readouterr().out)["total"]
+    assert (total["runs"], total["total_tokens"], total["cost_usd"]) == (1, 7, 0.01)
     assert db.read_bytes() == before
 
 

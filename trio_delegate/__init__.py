@@ -36,6 +36,7 @@ from ._public_names import show_under
 from ._results import AnswerAck, CancelAck, Output, Progress, Question, RunHandle, RunResult
 from ._runners._command import CommandFailedError, CommandRunner
 from ._runners._model import ModelRunner, model_runner
+from ._runners._model_live import Prices
 from ._status import RunStatus
 from ._stores._memory import MemoryStore
 from ._stores._postgres import PostgresStore
@@ -72,6 +73,7 @@ __all__ = [
     "Output",
     "Parent",
     "PostgresStore",
+    "Prices",
     "Progress",
     "Question",
     "QuestionDeclinedError",

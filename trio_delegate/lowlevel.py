@@ -12,14 +12,17 @@ none of them.
 * :func:`unstopped_runs` and :class:`UnstoppedRun`: which runs still hold a
   closing runtime open (contract §18), for a process that must name them
   before it gives up on them.
+* :func:`answer_in_store`: answer a run's open question (contract §19)
+  through a shared store alone, without a runtime, as ``trio-delegate runs
+  answer`` does; the runtime that runs the run applies it.
 """
 
 from __future__ import annotations
 
-from ._core import UnstoppedRun, abandon, unstopped_runs
+from ._core import UnstoppedRun, abandon, answer_in_store, unstopped_runs
 from ._public_names import show_under
 
-__all__ = ["UnstoppedRun", "abandon", "unstopped_runs"]
+__all__ = ["UnstoppedRun", "abandon", "answer_in_store", "unstopped_runs"]
 
 
 show_under(__name__, globals(), __all__)

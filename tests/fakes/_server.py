@@ -88,6 +88,9 @@ class Usage:
     cache_read_input_tokens: int = 3
     cache_creation_input_tokens: int = 2
     reasoning_output_tokens: int = 1
+    #: A cost the server reports in the usage (``cost``, as OpenRouter does):
+    #: sent by the OpenAI fakes when given.
+    cost: float | None = None
 
 
 @final

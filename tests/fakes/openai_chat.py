@@ -41,6 +41,15 @@ class FakeChat(FakeModelServer):
                 for call in reply.calls
             ]
         usage = reply.usage or Usage()
+        counts: dict[str, Any] = {
+            "prompt_tokens": usage.input_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cache_read_input_tokens},
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_output_tokens},
+        }
+        if usage.cost is not None:
+            counts["cost"] = usage.cost
         return {
             "id": self.next_id("chatcmpl"),
             "object": "chat.completion",
@@ -53,13 +62,7 @@ class FakeChat(FakeModelServer):
                     "finish_reason": "tool_calls" if reply.calls else "stop",
                 }
             ],
-            "usage": {
-                "prompt_tokens": usage.input_tokens,
-                "completion_tokens": usage.output_tokens,
-                "total_tokens": usage.input_tokens + usage.output_tokens,
-                "prompt_tokens_details": {"cached_tokens": usage.cache_read_input_tokens},
-                "completion_tokens_details": {"reasoning_tokens": usage.reasoning_output_tokens},
-            },
+            "usage": counts,
         }
 
     def events(self, body: Any, reply: Reply) -> Iterator[tuple[str, dict[str, Any]]]:

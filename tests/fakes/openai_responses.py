@@ -78,6 +78,7 @@ class FakeResponses(FakeModelServer):
                 "output_tokens": usage.output_tokens,
                 "output_tokens_details": {"reasoning_tokens": usage.reasoning_output_tokens},
                 "total_tokens": usage.input_tokens + usage.output_tokens,
+                **({} if usage.cost is None else {"cost": usage.cost}),
             },
         }
 

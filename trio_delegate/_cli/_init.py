@@ -3,8 +3,10 @@
 A user who installed the wheel has no checkout and no ``examples/``: ``init``
 writes the configuration that ``trio-delegate serve`` reads by default
 (``./subagents.toml``) and serves it as it is (two Python subagents from a
-small module beside it, and commented command and agent-CLI entries to
-copy), then says what to run next.
+small module beside it, and commented command, model and agent-CLI entries
+to copy), then says what to run next. The model entry is commented out
+because it needs a provider SDK a plain install lacks (``serve`` checks
+that at start-up); its key is read only when a run calls the model.
 It never overwrites a file.
 """
 
@@ -71,6 +73,20 @@ properties.sentences.type = "integer"
 # command = ["python3", "summarize.py"]
 # timeout_seconds = 30
 # budget = {{ max_total_tokens = 100000, max_cost_usd = 2.5 }}   # the most each run may spend
+
+# A model subagent: a model with instructions (and tools, children), run by
+# trio_delegate itself. It needs the anthropic extra: pip install "trio-delegate[anthropic]".
+# The key is read from api_key_env each time a run calls the model, so serve
+# starts without it: export it where serve runs (an MCP client passes its own
+# environment on, or only the variables its server entry names).
+# [[subagents]]
+# name = "writer"
+# description = "Drafts a short, plain text from the notes it is given."
+# kind = "model"
+# model = "anthropic:claude-sonnet-4-5"
+# instructions = "Write a short, plain draft from the notes you are given."
+# api_key_env = "ANTHROPIC_API_KEY"
+# max_turns = 8
 
 # An agent CLI as a subagent, run headless with its own deadline.
 # [[subagents]]

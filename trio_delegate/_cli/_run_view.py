@@ -18,6 +18,10 @@ from .._stores._protocol import INTERRUPTED_ERROR_TYPE, RunRecord
 
 __all__ = ["duration", "lifecycle_rows", "seconds_text", "short_id"]
 
+#: The live statuses of a run that has started (its time runs on while it waits
+#: for an answer).
+_STARTED = frozenset({RunStatus.RUNNING, RunStatus.INPUT_REQUIRED})
+
 
 def short_id(run_id: str) -> str:
     """A run id cut to its prefix and four hex digits: ``run_3f9c…`` (enough for ``runs show``)."""
@@ -47,7 +51,7 @@ def duration(record: RunRecord) -> float | None:
     """How long *record*'s run ran: start to end (to now while it runs); ``None`` if unknown."""
     if record.status.is_terminal:
         return _between(record.started_at or record.admitted_at, record.ended_at)
-    if record.status is RunStatus.RUNNING:
+    if record.status in _STARTED:
         now = datetime.datetime.now(datetime.UTC).isoformat()
         return _between(record.started_at, now)
     return None
@@ -93,6 +97,8 @@ def _ending(record: RunRecord) -> str:
         return "pending: waiting for a free slot of its parent"
     if status is RunStatus.RUNNING:
         return "running"
+    if status is RunStatus.INPUT_REQUIRED:
+        return "input_required: running, and waiting for an answer to a question it asked"
     if status is RunStatus.COMPLETED:
         return "completed"
     why = record.error_message or "no reason recorded"

@@ -1,11 +1,13 @@
-"""``trio-delegate runs list|show|watch``: read the runs recorded in a store, never writing to it.
+"""``trio-delegate runs list|show|watch|usage|answer``: the runs recorded in a store.
 
-The store is an SQLite file (``--db PATH``), opened read-only: no migration,
-no lock, no journal switch, so it works on a file and a folder this user
-cannot write and while another process holds the write lock. Or it is a
-PostgreSQL database (``--db postgresql://…``) read in a read-only session;
-the password comes from the environment (``PGPASSWORD``, a password file or
-a service file) and is never printed.
+Every action but ``answer`` reads and never writes (``answer``, in its own
+module, leaves an answer in the store). The store is an SQLite file
+(``--db PATH``), opened read-only: no migration, no lock, no journal switch,
+so it works on a file and a folder this user cannot write and while
+another process holds the write lock. Or it is a PostgreSQL database
+(``--db postgresql://…``) read in a read-only session; the password comes
+from the environment (``PGPASSWORD``, a password file or a service file)
+and is never printed.
 
 Every stored string comes from models and runners and is shown literally:
 rich markup is never interpreted, and control characters, escape sequences,
@@ -33,8 +35,9 @@ from .._stores._base import DamagedRow
 from .._stores._postgres import PostgresReader, is_postgres_dsn, mask_dsn
 from .._stores._protocol import ChangeBatch, RunRecord
 from .._stores._sqlite import SQLiteReader
-from .._usage import Usage
+from ._live import live_json, live_of, live_rows
 from ._run_view import duration, lifecycle_rows, seconds_text, short_id
+from ._spend import Spend, nested_owner, spend_cell, spend_rows
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -52,6 +55,7 @@ __all__ = [
     "Column",
     "Reader",
     "add_runs_parser",
+    "common_arguments",
     "fail",
     "json_text",
     "literal",
@@ -72,6 +76,7 @@ MAX_LIMIT = 1_000_000
 STATUS_STYLE = {
     RunStatus.PENDING: "yellow",
     RunStatus.RUNNING: "cyan",
+    RunStatus.INPUT_REQUIRED: "bold blue",
     RunStatus.COMPLETED: "green",
     RunStatus.FAILED: "red",
     RunStatus.CANCELLED: "magenta",
@@ -140,7 +145,9 @@ def runs_table(
 
     table = Table(title=literal(title), caption=caption, show_lines=False)
     for heading, _ in columns:
-        table.add_column(heading, overflow="fold")
+        # A run id whole on one line (a person copies it into ``runs show``):
+        # the other columns fold first.
+        table.add_column(heading, overflow="fold", no_wrap=heading == "run")
     for record in records:
         table.add_row(*(cell(record) for _, cell in columns))
     return table
@@ -179,12 +186,13 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
 
 
 def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``runs list`` and ``runs show``."""
+    """Register ``runs list``, ``show``, ``watch``, ``usage`` and ``answer``."""
     runs = commands.add_parser(
         "runs",
-        help="list or show the runs recorded in a store",
+        help="list, show, watch or answer the runs recorded in a store",
         description=(
-            "Read the runs recorded in a store (read only): an SQLite file, or a PostgreSQL "
+            "Read the runs recorded in a store (read only; 'answer' alone writes, an answer to "
+            "a run's open question): an SQLite file, or a PostgreSQL "
             "database given as a postgresql:// URI (password from PGPASSWORD, a password file "
             "or a service file)."
         ),
@@ -198,14 +206,15 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         description=(
             "List the newest runs: id, owner, subagent, status, task, how long it ran (so far, "
             "while it runs), the run it replaces (a replacement of a failed or cancelled run), "
-            "and when it was admitted. A row that holds no valid record is listed as damaged "
+            "when it was admitted, and the tokens and cost it recorded (with its nested runs') "
+            "when it ended. A row that holds no valid record is listed as damaged "
             "(and said on stderr), the other runs as usual. "
             f"Each field is cut to {CELL_CHARS:,} characters (with --json too: the cut fields "
             "are named under \"truncated\"); 'runs show RUN_ID --field NAME' prints one "
             "field whole."
         ),
     )
-    _common(listing)
+    common_arguments(listing)
     _filters(listing, default_limit=50)
     listing.set_defaults(handler=_list)
 
@@ -216,13 +225,16 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
             "Show one run, given by its id or the start of it: how it ended and why, whether "
             "its result was handed out, its times in the order they happened (admitted, "
             "started, deadline, ended) with how long it queued and ran, what it replaces or "
-            "continues, and its result. --json prints the record as the store holds it. "
+            "continues, its result, and what it spent: tokens by kind and cost, with its "
+            "nested runs' and on its own; while it runs, whether it waits for an answer and "
+            "its latest progress, where the store keeps them. --json prints the record as "
+            "the store holds it, with own_usage and those. "
             f"Each field is cut to {FIELD_CHARS:,} characters (with --json too: the cut "
             'fields are named under "truncated"); --field NAME prints that field whole.'
         ),
     )
     show.add_argument("run_id", metavar="RUN_ID", help="a run id, or the start of one")
-    _common(show)
+    common_arguments(show)
     show.add_argument(
         "--field",
         choices=[field.name for field in attrs.fields(RunRecord)],
@@ -244,7 +256,7 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
             "once, as damaged; 'runs show RUN_ID --field NAME' prints one field whole."
         ),
     )
-    _common(watch)
+    common_arguments(watch)
     _filters(watch, default_limit=30)
     watch.add_argument(
         "--interval",
@@ -260,9 +272,15 @@ def add_runs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
         help="stop after SECONDS (default: until interrupted)",
     )
     watch.set_defaults(handler=_watch)
+    from ._answer import add_answer_parser  # the one action that writes: its own module
+    from ._usage_cmd import add_usage_parser
+
+    add_usage_parser(actions)
+    add_answer_parser(actions)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def common_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every ``runs`` action takes: where the store is, and ``--json``."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--db",
@@ -353,6 +371,10 @@ class Reader(Protocol):
     def run_ids_starting(self, start: str, limit: int) -> list[str]: ...
 
     def changes(self, cursor: int | None) -> ChangeBatch: ...
+
+    def usage_rows(self, after: int, owner: str | None, limit: int) -> list[tuple[Any, ...]]: ...
+
+    def usage_row(self, run_id: str) -> tuple[Any, ...] | None: ...
 
     def close(self) -> None: ...
 
@@ -446,6 +468,7 @@ def _list(args: argparse.Namespace) -> int:
                 ("ran for", lambda record: seconds_text(duration(record))),
                 ("replaces", lambda record: literal(short_id(record.replaces or ""))),
                 ("admitted (UTC)", lambda r: literal(r.admitted_at[:19].replace("T", " "))),
+                ("spent", lambda record: spend_cell(record.usage)),
             ),
         )
         for row in damaged:
@@ -463,8 +486,11 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def record_json(record: RunRecord, limit: int) -> dict[str, Any]:
-    """*record* as ``runs`` prints it in JSON: its long fields cut to *limit* characters."""
-    return bounded(plain(record), limit, f"runs show {record.run_id} ")
+    """*record* as ``runs`` prints it in JSON: its long fields cut to *limit* characters,
+    and what it is doing while it is live (:func:`._live.live_json`)."""
+    fields = plain(record)
+    fields.update(live_json(live_of(record)))
+    return bounded(fields, limit, f"runs show {record.run_id} ")
 
 
 def report_damaged(row: DamagedRow, err: TextIO) -> None:
@@ -494,6 +520,7 @@ def _show(args: argparse.Namespace) -> int:
         # up without reading any record, then the one run is read.
         candidates = reader.run_ids_starting(args.run_id, SHOWN_CANDIDATES + 1)
         record = reader.get(candidates[0]) if len(candidates) == 1 else None
+        own = _own_usage(reader, record) if record is not None else None
     except StoreError as exc:
         fail(exc, err)
         return 1
@@ -530,10 +557,44 @@ def _show(args: argparse.Namespace) -> int:
     if args.field is not None:
         _print_field(fields[args.field], as_json=args.json, out=out)
     elif args.json:
+        fields.update(_shown_extra(record, own))
         out.write(json_text(bounded(fields, FIELD_CHARS)) + "\n")
     else:
-        _show_table(record, out)
+        _show_table(record, own, out)
     return 0
+
+
+def _own_usage(reader: Reader, record: RunRecord) -> tuple[Spend, int] | None:
+    """What *record*'s run spent itself, and how many nested runs with usage it had:
+    its usage less theirs (their owner is its nested parent). ``None`` when it
+    recorded no usage.
+
+    Raises:
+        StoreError: the store cannot be read.
+    """
+    if record.usage is None:
+        return None
+    from ._usage_scan import UsageSource
+
+    own = Spend.of(record.usage)
+    nested = 0
+    owner = nested_owner(record.owner, record.run_id)
+    for row in UsageSource(reader).rows(owner=owner):
+        if row.owner == owner and row.usage is not None:
+            own.add(row.usage, -1)
+            nested += 1
+    return own, nested
+
+
+def _shown_extra(record: RunRecord, own: tuple[Spend, int] | None) -> dict[str, Any]:
+    """What ``runs show --json`` adds to the record: the run's own usage (when it had
+    nested runs) and what it is doing while it is live."""
+    extra = live_json(live_of(record))
+    if own is not None:
+        spend, nested = own
+        extra["own_usage"] = spend.fields()
+        extra["nested_runs_with_usage"] = nested
+    return extra
 
 
 def _print_field(value: Any, *, as_json: bool, out: TextIO) -> None:
@@ -544,15 +605,17 @@ def _print_field(value: Any, *, as_json: bool, out: TextIO) -> None:
         out.write(_shown(value) + "\n")
 
 
-def _show_table(record: RunRecord, out: TextIO) -> None:
-    """A run as a person reads it (see :mod:`._run_view`), each value cut."""
+def _show_table(record: RunRecord, own: tuple[Spend, int] | None, out: TextIO) -> None:
+    """A run as a person reads it (see :mod:`._run_view`, :mod:`._spend`,
+    :mod:`._live`), each value cut."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=literal(f"run {record.run_id}"), show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
-    for label, value in lifecycle_rows(record):
+    spent = spend_rows(record.usage, *(own if own is not None else (None, 0)))
+    for label, value in [*lifecycle_rows(record), *spent, *live_rows(live_of(record))]:
         hint = f"; --field {label} prints all of it" if label in _RECORD_FIELDS else ""
         table.add_row(label, literal(_field_text(value), FIELD_CHARS, hint))
     Console(file=out, width=160).print(table)
@@ -593,10 +656,10 @@ def plain(record: RunRecord) -> dict[str, Any]:
         value = getattr(record, field.name)
         if isinstance(value, RunStatus):
             value = value.value
-        elif isinstance(value, Usage):
-            # An attrs value, not JSON: its fields are ints and a float.
+        elif attrs.has(type(value)):
+            # An attrs value (a Usage, a Progress), not JSON: its fields are.
             value = attrs.asdict(value)
         elif isinstance(value, tuple):
-            value = list(value)
+            value = [attrs.asdict(item) if attrs.has(type(item)) else item for item in value]
         data[field.name] = value
     return data

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from .._errors import StoreError
 from .._status import RunStatus
+from ._live import live_cells, live_of
 from ._runs import (
     CELL_CHARS,
     RUN_COLUMNS,
@@ -38,6 +39,7 @@ from ._runs import (
     record_json,
     runs_table,
 )
+from ._spend import spend_cell
 
 if TYPE_CHECKING:
     from .._stores._base import DamagedRow
@@ -83,6 +85,11 @@ def _took(record: RunRecord) -> str:
 
 def _detail(record: RunRecord) -> Text:
     text = literal(record.task_summary)
+    for line in live_cells(live_of(record)):
+        shown = literal(line, _MAX_ERROR_CHARS)
+        shown.stylize("blue")
+        text.append("\n")
+        text.append_text(shown)
     if record.status.is_terminal and record.status is not RunStatus.COMPLETED:
         error = ": ".join(part for part in (record.error_type, record.error_message) if part)
         if len(error) > _MAX_ERROR_CHARS:
@@ -177,6 +184,7 @@ class RunsView:
                 *RUN_COLUMNS,
                 ("status", _status),
                 ("took", _took),
+                ("spent", lambda record: spend_cell(record.usage)),
                 ("task", _detail),
             ),
             caption=f"{len(rows)} shown: {summary}" if rows else "no runs match yet",
@@ -198,6 +206,12 @@ def _line(record: RunRecord) -> Text:
     if record.error_type:
         text.append(" ")
         text.append_text(literal(f"[{record.error_type}]"))
+    for line in live_cells(live_of(record)):
+        text.append(" | ")
+        text.append_text(literal(line.replace("\n", " "), _MAX_ERROR_CHARS))
+    if record.usage is not None:
+        text.append(" ")
+        text.append(spend_cell(record.usage).replace("\n", " "), style="dim")
     return text
 
 

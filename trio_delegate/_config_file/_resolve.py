@@ -222,6 +222,7 @@ def model_runner_of(table: ModelSubagent, base: Path) -> Runner:
             api_key_env=table.api_key_env,
             api=table.api,  # type: ignore[arg-type]  # "responses" or "chat", checked when read
             mcp_servers=servers,
+            prices=table.prices,
         )
     except InvalidArgumentsError as exc:
         # The message names the argument: the key of the same name.

@@ -18,6 +18,7 @@ import attrs
 
 from .._checks import describe
 from .._config import INHERIT, Config, TimeoutSetting
+from .._runners._model_live import Prices
 from .._usage import Budget
 from . import _values as check
 from ._problems import Problem, cut
@@ -31,6 +32,7 @@ __all__ = [
     "BudgetSection",
     "CommandSubagent",
     "ModelSubagent",
+    "PricesSection",
     "FileSections",
     "PythonSubagent",
     "RuntimeSection",
@@ -39,6 +41,7 @@ __all__ = [
     "TemporalSettings",
     "TemporalSubagent",
     "budget",
+    "prices",
     "runtime_config",
 ]
 
@@ -91,6 +94,42 @@ def budget(value: Any) -> Budget:
 
 
 _BUDGET_FIX: Final = "write e.g. budget = { max_total_tokens = 100000, max_cost_usd = 2.5 }"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PricesSection:
+    """A model's prices (``prices = { ... }``): the fields of :class:`~trio_delegate.Prices`."""
+
+    keys_say: ClassVar[str] = (
+        "prices take the fields of trio_delegate.Prices (US dollars per million tokens)"
+    )
+
+    input: float = key(
+        check=check.price("input"),
+        missing=("has no input price", "add input = <US dollars per million input tokens>"),
+    )
+    output: float = key(
+        check=check.price("output"),
+        missing=("has no output price", "add output = <US dollars per million output tokens>"),
+    )
+    cache_read: float | None = key(None, check=check.price("cache_read"))
+    cache_write: float | None = key(None, check=check.price("cache_write"))
+
+
+def prices(value: Any) -> Prices:
+    """The :class:`~trio_delegate.Prices` a TOML table says.
+
+    Raises:
+        Problem: *value* is not a table.
+        ClassValidationError: its keys are wrong (an unknown one, a missing
+            input or output price, a price that is not a number >= 0).
+    """
+    table = structure_table(value, PricesSection)
+    # Every price is checked as Prices checks it: this cannot refuse.
+    return Prices(
+        table.input, table.output, cache_read=table.cache_read, cache_write=table.cache_write
+    )
 
 
 def _runtime_section() -> type[Any]:
@@ -279,6 +318,9 @@ class ModelSubagent(_Subagent):
         (),
         check=check.mcp_servers,
         fix='write e.g. mcp_servers = [{ command = ["uvx", "mcp-server-fetch"] }]',
+    )
+    prices: Prices | None = key(
+        None, check=prices, fix="write e.g. prices = { input = 3.0, output = 15.0 }"
     )
 
 

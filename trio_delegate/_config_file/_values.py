@@ -150,6 +150,31 @@ def cost_limit(value: Any) -> float:
     return float(value)
 
 
+def price(name: str) -> Check:
+    """A model's price (*name*, e.g. ``output``): US dollars per million tokens, >= 0.
+
+    Returns:
+        The check, raising :class:`Problem` for any other value.
+    """
+
+    def check(value: Any) -> float:
+        if isinstance(value, str):
+            raise Problem(
+                f"must be a number of US dollars per million tokens, got the string "
+                f"{toml_text(value)}",
+                f"write the number without quotes, e.g. {name} = 3.0",
+            )
+        if not (_finite(value) and value >= 0):
+            raise Problem(
+                f"must be a finite number of US dollars per million tokens >= 0, got "
+                f"{toml_text(value)}",
+                f"write e.g. {name} = 3.0",
+            )
+        return float(value)
+
+    return check
+
+
 def positive_int(value: Any) -> int:
     """An integer >= 1.
 

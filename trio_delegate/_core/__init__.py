@@ -16,6 +16,7 @@ docs/contract.md, appendix.
 from ._context import ChildContext
 from ._events import RunEvents
 from ._parent import Parent, abandon
+from ._remote import answer_in_store
 from ._retention import TOMBSTONES_PER_RETAINED_RUN
 from ._run import CancelReason, Outcome, Run, StoredEnding, error_type
 from ._runtime import (
@@ -45,6 +46,7 @@ __all__ = [
     "ToolsBinding",
     "UnstoppedRun",
     "abandon",
+    "answer_in_store",
     "error_type",
     "internals",
     "open_runtime",

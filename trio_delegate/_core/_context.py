@@ -41,6 +41,9 @@ class ChildContext:
         deadline: the child deadline on the Trio clock, or ``math.inf``.
         parent: a :class:`Parent` for nested delegation when the subagent
             declares ``children``, else ``None``.
+        asks: whether the subagent declares ``asks=True``, so that :meth:`ask`
+            may be called (a runner offers its model a way to ask only then);
+            ``False`` for a context built directly.
 
     A context built directly belongs to no run: :meth:`progress` checks its
     arguments and keeps nothing, and :meth:`ask` raises ``InputUnavailableError``.
@@ -113,6 +116,11 @@ class ChildContext:
     def parent(self) -> Parent | None:
         return self._parent
 
+    @property
+    def asks(self) -> bool:
+        run = self._run
+        return run is not None and run.subagent.asks
+
     def add_usage(self, usage: Usage) -> None:
         """Report what the runner spent (contract §20): it counts for this run and
         every scope above it (its parent, the runs and parents above, the runtime).
@@ -166,7 +174,7 @@ class ChildContext:
             return  # settled: nothing is kept and nothing checked
         text, number, of = check_progress(message, progress, total)
         if run is not None:
-            talk_of(run).report(text, number, of)
+            talk_of(run).report(run, text, number, of)
 
     async def ask(self, question: str, *, schema: Any = None, timeout: float | None = None) -> Any:
         """Ask the parent a question and wait for its answer (contract §19).

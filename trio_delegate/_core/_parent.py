@@ -44,6 +44,7 @@ from ._questions import (
     serve_foreground,
     wait_or_question,
 )
+from ._remote import stored_handle
 from ._run import CancelReason, Run, State
 from ._settlements import SettledRuns
 from ._surfaces import ToolsBinding
@@ -282,9 +283,7 @@ class Parent(metaclass=NoPublicConstructor):
         self._host.check_usable()
         found = self._registry.lookup(run_id, self._owner)
         if isinstance(found, StoredRun):
-            return RunHandle(
-                run_id=run_id, subagent=found.subagent, status=found.status, usage=found.usage
-            )
+            return stored_handle(run_id, found)
         return found.handle()
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunResult | RunHandle:
@@ -419,7 +418,15 @@ class Parent(metaclass=NoPublicConstructor):
         self._host.check_usable()
         run = self._registry.lookup(run_id, self._owner)
         if isinstance(run, StoredRun):
-            return AnswerAck(run_id, question_id, False, run.status)
+            # Live in another runtime sharing the store: the answer goes through
+            # the store, and its owner applies it (contract §16, §19).
+            persistence = self._registry.persistence
+            if run.status.is_terminal or persistence is None:
+                return AnswerAck(run_id, question_id, False, run.status)
+            stored = persistence.stored
+            ack, view = stored.replies.reply(run_id, run, question_id, value, declined, reason)
+            stored.replied(run_id, view)
+            return ack
         return answer_run(run, question_id, value, declined=declined, reason=reason)
 
     def check_resolved(self) -> None:

@@ -95,6 +95,7 @@ class ParentHost:
         "scheduler",
         "settlements",
         "spent",
+        "writer",
     )
 
     parent: Parent
@@ -133,14 +134,13 @@ class ParentHost:
         # tells it when it returns (``_execution``).
         self.grace = registry.grace
         # Whether decided outcomes are recorded (with a store), and where: a
-        # settlement goes from the run to the store's writer, which answers
-        # the run itself. When the run commits is the run's own rule
-        # (Run.decide).
+        # settlement goes from the run to the store's writer (which answers the
+        # run itself; Run.decide says when it commits), as do its questions.
         persistence = registry.persistence
         self.records = persistence is not None
+        self.writer = persistence.writer if persistence is not None else None
         self.record: Record = persistence.writer.settle if persistence is not None else _unrecorded
-        # Retention evicted a run; the ledger keeps a small record of it if it
-        # is unresolved.
+        # Retention evicted a run; the ledger keeps a record of it if unresolved.
         self.run_evicted = self.ledger.evicted
 
     # -- what its runs see of it (``RunHost``) ---------------------------------------

@@ -36,7 +36,9 @@ __all__ = [
     "ANSWER_STEPS",
     "answer_run",
     "ask",
+    "check_answer",
     "check_on_input",
+    "checked_answer",
     "is_asking",
     "open_questions",
     "serve_foreground",
@@ -115,6 +117,9 @@ async def ask(run: Run | None, subagent: str, question: Any, schema: Any, timeou
         # Withdrawn the moment its ask ends, however it ends.
         if not opened.settled:
             talk.closed(run, opened)
+    if (opened.answered or opened.declined) and not opened.event.is_set():
+        # Accepted before the timeout: the answer is being recorded (contract §19).
+        await opened.event.wait()
     if not opened.event.is_set():
         raise AskTimeoutError(
             f"question {opened.question_id} of run {run.run_id} was not answered within "
@@ -193,7 +198,7 @@ def answer_run(
         opened.answer = check_answer(opened, value, run.host.config)
         opened.answered = True
     talk.closed(run, opened)
-    opened.event.set()
+    talk.accepted(run, opened)
     return AnswerAck(run.run_id, opened.question_id, True, talk.status(run))
 
 
@@ -212,15 +217,27 @@ def _open_question(run: Run, talk: Talk | None, question_id: str | None) -> Open
 
 
 def check_answer(opened: OpenQuestion, value: Any, config: Config) -> Any:
-    """*value* checked against *opened*'s schema, boundedly, as the child gets it.
+    """*value* checked against *opened*'s schema, boundedly, as the child gets it
+    (its JSON kept in ``opened.answer_json`` for the run's record).
 
     Raises:
         InvalidArgumentsError: it is not JSON the runtime keeps, too large or
             too deep, or does not satisfy the schema.
     """
-    qid = opened.question_id
+    opened.answer_json, answer = checked_answer(opened.schema, opened.question_id, value, config)
+    return answer
+
+
+def checked_answer(
+    schema: ResultSchema, qid: str, value: Any, config: Config
+) -> tuple[CanonicalJson, Any]:
+    """*value* as JSON and as the child gets it, checked against *schema* (question *qid*).
+
+    Raises:
+        InvalidArgumentsError: as for :func:`check_answer`.
+    """
     fix = f"answer question {qid} again with a value that does, or decline it"
-    value = opened.schema.prepare(value)
+    value = schema.prepare(value)
     try:
         canonical = CanonicalJson.of(
             value, max_depth=config.max_nesting_depth, max_items=config.max_result_bytes // 2 + 1
@@ -235,7 +252,7 @@ def check_answer(opened: OpenQuestion, value: Any, config: Config) -> Any:
             f"{config.max_result_bytes} are allowed (Config.max_result_bytes); {fix}"
         )
     try:
-        return opened.schema.check_now(canonical, ANSWER_STEPS)
+        return canonical, schema.check_now(canonical, ANSWER_STEPS)
     except SchemaMismatch as exc:
         raise InvalidArgumentsError(
             f"the answer to question {qid} does not satisfy its schema: "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast, final
 
 from .._errors import StoreError
@@ -20,6 +20,7 @@ from .._stores._protocol import RunRecord
 from .._summary import summarize_task
 from ._conversation import conversation_json
 from ._run import safe_message
+from ._talk import talk_fields
 
 if TYPE_CHECKING:
     from ._run import Outcome, Run
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
 __all__ = ["Records", "store_error", "stored_conversation"]
 
 _FAILED: Final = RunStatus.FAILED
+
+
+def _ignore(error: StoreError | None) -> None:
+    pass
 
 
 @final
@@ -143,8 +148,18 @@ class Records:
             deadline_at=run.deadline_at,
             continues=continues,
             result_type=run.schema.type_tag if run.schema is not None else None,
-            usage=run.usage() if outcome is not None else None,
+            usage=run.usage(),
+            **({} if run.talk is None else talk_fields(run.talk, outcome is None)),
         )
+
+    def live(self, run: Run) -> tuple[RunRecord, Callable[[StoreError | None], None]]:
+        """*run*'s live record, and what to do once it is committed: the answers it
+        holds are durable, and reach the asks that wait for them (contract §19)."""
+        record = self.of(run, RunStatus.RUNNING, None)
+        talk = run.talk
+        if talk is None or not talk.unrecorded:
+            return record, _ignore
+        return record, talk.recorded_with(list(talk.unrecorded))
 
     # -- other runtimes sharing the store (contract §16) ------------------------------
 

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from .._usage import Budget, Usage
     from ._meter import Tally
     from ._talk import Talk
+    from ._writer import Writer
 
 __all__ = [
     "CancelReason",
@@ -391,6 +392,8 @@ class RunHost(Protocol):
     #: Whether decided outcomes are recorded (by a store); when not, a run
     #: commits its decision itself, at once.
     records: bool
+    #: The store's writer, which a run's progress and questions go to (§19).
+    writer: Writer | None
 
     #: What the parent's runs spent (contract §20), once one reported; its
     #: budget; and the run that holds it, for a nested parent.

@@ -29,6 +29,7 @@ from ._meter import usage_of
 from ._parent import Parent, open_parent_host
 from ._persistence import Persistence, WriteStats
 from ._registry import Registry, check_owner
+from ._remote import apply_requests
 from ._run import CancelReason
 from ._trio_run import RunGuard, require_trio
 
@@ -246,6 +247,8 @@ class _StoreWatch:
                 self._adopt(run, record)
             elif record.cancel_requested:
                 run.request_cancel(now, CancelReason.REQUEST)
+            elif record.answer_requests:
+                apply_requests(run, record)  # answers left by another runtime (§19)
         if record.observed and record.status is RunStatus.COMPLETED:
             run.host.run_observed_elsewhere(run)
 

@@ -27,6 +27,7 @@ from .._status import RunStatus
 from .._stores._protocol import RunRecord, StoredRun, is_run_id
 from ._adoption import failure_type_of
 from ._records import store_error, stored_conversation
+from ._remote import Replies, stored_handle, stored_view
 from ._retention import expired_error
 from ._run import terminal_error
 
@@ -58,6 +59,7 @@ class StoredRuns:
         "_schemas",
         "_watcher",
         "_writer",
+        "replies",
         "runtime_id",
         "store",
     )
@@ -84,6 +86,8 @@ class StoredRuns:
         self._schemas: dict[str, ResultSchema] = {}
         # Events that wake waits on runs the watcher sees change.
         self._changed: dict[str, trio.Event] = {}
+        # Answers to questions of other runtimes' runs (contract §19).
+        self.replies = Replies(store, config, watcher)
 
     # -- the index ---------------------------------------------------------------
 
@@ -94,7 +98,12 @@ class StoredRuns:
 
     def remember(self, run: Run) -> None:
         """*run* left memory (retention): keep what lookups need to find it in the store."""
-        self._remember(run.run_id, StoredRun(run.owner, run.subagent.name, run.status, run.usage()))
+        talk = run.talk
+        progress = None if talk is None else talk.latest()
+        self._remember(
+            run.run_id,
+            StoredRun(run.owner, run.subagent.name, run.status, run.usage(), progress),
+        )
         schema = run.schema
         if schema is not None and schema.target is not None and run.status is RunStatus.COMPLETED:
             self._schemas[run.run_id] = schema
@@ -109,10 +118,7 @@ class StoredRuns:
         remembered when retention evicted them).
         """
         if record.runtime_id != self.runtime_id:
-            self._remember(
-                record.run_id,
-                StoredRun(record.owner, record.subagent, record.status, record.usage),
-            )
+            self._remember(record.run_id, stored_view(record, self.replies.answered))
 
     def find(self, run_id: str, owner: str) -> StoredRun | None:
         """The stored terminal run *run_id* if it belongs to *owner*."""
@@ -177,7 +183,7 @@ class StoredRuns:
         if record is None or record.owner != owner:
             raise unknown
         self.found(record)  # status and cancel know it from now on
-        return StoredRun(record.owner, record.subagent, record.status, record.usage)
+        return stored_view(record, self.replies.answered)
 
     async def carried(self, run_id: str, check: _Check) -> tuple[str, CanonicalJson]:
         """The subagent and whole conversation of stored run *run_id*, for a continuation.
@@ -275,7 +281,8 @@ class StoredRuns:
 
         Returns:
             the run's terminal record (a completed one is flagged observed in
-            the store), or its handle if *limit* seconds passed first.
+            the store), or its handle if *limit* seconds passed first, or at
+            once while it waits for an answer (contract §19).
 
         Raises:
             ExpiredRunError, StoreError: as for :meth:`read`.
@@ -295,13 +302,11 @@ class StoredRuns:
                 return record
             now = trio.current_time()
             overdue = record.deadline_at is not None and time.time() >= record.deadline_at
-            if ends is not None and now >= ends and not overdue:
-                return RunHandle(
-                    run_id=run_id,
-                    subagent=record.subagent,
-                    status=record.status,
-                    usage=record.usage,
-                )
+            view = stored_view(record, self.replies.answered)
+            if view.questions or (ends is not None and now >= ends and not overdue):
+                # Waiting for an answer: parent and child must not wait on each
+                # other (contract §19), whatever the timeout.
+                return stored_handle(run_id, view)
             pause = self.store.poll_interval
             if ends is not None and not overdue:
                 pause = min(pause, ends - now)
@@ -353,6 +358,10 @@ class StoredRuns:
             event = self._changed[run_id] = trio.Event()
         with trio.move_on_after(timeout):
             await event.wait()
+
+    def replied(self, run_id: str, stored: StoredRun) -> None:
+        """This runtime answered a question of *run_id*: its view is *stored* now."""
+        self._remember(run_id, stored)
 
     def _remember(self, run_id: str, stored: StoredRun) -> None:
         index = self._index

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import trio
 
 from .._checks import builtin, describe
-from .._errors import InvalidArgumentsError
+from .._errors import InvalidArgumentsError, StoreError
 from .._json import escape_text
 from .._results import Progress, Question, RunHandle
 from .._status import RunStatus
@@ -33,16 +33,25 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_PROGRESS_CHARS",
+    "PROGRESS_WRITE_INTERVAL",
+    "QUESTION_RECORD_DELAY",
     "OnInput",
     "OpenQuestion",
     "Talk",
     "check_progress",
     "new_question_id",
+    "talk_fields",
     "talk_of",
 ]
 
 #: The longest progress message kept; a longer one is cut (marked with ``…``).
 MAX_PROGRESS_CHARS: Final = 1000
+
+#: A run's progress is written to its store at most once in this many seconds.
+PROGRESS_WRITE_INTERVAL: Final = 1.0
+#: A question opened or closed reaches the store within this many seconds:
+#: other runtimes' views may trail by at most 1 s (contract §16, §19).
+QUESTION_RECORD_DELAY: Final = 0.25
 
 #: A foreground caller's answerer: ``async (td.Question) -> answer``.
 OnInput = Callable[[Question], Awaitable[Any]]
@@ -101,6 +110,7 @@ class OpenQuestion:
 
     __slots__ = (
         "answer",
+        "answer_json",
         "answered",
         "declined",
         "event",
@@ -128,6 +138,8 @@ class OpenQuestion:
         self.declined = False
         self.reason = ""
         self.answer: Any = None
+        # The answer as plain JSON, as its record holds it.
+        self.answer_json: Any = None
 
     def public(self, run_id: str) -> Question:
         """The caller's own copy of this question."""
@@ -148,7 +160,9 @@ class Talk:
         "stranded",
         "total",
         "unanswered",
+        "unrecorded",
         "waiters",
+        "written_at",
     )
 
     def __init__(self, on_input: OnInput | None = None) -> None:
@@ -170,11 +184,20 @@ class Talk:
         # Questions withdrawn by a cancellation: their asks end with the
         # cancellation, or (shielded) once the run ends (see `ended`).
         self.stranded: list[OpenQuestion] = []
+        # With a store: questions answered or declined whose answer no
+        # committed record holds yet; their asks wait for one (contract §19).
+        self.unrecorded: list[OpenQuestion] = []
+        # When (Trio clock) the run's record last went to the store for what
+        # it said or asked: progress is written at most once a second.
+        self.written_at = -math.inf
 
     # -- progress ------------------------------------------------------------------
 
-    def report(self, text: str | None, progress: float | None, total: float | None) -> None:
-        """Keep a checked report as the latest.
+    def report(
+        self, run: Run, text: str | None, progress: float | None, total: float | None
+    ) -> None:
+        """Keep a checked report as *run*'s latest; with a store, its record follows
+        within a second (coalesced: at most one write a second, never waited for).
 
         Raises:
             InvalidArgumentsError: *progress* is below a number reported before.
@@ -191,6 +214,9 @@ class Talk:
         self.progress = progress
         self.total = total
         self.seq += 1
+        writer = run.host.writer
+        if writer is not None:
+            writer.touch(run, max(run.host.now(), self.written_at + PROGRESS_WRITE_INTERVAL))
 
     def latest(self) -> Progress | None:
         """The latest report as a value (made on reading: reports are many, reads few)."""
@@ -227,6 +253,7 @@ class Talk:
         self.open[question.question_id] = question
         run.asking(True)
         self.wake()
+        self._changed(run)
 
     def closed(self, run: Run, question: OpenQuestion) -> None:
         """*question* is no longer open; with the last one, *run* is ``running`` again.
@@ -238,6 +265,37 @@ class Talk:
             if not self.open:
                 run.asking(False)
             self.wake()
+            self._changed(run)
+
+    def _changed(self, run: Run) -> None:
+        """A question opened or closed: with a store, *run*'s record follows soon
+        (other runtimes sharing it see the question, contract §19)."""
+        writer = run.host.writer
+        if writer is not None and run.state.live:
+            writer.touch(run, run.host.now() + QUESTION_RECORD_DELAY)
+
+    def accepted(self, run: Run, question: OpenQuestion) -> None:
+        """*question* was answered or declined: its ask gets the answer once it is
+        durable (with a store, once a record holding it is committed)."""
+        writer = run.host.writer
+        if writer is None or not writer.touch(run, run.host.now()):
+            question.event.set()  # nothing is recorded: it has its answer at once
+            return
+        self.unrecorded.append(question)
+
+    def recorded_with(self, answered: list[OpenQuestion]) -> Callable[[StoreError | None], None]:
+        """What to do once a record holding the answers of *answered* is committed."""
+
+        def recorded(error: StoreError | None) -> None:
+            # Committed, or the store failed: the ask gets its answer either
+            # way (a store that fails ends the run's record with an error).
+            for question in answered:
+                question.event.set()
+            unrecorded = self.unrecorded
+            if unrecorded:
+                self.unrecorded = [q for q in unrecorded if not q.event.is_set()]
+
+        return recorded
 
     def withdraw_all(self, run: Run) -> None:
         """Withdraw every open question (the run is being cancelled)."""
@@ -255,11 +313,12 @@ class Talk:
         An ``ask`` still waiting (its runner did not stop, contract §18)
         wakes too, and raises: nobody will answer it.
         """
-        for question in [*self.open.values(), *self.stranded]:
+        for question in [*self.open.values(), *self.stranded, *self.unrecorded]:
             question.settled = True
             question.event.set()
         self.open.clear()
         self.stranded.clear()
+        self.unrecorded.clear()
         self.wake()
 
     def wake(self) -> None:
@@ -268,6 +327,33 @@ class Talk:
             for event in waiters:
                 event.set()
             waiters.clear()
+
+
+def talk_fields(talk: Talk, live: bool) -> dict[str, Any]:
+    """The fields of a run's record that say what *talk* holds (contract §19): its
+    open questions (in a *live* record), the answers no record holds yet, and
+    its latest progress; only those there are."""
+    fields: dict[str, Any] = {}
+    if live and talk.open:
+        fields["questions"] = tuple(
+            {"question_id": q.question_id, "text": q.text, "schema": q.schema.schema_copy()}
+            for q in talk.open.values()
+        )
+    if talk.unrecorded:
+        fields["answers"] = tuple(
+            {"question_id": q.question_id, "declined": True, "reason": q.reason}
+            if q.declined
+            else {"question_id": q.question_id, "answer": q.answer_json.copy()}
+            for q in talk.unrecorded
+        )
+    if talk.seq:
+        fields["progress"] = {
+            "message": talk.message,
+            "progress": talk.progress,
+            "total": talk.total,
+            "seq": talk.seq,
+        }
+    return fields
 
 
 def talk_of(run: Run) -> Talk:

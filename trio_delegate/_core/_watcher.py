@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, final
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 import trio
 
@@ -67,9 +67,9 @@ class Watcher:
         # write: it needs no polling, no timer that would move a mock clock,
         # and no sweeps (its runtimes attach and detach in this process).
         self._in_process = store.in_process is True
-        # Flags to set on other runtimes' runs (cancel requests, observations),
-        # sent with the next poll.
-        self._flags: list[tuple[str, str]] = []
+        # Flags to set on other runtimes' runs (cancel requests, observations,
+        # answers to their questions), sent with the next poll.
+        self._flags: list[tuple[str, str, Any]] = []
         self._flagged = trio.Event()
 
     def request_cancel(self, run_id: str) -> None:
@@ -80,8 +80,13 @@ class Watcher:
         """Tell the runtime that owns *run_id* its result was observed (sent by the watcher)."""
         self._flag(run_id, "observed")
 
-    def _flag(self, run_id: str, flag: str) -> None:
-        self._flags.append((run_id, flag))
+    def post_answer(self, run_id: str, request: dict[str, Any]) -> None:
+        """Leave an answer for a question of *run_id* in the store, for the runtime
+        that owns the run to apply (sent by the watcher, contract §19)."""
+        self._flag(run_id, "answer", request)
+
+    def _flag(self, run_id: str, flag: str, request: Any = None) -> None:
+        self._flags.append((run_id, flag, request))
         self._flagged.set()
 
     async def run(
@@ -186,10 +191,13 @@ class Watcher:
     async def _send_flags(self) -> None:
         flags, self._flags = self._flags, []
         self._flagged = trio.Event()
-        for index, (run_id, flag) in enumerate(flags):
+        for index, (run_id, flag, request) in enumerate(flags):
             try:
                 if flag == "cancel":
                     await self.store.request_cancel(run_id)
+                elif flag == "answer":
+                    # Only a store with post_answer is sent answers (see Replies).
+                    await self.store.post_answer(run_id, request)  # type: ignore[attr-defined]
                 else:
                     await self.store.mark_observed(run_id)
             except Exception:

@@ -33,6 +33,7 @@ from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord, fold
 from ._adoption import kept_endings
 from ._commit import WriteStats, commit
+from ._due import DueRecords
 from ._records import Records, store_error
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ class Writer:
 
     __slots__ = (
         "_dead",
+        "_due",
         "_flush_at",
         "_held",
         "_idle",
@@ -158,6 +160,7 @@ class Writer:
         # Runs whose running record is held for the next batch (see started),
         # when it is due at the latest, and the writer's wait for records.
         self._held: dict[str, Run] = {}
+        self._due = DueRecords()  # live records due by a time, not before (touch)
         self._flush_at = math.inf
         self._idle: trio.CancelScope | None = None
         # This runtime's runs whose results it handed out, to be flagged
@@ -312,8 +315,9 @@ class Writer:
             done(store_error(exc, f"record run {run.run_id}", run.run_id))
             return
         run.history_record = None  # the terminal record has taken it
+        self._due.drop(run.run_id)
         held = self._held
-        if held and held.pop(run.run_id, None) is not None and not held and not self._observed:
+        if held.pop(run.run_id, None) is not None and not (held or self._observed or self._due):
             # The end record says when it started; nothing is held any more.
             self._flush_at = math.inf
             if self._idle is not None:
@@ -364,15 +368,33 @@ class Writer:
             if idle is not None:
                 idle.deadline = at
 
+    def touch(self, run: Run, at: float) -> bool:
+        """Write *run*'s live record at Trio time *at*, not before (contract §19): its
+        progress (coalesced by the caller's *at*), a question opened or closed, an
+        answer accepted (its ask waits for the commit). False: nothing is written."""
+        if self._dead is not None:
+            return False
+        if self._due.add(run, at):
+            self._hold_until(at)
+        return True
+
     def _take_held(self) -> list[_Pending]:
-        """The running records of the held runs that are still running."""
+        """The live records of the held runs that are still running, and of the
+        runs whose record is due."""
         self._flush_at = math.inf
         held = self._held
-        if not held:
-            return []
-        self._held = {}
+        taken: list[Run] = []
+        if held:
+            self._held = {}
+            taken.extend(held.values())
+        if self._due:
+            due, next_at = self._due.take(trio.current_time(), held)
+            taken.extend(due)
+            if next_at != math.inf:
+                self._hold_until(next_at)
+        records = self._records
         return [
-            (self._records.of(run, RunStatus.RUNNING, None), _ignore)
-            for run in held.values()
+            records.live(run)
+            for run in taken
             if run.state.holds_slot  # running (or input_required), decided or not
         ]

@@ -30,9 +30,18 @@ from .._errors import InvalidArgumentsError, LimitExceededError
 from .._json import encode, escape_text, parse, text_problem
 from .._results import Output
 from .._usage import Usage
+from ._model_live import (
+    Prices,
+    afford,
+    ask_tools,
+    check_prices,
+    priced,
+    tell_tool,
+    tell_turn,
+)
 from ._model_mcp import check_mcp_servers, open_mcp_tools
-from ._model_tools import FunctionTool, Toolbox, function_tools
-from ._providers import ModelReply, Provider, user_entry
+from ._model_tools import FunctionTool, Tool, Toolbox, function_tools
+from ._providers import ModelReply, Provider, sendable, user_entry
 
 __all__ = ["ModelRunner", "TurnReport", "model_runner"]
 
@@ -80,8 +89,9 @@ def report_turn(ctx: ChildContext, report: TurnReport) -> None:
     """
     ctx.add_usage(report.usage)
     _log.debug(
-        "run %s turn %d: tools %s, input tokens %d, output tokens %d",
+        "run %s (%s) turn %d: tools %s, input tokens %d, output tokens %d",
         ctx.run_id,
+        ctx.subagent,
         report.turn,
         list(report.tools),
         report.usage.input_tokens,
@@ -110,6 +120,9 @@ class ModelRunner:
             (``None``: only the run's deadline bounds it).
         options: more request parameters (``temperature``...), sent as they are.
         mcp_servers: the MCP servers whose tools the model is offered.
+        prices: what the model's tokens cost, or ``None``.
+        ask_timeout_seconds: how long an ``ask_parent`` call waits for an
+            answer (``None``: until the run's deadline).
     """
 
     provider: str
@@ -125,12 +138,15 @@ class ModelRunner:
     request_timeout_seconds: float | None
     options: Mapping[str, Any]
     mcp_servers: tuple[Any, ...] = ()
+    prices: Prices | None = None
+    ask_timeout_seconds: float | None = None
 
     async def __call__(self, ctx: ChildContext) -> Output:
         """Run the model's tool loop for one run.
 
         Raises:
-            LimitExceededError: the model still called tools after ``max_turns`` calls.
+            LimitExceededError: the model still called tools after ``max_turns``
+                calls, or what the run's budgets leave cannot pay for the next call.
             InvalidArgumentsError: the API key's variable is not set.
             ModelReplyError: the final answer is not JSON although the run has a
                 ``final_schema``.
@@ -140,15 +156,29 @@ class ModelRunner:
         delegation = ctx.parent.tools() if ctx.parent is not None else None
         conversation = [_history_entry(entry) for entry in ctx.history]
         conversation.append(user_entry(ctx.task))
+        asks = ctx.asks
+        spent = Usage()
         async with open_mcp_tools(self.mcp_servers) as remote, self._open_provider() as provider:
-            toolbox = Toolbox((*self.tools, *remote), delegation)
+            functions: tuple[Tool, ...] = (*self.tools, *remote)
+            ask = ask_tools(ctx, asks, self.ask_timeout_seconds, functions)
+            toolbox = Toolbox((*functions, *ask), delegation)
             for turn in range(1, self.max_turns + 1):
-                reply = await self._call(ctx, provider, conversation, toolbox)
-                report_turn(ctx, TurnReport(turn, tuple(c.name for c in reply.calls), reply.usage))
-                conversation.extend(reply.entries)
+                limit = await afford(ctx, turn, self.max_tokens, self.prices)
+                reply = await self._call(ctx, provider, conversation, toolbox, limit)
+                usage = priced(reply.usage, self.prices)
+                spent += usage
+                names = tuple(c.name for c in reply.calls)
+                report_turn(ctx, TurnReport(turn, names, usage))
+                tell_turn(ctx, turn, self.max_turns, names, spent)
+                conversation.extend(sendable(reply.entries))
                 if not reply.calls:
                     return Output(_final(ctx, reply), transcript=conversation)
-                outcomes = [await toolbox.call(c.name, c.arguments) for c in reply.calls]
+                outcomes = []
+                for index, each in enumerate(reply.calls, 1):
+                    outcome = await toolbox.call(each.name, each.arguments)
+                    where = (index, len(reply.calls))
+                    tell_tool(ctx, turn, self.max_turns, each.name, outcome, where, spent)
+                    outcomes.append(outcome)
                 conversation.extend(provider.results(reply.calls, outcomes))
         raise LimitExceededError(
             f"the model still called tools after max_turns={self.max_turns} model calls; "
@@ -156,13 +186,20 @@ class ModelRunner:
         )
 
     async def _call(
-        self, ctx: ChildContext, provider: Provider, conversation: list[Any], toolbox: Toolbox
+        self,
+        ctx: ChildContext,
+        provider: Provider,
+        conversation: list[Any],
+        toolbox: Toolbox,
+        max_tokens: int,
     ) -> ModelReply:
         """One model call, tried again on a transient failure while the deadline allows."""
         attempt = 0
         while True:
             try:
-                return await provider.call(conversation, toolbox.definitions, ctx.final_schema)
+                return await provider.call(
+                    conversation, toolbox.definitions, ctx.final_schema, max_tokens
+                )
             except Exception as exc:
                 wait = provider.retry_after(exc) if attempt < self.max_retries else None
                 if wait is None:
@@ -194,9 +231,7 @@ class ModelRunner:
             async with anthropic.AsyncAnthropic(
                 api_key=key, base_url=self.base_url, max_retries=0, timeout=timeout
             ) as client:
-                yield AnthropicProvider(
-                    client, self.model, self.instructions, self.max_tokens, self.options
-                )
+                yield AnthropicProvider(client, self.model, self.instructions, self.options)
             return
         import openai
 
@@ -206,7 +241,7 @@ class ModelRunner:
         async with openai.AsyncOpenAI(
             api_key=key, base_url=self.base_url, max_retries=0, timeout=timeout
         ) as client:
-            yield cls(client, self.model, self.instructions, self.max_tokens, self.options)
+            yield cls(client, self.model, self.instructions, self.options)
 
     def _api_key(self) -> str:
         if not self.api_key_env:
@@ -242,10 +277,12 @@ def _history_entry(entry: Any) -> Any:
 
 
 def _final(ctx: ChildContext, reply: ModelReply) -> Any:
+    # The model's text is recorded whatever it holds: a lone surrogate as its escape.
+    text = escape_text(reply.text)
     if ctx.final_schema is None:
-        return reply.text
+        return text
     try:
-        return parse(reply.text)
+        return parse(text)
     except ValueError as exc:
         raise ModelReplyError(
             f"the model's final answer is not JSON ({exc}) although the run asks for a "
@@ -291,6 +328,8 @@ def model_runner(
     request_timeout_seconds: float | None = 600.0,
     options: Mapping[str, Any] | None = None,
     mcp_servers: Sequence[Any] = (),
+    prices: Prices | Mapping[str, float] | None = None,
+    ask_timeout_seconds: float | None = None,
 ) -> ModelRunner:
     """The runner of a subagent that is a model with instructions and tools.
 
@@ -298,6 +337,15 @@ def model_runner(
     td.model_runner("anthropic:claude-sonnet-4-5", instructions=..., tools=[search]),
     description=..., children=("summarizer",))``. The subagent's ``children``
     become the model's delegation tools.
+
+    While it runs, the run reports its progress after every model turn and
+    tool call (``ctx.progress``: the turn as ``progress``, ``max_turns`` as
+    ``total``, the tools called and the tokens so far in the message), and
+    every response's usage (``ctx.add_usage``), priced by *prices*. A
+    subagent declared with ``asks=True`` offers its model an ``ask_parent``
+    tool (``ctx.ask``). Before each call, what the budgets leave
+    (``ctx.remaining()``) clamps its ``max_tokens``; a call they cannot pay
+    for is not made.
 
     Args:
         model: ``"<provider>:<model id>"``; the provider is ``anthropic``
@@ -330,6 +378,15 @@ def model_runner(
             ``mcp.StdioServerParameters``, a Streamable HTTP URL, an
             ``MCPServer``). Each run connects to them and lists their tools;
             the connections close when the run ends.
+        prices: what the model's tokens cost (:class:`Prices`, or a mapping
+            of its fields), in US dollars per million tokens: each
+            response's ``cost_usd`` is computed from its token counts when
+            the provider gives none, and a ``max_cost_usd`` budget clamps
+            ``max_tokens``. ``None``: costs are what the provider says (0
+            for Anthropic and OpenAI).
+        ask_timeout_seconds: for a subagent declared with ``asks=True``, how
+            long the model's ``ask_parent`` call waits for an answer;
+            ``None``: until the run's deadline.
 
     Returns:
         the runner.
@@ -392,4 +449,11 @@ def model_runner(
         ),
         options=dict(options or {}),
         mcp_servers=check_mcp_servers(mcp_servers),
+        prices=check_prices(prices),
+        ask_timeout_seconds=check_seconds(
+            "model_runner(ask_timeout_seconds=...)",
+            ask_timeout_seconds,
+            allow_zero=False,
+            allow_none=True,
+        ),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar, final
 
 import attrs
@@ -176,6 +176,37 @@ class RecordReader(abc.ABC):
         # A row whose id no runtime made holds no run (a listing shows it damaged).
         return [run_id for run_id in ids if is_run_id(run_id)]
 
+    def usage_rows(self, after: int, owner: str | None, limit: int) -> list[tuple[Any, ...]]:
+        """What each run stored after position *after* spent, oldest first, at most *limit*.
+
+        Five columns and the usage, never a whole record: a summary of a
+        large store reads a page of these at a time (``trio-delegate runs
+        usage``). Each row is ``(position, run_id, owner, subagent, status,
+        admitted_at, usage)``: the names as stored (bytes where SQLite holds
+        bytes), *usage* the JSON text of the record's usage or ``None``;
+        read as untrusted, as every stored value is.
+
+        Args:
+            after: a position an earlier row gave (0 for the first page).
+            owner: only the runs of this owner and of its nested parents
+                (``owner/run_…``), or every run.
+            limit: the most rows to read.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        return guarded(self._error, self._usage_rows, after, owner, limit)
+
+    def usage_row(self, run_id: str) -> tuple[Any, ...] | None:
+        """The row :meth:`usage_rows` gives for *run_id*, or ``None``.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        if not is_run_id(run_id):
+            return None
+        return guarded(self._error, self._usage_row, run_id)
+
     def changes(self, cursor: int | None) -> ChangeBatch:
         """Every record written or flagged after *cursor*, oldest change first.
 
@@ -209,6 +240,12 @@ class RecordReader(abc.ABC):
 
     @abc.abstractmethod
     def _changes(self, cursor: int | None) -> ChangeBatch: ...
+
+    @abc.abstractmethod
+    def _usage_rows(self, after: int, owner: str | None, limit: int) -> list[tuple[Any, ...]]: ...
+
+    @abc.abstractmethod
+    def _usage_row(self, run_id: str) -> tuple[Any, ...] | None: ...
 
     @abc.abstractmethod
     def _error(self, exc: Exception) -> StoreError: ...
@@ -340,6 +377,20 @@ class ThreadedStore(abc.ABC):
         """
         await self._run(self._flag_sync, run_id, "observed", observed_by)
 
+    async def post_answer(self, run_id: str, request: Mapping[str, Any]) -> RunRecord | None:
+        """Leave *request* (an answer to one of the run's open questions) for the
+        run's own runtime to apply (contract §19); durable when this returns.
+
+        Only a live run's open question takes one, and only its first.
+
+        Returns:
+            the record as stored, or ``None`` for an unknown run.
+
+        Raises:
+            StoreError: the store failed, or holds no JSON this package wrote.
+        """
+        return await self._run(self._post_sync, run_id, dict(request))
+
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await run_sync(self._guarded, fn, *args, limiter=self._limiter)
 
@@ -374,3 +425,6 @@ class ThreadedStore(abc.ABC):
 
     @abc.abstractmethod
     def _flag_sync(self, run_id: str, flag: str, by: str | None = None) -> RunRecord | None: ...
+
+    @abc.abstractmethod
+    def _post_sync(self, run_id: str, request: dict[str, Any]) -> RunRecord | None: ...

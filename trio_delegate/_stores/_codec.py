@@ -23,7 +23,7 @@ valid record or a ``StoreError``, never as anything else.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Final, final
 
@@ -51,8 +51,11 @@ __all__ = [
     "EncodedRecord",
     "LiveHeads",
     "change_batch",
+    "decode_full_row",
     "decode_record",
     "decode_row",
+    "encode_requests",
+    "requests_after",
     "encode_record",
     "encode_state",
     "fold",
@@ -149,6 +152,7 @@ def encode_state(record: RunRecord) -> str:
                     "started_at": record.started_at,
                     "deadline_at": record.deadline_at,
                     "ended_at": record.ended_at,
+                    **_talk_of(record),
                     **_usage_of(record),
                 }
             )
@@ -163,6 +167,7 @@ def encode_state(record: RunRecord) -> str:
                 "started_at": record.started_at,
                 "deadline_at": record.deadline_at,
                 "ended_at": record.ended_at,
+                **_talk_of(record),
                 **_usage_of(record),
             }
         )
@@ -177,6 +182,70 @@ def _usage_of(record: RunRecord) -> dict[str, Any]:
     if usage is None:
         return {}
     return {"usage": attrs.asdict(usage)}
+
+
+def _talk_of(record: RunRecord) -> dict[str, Any]:
+    """The ``questions``, ``answers`` and ``progress`` keys of a state document
+    (contract §19), each only when there is any: a run that never asked or
+    reported writes what it wrote before they were kept."""
+    talk: dict[str, Any] = {}
+    if record.questions:
+        talk["questions"] = record.questions
+    if record.answers:
+        talk["answers"] = record.answers
+    if record.progress is not None:
+        talk["progress"] = record.progress
+    return talk
+
+
+def encode_requests(requests: Sequence[Any]) -> str | None:
+    """The ``answer_requests`` column of a row: JSON text, or ``None`` for none.
+
+    Raises:
+        ValueError, TypeError: they are not plain JSON (a lone surrogate, say).
+    """
+    if not requests:
+        return None
+    return _checked(_encode(list(requests)))
+
+
+def _open_question_ids(state: object) -> set[str]:
+    """The ids of the open questions a state document holds."""
+    data = json.loads(_text(state))
+    questions = data.get("questions", ()) if isinstance(data, dict) else ()
+    return {
+        entry["question_id"]
+        for entry in questions
+        if isinstance(entry, dict) and isinstance(entry.get("question_id"), str)
+    }
+
+
+def requests_after(
+    status: RunStatus, state: object, stored: object, request: Mapping[str, Any]
+) -> str | None:
+    """A row's ``answer_requests`` column once *request* is left on it.
+
+    Only a live run's open question takes one, and only its first (the
+    first answer left wins, as the owner applies the first it reads); the
+    requests for questions no longer open are dropped, so a row holds at
+    most one per open question, however many are left.
+
+    Raises:
+        ValueError, TypeError, KeyError: the row holds no JSON this package wrote.
+    """
+    existing: list[Any] = json.loads(_text(stored)) if stored is not None else []
+    if status.is_terminal:
+        return encode_requests(())
+    open_ids = _open_question_ids(state)
+    kept = [
+        entry
+        for entry in existing
+        if isinstance(entry, dict) and entry.get("question_id") in open_ids
+    ]
+    question_id = request["question_id"]
+    if question_id in open_ids and all(entry["question_id"] != question_id for entry in kept):
+        kept.append(dict(request))
+    return encode_requests(kept)
 
 
 def stored_usage(text: object) -> Usage | None:
@@ -256,9 +325,15 @@ def _text(value: object) -> str:
 
 
 def decode_record(
-    head: object, state: object, cancel_requested: object, observed: object, where: str
+    head: object,
+    state: object,
+    cancel_requested: object,
+    observed: object,
+    where: str,
+    requests: object = None,
 ) -> RunRecord:
-    """The record kept as *head* and *state* texts and the two flag columns.
+    """The record kept as *head* and *state* texts, the two flag columns and the
+    answers other runtimes left (*requests*: JSON text or ``None``).
 
     A row written by an earlier schema keeps the whole record in *head* and
     no *state*.
@@ -272,6 +347,8 @@ def decode_record(
             data.update(json.loads(_text(state)))
         data["cancel_requested"] = bool(cancel_requested)
         data["observed"] = bool(observed)
+        if requests is not None:
+            data["answer_requests"] = json.loads(_text(requests))
         if "failure" not in data and data.get("status") == RunStatus.FAILED.value:
             # A row written before records said their failure's kind: a result
             # that broke its schema was named by its exception's type.
@@ -303,11 +380,18 @@ def decode_row(row: Sequence[Any], where: str) -> RunRecord:
     return decode_record(row[0], row[1], row[2], row[3], where)
 
 
+def decode_full_row(row: Sequence[Any], where: str) -> RunRecord:
+    """The record kept in a row of ``(head, state, cancel_requested, observed,
+    answer_requests)``, as a store reads its own rows."""
+    return decode_record(row[0], row[1], row[2], row[3], where, row[4])
+
+
 def change_batch(cursor: int, rows: Sequence[Sequence[Any]], where: str) -> ChangeBatch:
-    """The records changed after *cursor*, from rows of ``(seq, head, state, flags...)``."""
+    """The records changed after *cursor*, from rows of ``(seq, head, state, flags...,
+    answer_requests)``."""
     if not rows:
         return ChangeBatch(cursor)
-    records = tuple(decode_row(row[1:], where) for row in rows)
+    records = tuple(decode_full_row(row[1:], where) for row in rows)
     return ChangeBatch(max(cursor, int(rows[-1][0])), records)
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Final, final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, final
 
 import trio
 
 from .._errors import StoreError
 from .._status import RunStatus
-from ._codec import LiveHeads, decode_record, encode_record, encode_state
+from ._codec import LiveHeads, decode_record, encode_record, encode_state, requests_after
 from ._protocol import (
     DEFAULT_POLL_INTERVAL,
     ChangeBatch,
@@ -33,11 +33,22 @@ _WHERE = "in memory"
 class _Row:
     """One run as the store keeps it: JSON texts, like a row of a database."""
 
-    __slots__ = ("cancel_requested", "head", "observed", "owner", "runtime_id", "state", "status")
+    __slots__ = (
+        "cancel_requested",
+        "head",
+        "observed",
+        "owner",
+        "requests",
+        "runtime_id",
+        "state",
+        "status",
+    )
 
     def __init__(self, record: RunRecord, head: str, state: str) -> None:
         self.head = head
         self.state = state
+        # Answers other runtimes left (JSON text), kept apart from the record.
+        self.requests: str | None = None
         self.status = record.status
         self.owner = record.owner
         self.runtime_id = record.runtime_id
@@ -46,7 +57,9 @@ class _Row:
 
     def decode(self) -> RunRecord:
         # A fresh copy on every read: no caller can change what another one sees.
-        return decode_record(self.head, self.state, self.cancel_requested, self.observed, _WHERE)
+        return decode_record(
+            self.head, self.state, self.cancel_requested, self.observed, _WHERE, self.requests
+        )
 
 
 @final
@@ -169,11 +182,14 @@ class MemoryStore:
             if old is not None:
                 row.cancel_requested |= old.cancel_requested
                 row.observed |= old.observed
+                row.requests = old.requests
                 if (row.cancel_requested, row.observed) != (
                     record.cancel_requested,
                     record.observed,
-                ):
-                    writer = None  # the row holds news for its runtime too
+                ) or (row.requests is not None and record.questions):
+                    # The row holds news for its runtime too: a flag, or
+                    # answers left for questions it still has open.
+                    writer = None
             self._put(record.run_id, row, writer)
         self._heads.committed(encoded)
         return ignored
@@ -283,6 +299,31 @@ class MemoryStore:
             return None
         if not row.status.is_terminal and not row.cancel_requested:
             row.cancel_requested = True
+            self._put(run_id, row)
+        return row.decode()
+
+    async def post_answer(self, run_id: str, request: Mapping[str, Any]) -> RunRecord | None:
+        """Leave *request* (an answer to an open question) for the run's own runtime.
+
+        Returns:
+            the record as stored, or ``None`` for an unknown run.
+
+        Raises:
+            StoreError: the request is not plain JSON.
+        """
+        await trio.lowlevel.checkpoint()
+        row = self._rows.get(run_id)
+        if row is None:
+            return None
+        try:
+            requests = requests_after(row.status, row.state, row.requests, request)
+        except Exception as exc:
+            raise StoreError(
+                f"an answer for run {run_id} cannot be left in this MemoryStore: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        if requests != row.requests:
+            row.requests = requests
             self._put(run_id, row)
         return row.decode()
 

@@ -45,10 +45,12 @@ from ._codec import (
     EncodedRecord,
     LiveHeads,
     change_batch,
+    decode_full_row,
     decode_row,
     encode_record,
     encode_state,
     fold,
+    requests_after,
     status_of,
     stored_usage,
     with_head,
@@ -76,7 +78,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "PostgresReader", "PostgresStore", "mask_dsn"]
 
 _APPLICATION: Final = "trio_delegate"
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 _PRUNE_EVERY: Final = 512
 #: Notified change numbers are kept per writer for at most this many writers.
@@ -155,7 +157,7 @@ class _Sql:
             composed: sql.Composed = pgsql.SQL(text).format(s=name)
             return composed
 
-        self.columns = "record, state, cancel_requested, observed"
+        self.columns = "record, state, cancel_requested, observed, answer_requests"
         self.meta = q("SELECT key, value FROM {s}.meta")
         self.lock_changes = q("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))")
         self.lock_changes_shared = q("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))")
@@ -219,12 +221,29 @@ class _Sql:
             """
         )
         self.get = q(f"SELECT {self.columns} FROM {{s}}.runs WHERE run_id = %s")
-        # What ``trio-delegate runs`` reads: the run id column too, which names
-        # a damaged row whose record does not.
-        self.read_columns = f"{self.columns}, run_id"
+        # What ``trio-delegate runs`` reads: the record and its flags (not the
+        # answers left for it), and the run id column, which names a damaged
+        # row whose record does not.
+        self.read_columns = "record, state, cancel_requested, observed, run_id"
+        self.read_get = q(f"SELECT {self.read_columns} FROM {{s}}.runs WHERE run_id = %s")
         self.read_changes = q(
             f"SELECT seq, {self.read_columns} FROM {{s}}.runs WHERE seq > %s ORDER BY seq"
         )
+        # What a usage summary reads of a row (``PostgresReader.usage_rows``):
+        # the usage is the state's last member (the codec writes it there), so
+        # it is read off the state's tail, never the whole document.
+        usage_columns = (
+            "pos, run_id, owner, subagent, status, admitted_at, "
+            "substring(right(state, 400) from '\"usage\":(\\x7b[^\\x7b\\x7d]*\\x7d)\\x7d$')"
+        )
+        self.usage_rows = q(
+            f"SELECT {usage_columns} FROM {{s}}.runs WHERE pos > %s ORDER BY pos LIMIT %s"
+        )
+        self.usage_rows_of = q(
+            f"SELECT {usage_columns} FROM {{s}}.runs WHERE pos > %s"
+            " AND (owner = %s OR starts_with(owner, %s)) ORDER BY pos LIMIT %s"
+        )
+        self.usage_row = q(f"SELECT {usage_columns} FROM {{s}}.runs WHERE run_id = %s")
         # Ids only. Not a range of the index: under the database's collation
         # (da_DK sorts "aa" after "z") ids that start alike need not be neighbours.
         self.ids_starting = q(
@@ -366,7 +385,24 @@ class _Sql:
             # holding its conversation again: nothing to rewrite, but an older
             # trio_delegate must not read such a history as empty.
             2: [],
+            # The answers other runtimes left for a live run's open questions
+            # (contract §19); questions and progress live in the state
+            # document, which an older trio_delegate would read without them.
+            3: [q("ALTER TABLE {s}.runs ADD COLUMN answer_requests text")],
         }
+        # Answers left for a run that still has questions open are news for
+        # its own runtime, whoever wrote last (see post_answer).
+        self.asking = q(
+            "UPDATE {s}.runs SET writer = NULL "
+            "WHERE run_id = ANY(%b::text[]) AND answer_requests IS NOT NULL"
+        )
+        self.requests = q(
+            "SELECT status, state, answer_requests FROM {s}.runs WHERE run_id = %s FOR UPDATE"
+        )
+        self.post = q(
+            "UPDATE {s}.runs SET answer_requests = %s, seq = nextval('{s}.changes'), "
+            "writer = NULL WHERE run_id = %s"
+        )
         self.set_version = q("UPDATE {s}.meta SET value = %s WHERE key = 'schema_version'")
 
     def listing(
@@ -932,12 +968,15 @@ class PostgresStore(ThreadedStore):
         # Written by the runtime each record names: a batch of one runtime's
         # records is no news to that runtime (see wait_changes).
         writers = {item.record.runtime_id for item in encoded}
-        by = f" {writers.pop()}" if len(writers) == 1 else ""
+        asking = [item.record.run_id for item in encoded if item.record.questions]
+        by = f" {writers.pop()}" if len(writers) == 1 and not asking else ""
 
         def work(conn: psycopg.Connection[Any]) -> list[str]:
             with conn.transaction():
                 conn.execute(statements.lock_changes, [statements.change_key])
                 ignored = self._store(conn, encoded, own=True)
+                if asking:
+                    conn.execute(statements.asking, [asking])
                 if prune:
                     self._prune(conn)
                 conn.execute(statements.notify, [statements.channel, by])
@@ -1024,14 +1063,14 @@ class PostgresStore(ThreadedStore):
         if not is_run_id(run_id):
             return None
         rows = self._transact(lambda conn: conn.execute(self._sql.get, [run_id]).fetchall())
-        return decode_row(rows[0], self._where) if rows else None
+        return decode_full_row(rows[0], self._where) if rows else None
 
     def _list_sync(
         self, status: RunStatus | None, owner: str | None, limit: int
     ) -> list[RunRecord]:
         query, params = self._sql.listing(status, owner, limit)
         rows = self._transact(lambda conn: conn.execute(query, params).fetchall())
-        return [decode_row(row, self._where) for row in rows]
+        return [decode_full_row(row, self._where) for row in rows]
 
     def _sweep_sync(self, runtime_id: str) -> tuple[str, ...]:
         check_runtime_id(runtime_id, self._where, mask_dsn(self.dsn))
@@ -1082,7 +1121,30 @@ class PostgresStore(ThreadedStore):
                 return conn.execute(statements.get, [run_id]).fetchall()
 
         rows = self._transact(work)
-        return decode_row(rows[0], self._where) if rows else None
+        return decode_full_row(rows[0], self._where) if rows else None
+
+    def _post_sync(self, run_id: str, request: dict[str, Any]) -> RunRecord | None:
+        if not is_run_id(run_id):
+            return None
+        statements = self._sql
+        where = self._where
+
+        def work(conn: psycopg.Connection[Any]) -> list[Any]:
+            with conn.transaction():
+                conn.execute(statements.lock_changes, [statements.change_key])
+                row = conn.execute(statements.requests, [run_id]).fetchone()
+                if row is None:
+                    return []
+                status, state, stored = row
+                requests = requests_after(status_of(status, where, run_id), state, stored, request)
+                if requests != stored:
+                    # Left by another runtime: news for the run's own (writer NULL).
+                    conn.execute(statements.post, [requests, run_id])
+                    conn.execute(statements.notify, [statements.channel, ""])
+                return conn.execute(statements.get, [run_id]).fetchall()
+
+        rows = self._transact(work)
+        return decode_full_row(rows[0], where) if rows else None
 
     def _tidy(self, conn: psycopg.Connection[Any]) -> None:
         """Prune old runs, and forget gone runtimes that left no live run."""
@@ -1297,9 +1359,21 @@ class PostgresReader(RecordReader):
     def _error(self, exc: Exception) -> StoreError:
         return postgres_error(exc, self._where, self._scrub, self.timeout)
 
+    def _usage_rows(self, after: int, owner: str | None, limit: int) -> list[tuple[Any, ...]]:
+        conn = self._connection()
+        if owner is None:
+            cursor = conn.execute(self._sql.usage_rows, [after, limit])
+        else:
+            cursor = conn.execute(self._sql.usage_rows_of, [after, owner, owner + "/", limit])
+        return [tuple(row) for row in cursor.fetchall()]
+
+    def _usage_row(self, run_id: str) -> tuple[Any, ...] | None:
+        row = self._connection().execute(self._sql.usage_row, [run_id]).fetchone()
+        return None if row is None else tuple(row)
+
     def _get(self, run_id: str) -> RunRecord | None:
-        rows = self._connection().execute(self._sql.get, [run_id]).fetchall()
-        return self._decode((*rows[0], run_id), self._where) if rows else None
+        rows = self._connection().execute(self._sql.read_get, [run_id]).fetchall()
+        return self._decode(rows[0], self._where) if rows else None
 
     def _list(self, status: RunStatus | None, owner: str | None, limit: int) -> list[RunRecord]:
         query, params = self._sql.listing(status, owner, limit, self._sql.read_columns)

@@ -26,6 +26,7 @@ import attrs
 
 from .._checks import describe
 from .._errors import InvalidArgumentsError, StoreError
+from .._results import Progress, Question
 from .._status import RunStatus
 from .._usage import Usage
 
@@ -73,6 +74,7 @@ _MAX_CURSOR: Final = 2**63 - 1
 # runtime, and must never reach a file name or a query unchecked.
 _RUN_ID: Final = re.compile(r"run_[0-9a-f]{32}")
 _RUNTIME_ID: Final = re.compile(r"rt_[0-9a-f]{32}")
+_QUESTION_ID: Final = re.compile(r"q_[0-9a-f]{32}")
 #: The start of a run id: "r", "ru", "run", "run_", then up to 32 hex digits.
 _RUN_ID_START: Final = re.compile(r"r(?:u(?:n(?:_[0-9a-f]{0,32})?)?)?")
 
@@ -213,6 +215,20 @@ class RunRecord:
             dataclass, that type's tag (its name and a digest of its JSON
             Schema): data, never imported; a runtime structures the stored
             result into the type of that tag it knows, if any.
+        questions: the run's open questions (contract §19), oldest first, each
+            ``{"question_id", "text", "schema"}``; only in a live record.
+        answers: the answers (``{"question_id", "answer"}``) and refusals
+            (``{"question_id", "declined": true, "reason"}``) its runtime
+            accepted since the run's previous record was committed: an
+            accepted answer reaches the child once a record holding it is.
+        progress: its latest progress report, ``{"message", "progress",
+            "total", "seq"}``, or ``None``.
+        answer_requests: answers other runtimes left for its open questions
+            (:meth:`ResultStore.post_answer`), each ``{"question_id",
+            "answer", "declined", "reason"}``, for its own runtime to apply.
+            Kept by the store apart from the record: a write by the run's
+            runtime never sets them (it carries none), and clears them once
+            no question is open.
     """
 
     run_id: str
@@ -238,6 +254,46 @@ class RunRecord:
     continues: str | None = None
     result_type: str | None = None
     usage: Usage | None = None
+    questions: tuple[Any, ...] = ()
+    answers: tuple[Any, ...] = ()
+    progress: Any = None
+    answer_requests: tuple[Any, ...] = ()
+
+    def progress_report(self) -> Progress | None:
+        """The latest progress this record holds, if it is what a runtime writes."""
+        data = self.progress
+        if not isinstance(data, dict):
+            return None
+        message = data.get("message")
+        seq = data.get("seq")
+        if (message is not None and type(message) is not str) or type(seq) is not int or seq < 1:
+            return None
+        return Progress(message, _measure(data.get("progress")), _measure(data.get("total")), seq)
+
+    def open_questions(self, skip: Any = ()) -> tuple[Question, ...]:
+        """The open questions this record holds (but those in *skip*), as a runtime writes them."""
+        found = []
+        for entry in self.questions:
+            if not isinstance(entry, dict):
+                continue
+            qid, text, schema = entry.get("question_id"), entry.get("text"), entry.get("schema")
+            if (
+                type(qid) is str
+                and _QUESTION_ID.fullmatch(qid)
+                and type(text) is str
+                and isinstance(schema, dict)
+                and qid not in skip
+            ):
+                found.append(Question(qid, self.run_id, text, schema))
+        return tuple(found)
+
+
+def _measure(value: object) -> float | None:
+    """A stored progress figure: a finite number not below zero, else none."""
+    if value is None or type(value) is bool or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 @final
@@ -247,12 +303,17 @@ class StoredRun:
 
     Attributes:
         usage: what the run spent (contract §20), when its record says.
+        progress: its latest progress report, when its record says (§19).
+        questions: its open questions, when it is live in another runtime
+            and waits for an answer (its status is then ``input_required``).
     """
 
     owner: str
     subagent: str
     status: RunStatus
     usage: Usage | None = None
+    progress: Progress | None = None
+    questions: tuple[Question, ...] = ()
 
 
 @final
@@ -290,6 +351,8 @@ def interrupted(record: RunRecord) -> RunRecord:
     """*record* marked failed because its runtime's process ended while it was live."""
     return attrs.evolve(
         record,
+        questions=(),
+        answers=(),
         status=RunStatus.FAILED,
         error_type=INTERRUPTED_ERROR_TYPE,
         error_message=(

@@ -41,9 +41,10 @@ from ._codec import (
     EncodedRecord,
     LiveHeads,
     change_batch,
-    decode_row,
+    decode_full_row,
     encode_record,
     encode_state,
+    requests_after,
     status_of,
     stored_usage,
     with_head,
@@ -67,7 +68,7 @@ from ._protocol import (
 __all__ = ["SCHEMA_VERSION", "SQLiteReader", "SQLiteStore"]
 
 _APPLICATION: Final = "trio_delegate"
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 _LIVE = ("pending", "running")
 #: Store-side retention is applied after this many written records (and on attach).
 _PRUNE_EVERY: Final = 512
@@ -153,18 +154,45 @@ def _migrate_to_4(conn: sqlite3.Connection) -> None:
     """
 
 
+def _migrate_to_5(conn: sqlite3.Connection) -> None:
+    """Version 5: ``answer_requests``, the answers other runtimes left for a live
+    run's open questions (contract §19), for its own runtime to apply.
+
+    Rows of version 4 hold none. A run's questions and progress live in its
+    state document, which an older trio_delegate would read without them:
+    the version keeps it from opening the store.
+    """
+    conn.execute("ALTER TABLE runs ADD COLUMN answer_requests TEXT")
+
+
 #: _MIGRATIONS[n] brings a store from version n to n + 1.
 _MIGRATIONS: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {
     0: _migrate_to_1,
     1: _migrate_to_2,
     2: _migrate_to_3,
     3: _migrate_to_4,
+    4: _migrate_to_5,
 }
 
-_COLUMNS: Final = "record, state, cancel_requested, observed"
-#: What ``trio-delegate runs`` reads: the run id column too, which names a
-#: damaged row whose record does not.
-_READ_COLUMNS: Final = f"{_COLUMNS}, run_id"
+_COLUMNS: Final = "record, state, cancel_requested, observed, answer_requests"
+#: What ``trio-delegate runs`` reads: the record and its flags (not the answers
+#: left for it), and the run id column, which names a damaged row whose record
+#: does not.
+_READ_COLUMNS: Final = "record, state, cancel_requested, observed, run_id"
+#: What a usage summary reads of a row (``SQLiteReader.usage_rows``): the
+#: names as the bytes stored (a byte that is not UTF-8 is shown, not an error),
+#: the usage out of the state document (of the whole record, in a row of the
+#: first layout, whose state is NULL).
+_USAGE_OF_RECORD: Final = "CASE WHEN json_valid(record) THEN json_extract(record, '$.usage') END"
+_USAGE_NAMES: Final = (
+    "rowid, run_id, CAST(owner AS BLOB), CAST(subagent AS BLOB), status, admitted_at, "
+)
+_USAGE_COLUMNS: Final = (
+    _USAGE_NAMES
+    + f"CASE WHEN state IS NULL THEN {_USAGE_OF_RECORD}"
+    + " WHEN json_valid(state) THEN json_extract(state, '$.usage') END"
+)
+_USAGE_COLUMNS_V1: Final = _USAGE_NAMES + _USAGE_OF_RECORD
 
 #: The changes after a number that a given runtime did not write itself.
 _FOREIGN_CHANGES: Final = (
@@ -555,7 +583,7 @@ class SQLiteStore(ThreadedStore):
 
     def _decode_rows(self, rows: list[Any]) -> list[RunRecord]:
         where = str(self.path)
-        return [decode_row(row, where) for row in rows]
+        return [decode_full_row(row, where) for row in rows]
 
     # -- work on the thread --------------------------------------------------------------
 
@@ -722,6 +750,14 @@ class SQLiteStore(ThreadedStore):
                 ignored += _ignored_endings(conn, stretch)
         if became_terminal:
             _count_terminal(conn, became_terminal)
+        asking = [(item.record.run_id,) for item in encoded if item.record.questions]
+        if asking:
+            # Answers left for a run that still has questions open are news for
+            # its own runtime, whoever wrote last (see post_answer).
+            conn.executemany(
+                "UPDATE runs SET writer = NULL WHERE run_id = ? AND answer_requests IS NOT NULL",
+                asking,
+            )
         return ignored
 
     @staticmethod
@@ -828,6 +864,28 @@ class SQLiteStore(ThreadedStore):
             rows = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
             return self._decode_rows(rows.fetchall())[0]
 
+    def _post_sync(self, run_id: str, request: dict[str, Any]) -> RunRecord | None:
+        if not is_run_id(run_id):
+            return None
+        conn = self._connection()
+        where = str(self.path)
+        with _transaction(conn):
+            row = conn.execute(
+                "SELECT status, state, answer_requests FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            status, state, stored = row
+            requests = requests_after(status_of(status, where, run_id), state, stored, request)
+            if requests != stored:
+                # Left by another runtime: news for the run's own (writer NULL).
+                conn.execute(
+                    "UPDATE runs SET answer_requests = ?, seq = ?, writer = NULL WHERE run_id = ?",
+                    (requests, _reserve(conn, 1), run_id),
+                )
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
+            return self._decode_rows(rows.fetchall())[0]
+
     def _prune(self, conn: sqlite3.Connection) -> None:
         """Apply store-side retention to terminal runs (live runs are never pruned).
 
@@ -879,12 +937,13 @@ class SQLiteReader(RecordReader):
         path: the store's file.
     """
 
-    __slots__ = ("_columns", "path")
+    __slots__ = ("_columns", "_usage_columns", "path")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
         self.path = Path(path).expanduser().absolute()
         self._columns = _READ_COLUMNS
+        self._usage_columns = _USAGE_COLUMNS
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is not None:
@@ -915,6 +974,7 @@ class SQLiteReader(RecordReader):
             if version < 2:
                 # Written before the state column and the flags existed.
                 self._columns = "record, NULL, 0, 0, run_id"
+                self._usage_columns = _USAGE_COLUMNS_V1
         except BaseException:
             conn.close()
             raise
@@ -922,6 +982,27 @@ class SQLiteReader(RecordReader):
 
     def _error(self, exc: Exception) -> StoreError:
         return _error_for(self.path, exc)
+
+    def _usage_rows(self, after: int, owner: str | None, limit: int) -> list[tuple[Any, ...]]:
+        conn = self._connection()
+        query = f"SELECT {self._usage_columns} FROM runs WHERE rowid > ?"
+        params: list[Any] = [after]
+        if owner is not None:
+            # The owner's runs and its nested parents' (``owner/run_…``): a
+            # range of the owner index ('0' follows '/').
+            query += " AND (owner = ? OR (owner >= ? AND owner < ?))"
+            params += [owner, owner + "/", owner + "0"]
+        rows: list[tuple[Any, ...]] = conn.execute(
+            query + " ORDER BY rowid LIMIT ?", [*params, limit]
+        ).fetchall()
+        return rows
+
+    def _usage_row(self, run_id: str) -> tuple[Any, ...] | None:
+        conn = self._connection()
+        row: tuple[Any, ...] | None = conn.execute(
+            f"SELECT {self._usage_columns} FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return row
 
     def _get(self, run_id: str) -> RunRecord | None:
         conn = self._connection()

@@ -14,11 +14,12 @@ from typing import Any, Protocol
 
 import attrs
 
+from ..._json import escape_text, text_problem
 from ..._tools import ToolDefinition
 from ..._usage import Usage
 from .._model_tools import ToolOutcome
 
-__all__ = ["ModelReply", "Provider", "ProviderCall", "ToolCall", "user_entry"]
+__all__ = ["ModelReply", "Provider", "ProviderCall", "ToolCall", "sendable", "user_entry"]
 
 
 @attrs.frozen
@@ -55,8 +56,10 @@ class Provider(Protocol):
         conversation: Sequence[Any],
         tools: Sequence[ToolDefinition],
         final_schema: Mapping[str, Any] | None,
+        max_tokens: int,
     ) -> ModelReply:
-        """Make one model call over *conversation*; raise the SDK's error when it fails."""
+        """Make one model call over *conversation*, its response at most *max_tokens*
+        long; raise the SDK's error when it fails."""
         ...
 
     def results(self, calls: Sequence[ToolCall], outcomes: Sequence[ToolOutcome]) -> list[Any]:
@@ -74,21 +77,58 @@ class Provider(Protocol):
 
 class ProviderCall:
     """What every provider keeps for one run's calls: the SDK's client, the
-    model, the instructions, the output token limit and extra request options."""
+    model, the instructions and extra request options."""
 
     def __init__(
         self,
         client: Any,
         model: str,
         instructions: str,
-        max_tokens: int,
         options: Mapping[str, Any],
     ) -> None:
         self._client = client
         self._model = model
         self._instructions = instructions
-        self._max_tokens = max_tokens
         self._options = dict(options)
+
+
+def sendable(entries: Sequence[Any]) -> list[Any]:
+    """*entries* with every text that is not valid Unicode written as escapes.
+
+    A model's reply is sent back with the next request: a lone surrogate in
+    a tool's name or in its text could not be encoded as UTF-8 there. The
+    walk is iterative, so no nesting can exhaust the stack.
+    """
+    out = [_escaped(entry) for entry in entries]
+    stack = [item for item in out if isinstance(item, dict | list)]
+    while stack:
+        node = stack.pop()
+        pairs = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
+        for key, value in pairs:
+            if isinstance(value, dict | list):
+                value = _escaped(value)
+                stack.append(value)
+            elif isinstance(value, str):
+                value = escape_text(value)
+            if isinstance(node, dict):
+                if isinstance(key, str) and text_problem(key) is not None:
+                    del node[key]
+                    key = escape_text(key)
+                node[key] = value
+            else:
+                node[key] = value
+    return out
+
+
+def _escaped(value: Any) -> Any:
+    """A shallow copy of a dict or list (the SDK's own objects stay untouched), or the text."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, str):
+        return escape_text(value)
+    return value
 
 
 def user_entry(text: str) -> dict[str, Any]:

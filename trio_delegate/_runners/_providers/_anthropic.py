@@ -23,11 +23,12 @@ class AnthropicProvider(ProviderCall):
         conversation: Sequence[Any],
         tools: Sequence[ToolDefinition],
         final_schema: Mapping[str, Any] | None,
+        max_tokens: int,
     ) -> ModelReply:
         request: dict[str, Any] = {
             **self._options,
             "model": self._model,
-            "max_tokens": self._max_tokens,
+            "max_tokens": max_tokens,
             "messages": list(conversation),
         }
         if self._instructions:

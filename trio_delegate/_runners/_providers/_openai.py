@@ -6,6 +6,7 @@ speak (vLLM, llama.cpp, Ollama), given a ``base_url``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, final
 
@@ -41,12 +42,13 @@ class ResponsesProvider(_OpenAIBase):
         conversation: Sequence[Any],
         tools: Sequence[ToolDefinition],
         final_schema: Mapping[str, Any] | None,
+        max_tokens: int,
     ) -> ModelReply:
         request: dict[str, Any] = {
             **self._options,
             "model": self._model,
             "input": list(conversation),
-            "max_output_tokens": self._max_tokens,
+            "max_output_tokens": max_tokens,
         }
         if self._instructions:
             request["instructions"] = self._instructions
@@ -109,6 +111,7 @@ class ChatProvider(_OpenAIBase):
         conversation: Sequence[Any],
         tools: Sequence[ToolDefinition],
         final_schema: Mapping[str, Any] | None,
+        max_tokens: int,
     ) -> ModelReply:
         messages = list(conversation)
         if self._instructions:
@@ -119,7 +122,7 @@ class ChatProvider(_OpenAIBase):
             **self._options,
             "model": self._model,
             "messages": messages,
-            "max_completion_tokens": self._max_tokens,
+            "max_completion_tokens": max_tokens,
         }
         if tools:
             request["tools"] = [
@@ -180,6 +183,14 @@ def _details(value: Any, name: str) -> int:
     return int(getattr(value, name, None) or 0) if value is not None else 0
 
 
+def _given_cost(usage: Any) -> float:
+    """The cost a server put in the usage (``cost``, as OpenRouter does), else 0."""
+    cost: Any = getattr(usage, "cost", None)
+    if type(cost) in (int, float) and math.isfinite(cost) and cost >= 0:
+        return float(cost)
+    return 0.0
+
+
 def _responses_usage(usage: Any) -> Usage:
     if usage is None:
         return Usage(requests=1)
@@ -189,6 +200,7 @@ def _responses_usage(usage: Any) -> Usage:
         output_tokens=usage.output_tokens or 0,
         cache_read_input_tokens=_details(usage.input_tokens_details, "cached_tokens"),
         reasoning_output_tokens=_details(usage.output_tokens_details, "reasoning_tokens"),
+        cost_usd=_given_cost(usage),
     )
 
 
@@ -201,4 +213,5 @@ def _chat_usage(usage: Any) -> Usage:
         output_tokens=usage.completion_tokens or 0,
         cache_read_input_tokens=_details(usage.prompt_tokens_details, "cached_tokens"),
         reasoning_output_tokens=_details(usage.completion_tokens_details, "reasoning_tokens"),
+        cost_usd=_given_cost(usage),
     )
