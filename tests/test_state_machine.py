@@ -21,10 +21,14 @@ questions in another form; a surface that goes through them can be added
 beside it to fuzz that layer with the same rules and model.
 
 A second, smaller machine (:class:`QuestionsMachine`) drives runs that
-report progress and ask questions (contract §19) through their runners'
-commands, and answers, declines, cancels and lets asks and deadlines run
-out at random, against its own model of each run: its status, its open
-question, its latest report and what each ``ask`` ended with.
+report progress, ask questions and spend (contract §19-§20) through their
+runners' commands, and answers, declines, cancels and lets asks and
+deadlines run out at random, under budgets drawn per subagent and per
+parent, with no store, a ``MemoryStore`` or an SQLite file, against its own
+model of each run and parent: its status, its open questions, its latest
+report, what each ``ask`` ended with, its usage, each budget stop and its
+cause, the pending runs it ends, and the admissions a stopped scope
+refuses.
 """
 
 from __future__ import annotations
@@ -961,18 +965,27 @@ def test_runtime_matches_its_model() -> None:
     )
 
 
-# -- progress and questions (contract §19) ----------------------------------------
+# -- progress, questions, usage and budgets (contract §19-§20) ----------------------
 
-#: The subagents of the questions machine: one without a deadline, one with.
+#: The subagents of the talking machine: one without a deadline, one with.
 ASKERS = {"asker": None, "hasty": 30.0}
+#: Its parents' owners.
+TALKERS = ("root", "other")
+#: The largest single usage report a runner of the talking machine makes.
+MOST_REPORTED = 3
 
 
 @attrs.define
 class _Talking:
-    """The questions machine's model of one run."""
+    """The talking machine's model of one run."""
 
-    deadline: float
-    status: td.RunStatus = S.RUNNING
+    #: Its subagent's ``timeout_seconds``; its deadline, from the moment it started.
+    timeout: float | None
+    parent: str
+    #: What the runner reports in its cleanup once cancelled (``requests``; 0: nothing).
+    cleanup: int
+    status: td.RunStatus = S.PENDING
+    deadline: float = math.inf
     #: The open question: ``(until, schema kind)``; None while the runner is idle.
     question: tuple[float, str] | None = None
     #: What the runner's asks ended with, in order.
@@ -981,19 +994,76 @@ class _Talking:
     highest: float = -math.inf
     #: The latest report: (message, progress).
     latest: tuple[str, float | None] | None = None
+    #: Requests counted for it (contract §20), and whether any report counted.
+    spent: int = 0
+    reported: bool = False
+    #: Its own budget's ``max_requests`` (its subagent's), and whether it stopped.
+    limit: int | None = None
+    stopped: bool = False
+    #: The scope of the budget stop that cancelled it (None: not a budget stop).
+    cause: str | None = None
 
     @property
     def live(self) -> bool:
         return not self.status.is_terminal
 
+    @property
+    def holds_slot(self) -> bool:
+        return self.status in (S.RUNNING, S.INPUT_REQUIRED)
+
+    def begin(self, now: float) -> None:
+        """It takes a slot and its runner starts: its deadline runs from now."""
+        self.status = S.RUNNING
+        self.deadline = math.inf if self.timeout is None else now + self.timeout
+
+
+@attrs.define
+class _Purse:
+    """The talking machine's model of one parent's budget scope."""
+
+    limit: int | None
+    spent: int = 0
+    stopped: bool = False
+
+    def refuses(self) -> bool:
+        """Admission is refused: stopped, or nothing left (contract §20)."""
+        return self.stopped or (self.limit is not None and self.spent >= self.limit)
+
+
+@attrs.frozen
+class TalkSetup:
+    """The talking machine's runtime: a store, and the budgets of its scopes."""
+
+    store: Literal["none", "memory", "sqlite"]
+    #: ``Config.max_concurrent_runs``: small, so that runs wait as ``pending``.
+    slots: int
+    #: ``max_requests`` of each subagent's run budget (per ASKERS), None for none.
+    run_limits: tuple[int | None, ...]
+    #: ``max_requests`` of each parent's budget (per TALKERS), None for none.
+    parent_limits: tuple[int | None, ...]
+
+
+def _budget(limit: int | None) -> td.Budget | None:
+    return None if limit is None else td.Budget(max_requests=limit)
+
 
 class QuestionsMachine(RuleBasedStateMachine):
-    """Runs that report progress and ask questions, answered, declined, timed
-    out and cancelled at random, against a small model of contract §19.
+    """Runs that report progress, ask questions and spend, against a small model
+    of contract §19 and §20.
 
-    Each run's runner obeys commands sent to it (report, ask, return), so
-    the machine decides what a child does and when; the clock moves only
-    when a rule advances it.
+    Questions are answered, declined, timed out and cancelled at random; runs
+    report usage (``ctx.add_usage``), return it (``Output(usage=...)``) and
+    report more in their cleanup once cancelled, under budgets drawn per
+    subagent and per parent, so reports cross limits and stop runs and
+    parents; with few slots per parent, runs wait as ``pending`` and start
+    in admission order as slots free, and a stopped parent's pending runs
+    end at once. Each run's runner obeys commands sent to it (report, spend, ask,
+    return), so the machine decides what a child does and when; the clock
+    moves only when a rule advances it. The model predicts every status, open
+    question, latest report, what each ``ask`` ended with, each run's and
+    parent's usage, each budget stop's cause and each admission a stopped
+    scope refuses; the invariants also check, without the model, that no
+    scope's spend passes its limit by more than one report.
     """
 
     runs = Bundle("talking_runs")
@@ -1004,45 +1074,60 @@ class QuestionsMachine(RuleBasedStateMachine):
         self.host.start()
         self.inboxes: dict[str, trio.MemorySendChannel[tuple[Any, ...]]] = {}
         self.receivers: dict[str, trio.MemoryReceiveChannel[tuple[Any, ...]]] = {}
+        self.cleanups: dict[str, int] = {}  # task -> requests reported in cleanup
         self.tasks: dict[str, str] = {}  # run id -> task
         self.heard: dict[str, list[Any]] = {}
         self.model: dict[str, _Talking] = {}
+        self.purses: dict[str, _Purse] = {}
         self.now = 0.0
-        subagents = [
-            td.Subagent(name, self._runner, asks=True, timeout_seconds=timeout)
-            for name, timeout in ASKERS.items()
-        ]
-        config = td.Config(fail_closed=False, max_concurrent_runs=1_000)
-        self.runtime = self.host.enter(td.open_runtime(subagents, config=config))
-        self.block = self.host.enter(self.runtime.value.open_parent())
-        self.parent = self.block.value
+        self.setup: TalkSetup | None = None
+        self.folder: Path | None = None
+        self.runtime: tdt.Entered[td.Runtime] | None = None
+        self.blocks: dict[str, tdt.Entered[td.Parent]] = {}
 
     async def _runner(self, ctx: td.ChildContext) -> Any:
-        heard = self.heard[ctx.task]
-        receive = self.receivers.pop(ctx.task)
-        async for command in receive:
-            if command[0] == "return":
-                return "done"
-            if command[0] == "progress":
+        task = ctx.task
+        heard = self.heard[task]
+        receive = self.receivers.pop(task)
+        ended = False
+        try:
+            async for command in receive:
+                if command[0] == "return":
+                    ended = True
+                    if command[1] is None:
+                        return "done"
+                    return td.Output("done", usage=td.Usage(requests=command[1]))
+                if command[0] == "spend":
+                    ctx.add_usage(td.Usage(requests=command[1]))
+                    continue
+                if command[0] == "progress":
+                    try:
+                        ctx.progress(command[1], progress=command[2])
+                    except td.InvalidArgumentsError:
+                        heard.append("refused")
+                    continue
+                _, kind, timeout = command
+                schema = {"type": "integer"} if kind == "integer" else None
                 try:
-                    ctx.progress(command[1], progress=command[2])
-                except td.InvalidArgumentsError:
-                    heard.append("refused")
-                continue
-            _, kind, timeout = command
-            schema = {"type": "integer"} if kind == "integer" else None
-            try:
-                heard.append(("answer", await ctx.ask(f"{kind}?", schema=schema, timeout=timeout)))
-            except td.QuestionDeclinedError as exc:
-                heard.append(("declined", exc.reason))
-            except td.AskTimeoutError:
-                heard.append("timeout")
-        return "closed"
+                    answer = await ctx.ask(f"{kind}?", schema=schema, timeout=timeout)
+                    heard.append(("answer", answer))
+                except td.QuestionDeclinedError as exc:
+                    heard.append(("declined", exc.reason))
+                except td.AskTimeoutError:
+                    heard.append("timeout")
+            ended = True
+            return "closed"
+        finally:
+            # Cancelled (a request, a budget stop, a close): what the cleanup spent
+            # is reported too, and counts unless a budget already stopped a scope
+            # of the run (contract §20: the overrun is at most the crossing report).
+            if not ended and self.cleanups[task]:
+                ctx.add_usage(td.Usage(requests=self.cleanups[task]))
 
     def _send(self, run: str, command: tuple[Any, ...]) -> bool:
         """Send *command* to *run*'s runner if it waits for one (as the model says)."""
         m = self.model[run]
-        if not m.live or m.question is not None:
+        if not m.holds_slot or m.question is not None:
             return False
 
         async def send() -> None:
@@ -1052,33 +1137,142 @@ class QuestionsMachine(RuleBasedStateMachine):
         self.host.call(send)
         return True
 
-    # -- rules ---------------------------------------------------------------------
+    # -- the model of usage and budgets (contract §20) -------------------------------
 
-    @initialize(target=runs, name=st.sampled_from(sorted(ASKERS)))
-    def first(self, name: str) -> str:
-        return self._start(name)
+    def _report(self, run: str, requests: int, *, returned: bool = False) -> None:
+        """*run* reported *requests*: count it, and stop the scopes it took past a limit."""
+        m = self.model[run]
+        purse = self.purses[m.parent]
+        if m.stopped or purse.stopped:
+            return  # a report in a stopped scope is dropped
+        m.spent += requests
+        m.reported = True
+        purse.spent += requests
+        if m.limit is not None and m.spent > m.limit:
+            m.stopped = True
+            if not returned:
+                self._stop(m, "run")
+        if purse.limit is not None and purse.spent > purse.limit:
+            purse.stopped = True
+            for each in self.model.values():
+                if each.parent == m.parent and not (returned and each is m):
+                    self._stop(each, "parent")
 
-    @rule(target=runs, name=st.sampled_from(sorted(ASKERS)))
-    def start(self, name: str) -> str:
-        return self._start(name)
+    def _stop(self, m: _Talking, scope: str) -> None:
+        """A budget stop reaches *m*: a live run is cancelled with it as the cause,
+        its question withdrawn; its cleanup's report is dropped (its scope stopped)."""
+        if not m.live:
+            return
+        m.status = S.CANCELLED
+        m.question = None
+        m.cause = scope
 
-    def _start(self, name: str) -> str:
-        task = f"t{len(self.model)}"
+    def _cancelled(self, run: str) -> None:
+        """*run* was cancelled by request: its cleanup reports what it spent (a
+        pending run never started, and ends at once)."""
+        m = self.model[run]
+        started = m.holds_slot
+        m.status = S.CANCELLED
+        m.question = None
+        if started and m.cleanup:
+            self._report(run, m.cleanup)
+
+    def _promote(self, owner: str, now: float) -> None:
+        """Start *owner*'s pending runs, in admission order, while it has free slots."""
+        assert self.setup is not None
+        mine = [m for m in self.model.values() if m.parent == owner]
+        free = self.setup.slots - sum(m.holds_slot for m in mine)
+        for m in mine:
+            if free <= 0:
+                break
+            if m.status is S.PENDING:
+                m.begin(now)
+                free -= 1
+
+    def _promote_all(self, now: float) -> None:
+        for owner in TALKERS:
+            self._promote(owner, now)
+
+    # -- rules -----------------------------------------------------------------------
+
+    @initialize(
+        setup=st.builds(
+            TalkSetup,
+            # An SQLite file makes an example ten times slower (its writes go
+            # through a worker thread): one in thirty-two.
+            st.sampled_from(["none"] * 16 + ["memory"] * 15 + ["sqlite"]),
+            st.sampled_from([1, 2, 1_000]),
+            st.tuples(*(st.sampled_from([None, None, 0, 2, 5]) for _ in ASKERS)),
+            st.tuples(*(st.sampled_from([None, 0, 3, 6, 10]) for _ in TALKERS)),
+        )
+    )
+    def open_runtime(self, setup: TalkSetup) -> None:
+        self.setup = setup
+        subagents = [
+            td.Subagent(
+                name, self._runner, asks=True, timeout_seconds=timeout, budget=_budget(limit)
+            )
+            for (name, timeout), limit in zip(ASKERS.items(), setup.run_limits, strict=True)
+        ]
+        config = td.Config(fail_closed=False, max_concurrent_runs=setup.slots)
+        store: td.ResultStore | None = None
+        if setup.store == "memory":
+            store = td.MemoryStore()
+        elif setup.store == "sqlite":
+            self.folder = Path(tempfile.mkdtemp(prefix="trio-delegate-talk-"))
+            store = td.SQLiteStore(self.folder / "runs.db")
+        self.runtime = self.host.enter(td.open_runtime(subagents, config=config, store=store))
+        for owner, limit in zip(TALKERS, setup.parent_limits, strict=True):
+            manager = self.runtime.value.open_parent(owner, budget=_budget(limit))
+            self.blocks[owner] = self.host.enter(manager)
+            self.purses[owner] = _Purse(limit)
+
+    @rule(
+        target=runs,
+        name=st.sampled_from(sorted(ASKERS)),
+        owner=st.sampled_from(TALKERS),
+        cleanup=st.sampled_from([0, 0, 1, MOST_REPORTED]),
+    )
+    def start(self, name: str, owner: str, cleanup: int) -> Any:
+        task = f"t{len(self.heard)}"
         send, receive = trio.open_memory_channel[tuple[Any, ...]](math.inf)
         self.inboxes[task] = send
         self.receivers[task] = receive
         self.heard[task] = []
+        # A runner with a deadline reports nothing in cleanup: runs that time out
+        # together would report in an order Trio picks.
+        self.cleanups[task] = cleanup if ASKERS[name] is None else 0
+        parent = self.blocks[owner].value
 
-        async def start() -> str:
-            handle = await self.parent.start(name, task)
+        async def start() -> Any:
+            before = len(parent.runs())
+            try:
+                handle = await parent.start(name, task)
+            except td.DelegationError as exc:
+                await tdt.settle()
+                # Admission is all-or-nothing: a refused start leaves no run behind.
+                assert len(parent.runs()) == before
+                return exc
             await tdt.settle()
             return handle.run_id
 
-        run_id = self.host.call(start)
-        timeout = ASKERS[name]
-        self.model[run_id] = _Talking(math.inf if timeout is None else self.now + timeout)
-        self.tasks[run_id] = task
-        return run_id
+        outcome = self.host.call(start)
+        purse = self.purses[owner]
+        if purse.refuses():
+            # contract §20: admission in a stopped scope (or one with nothing left)
+            # raises BudgetExceededError before anything starts.
+            assert isinstance(outcome, td.BudgetExceededError), outcome
+            assert outcome.scope == "parent"
+            assert outcome.limit == "max_requests"
+            assert outcome.limit_value == purse.limit
+            return multiple()
+        assert isinstance(outcome, str), outcome
+        assert self.setup is not None
+        limit = self.setup.run_limits[list(ASKERS).index(name)]
+        self.model[outcome] = _Talking(ASKERS[name], owner, self.cleanups[task], limit=limit)
+        self.tasks[outcome] = task
+        self._promote(owner, self.now)
+        return outcome
 
     @rule(
         run=runs,
@@ -1103,15 +1297,23 @@ class QuestionsMachine(RuleBasedStateMachine):
             m.seq += 1
             m.latest = (message, None if progress is None else float(progress))
 
+    @rule(run=runs, requests=st.integers(0, MOST_REPORTED))
+    def spend(self, run: str, requests: int) -> None:
+        """``ctx.add_usage``: counted up the tree; it may cross a budget and stop."""
+        if self._send(run, ("spend", requests)):
+            self._report(run, requests)
+            self._promote_all(self.now)
+
     @rule(run=runs, valid=st.booleans(), oldest=st.booleans())
     def answer(self, run: str, valid: bool, oldest: bool) -> None:
         m = self.model[run]
+        parent = self.blocks[m.parent].value
         question_id = None
         if not oldest:
-            open_ids = [q.question_id for q in self.parent.questions() if q.run_id == run]
+            open_ids = [q.question_id for q in parent.questions() if q.run_id == run]
             question_id = open_ids[0] if open_ids else "q_none"
         value = 7 if valid else [7]
-        outcome = self._reply(lambda: self.parent.answer(run, value, question_id=question_id))
+        outcome = self._reply(lambda: parent.answer(run, value, question_id=question_id))
         if m.question is None:
             assert isinstance(outcome, td.AnswerAck)
             assert not outcome.accepted
@@ -1133,13 +1335,22 @@ class QuestionsMachine(RuleBasedStateMachine):
     @rule(run=runs)
     def decline(self, run: str) -> None:
         m = self.model[run]
-        outcome = self._reply(lambda: self.parent.decline(run, reason="no"))
+        parent = self.blocks[m.parent].value
+        outcome = self._reply(lambda: parent.decline(run, reason="no"))
         assert isinstance(outcome, td.AnswerAck)
         assert outcome.accepted is (m.question is not None)
         if m.question is not None:
             m.question = None
             m.status = S.RUNNING
             m.heard.append(("declined", "no"))
+
+    @rule(run=runs)
+    def answer_elsewhere(self, run: str) -> None:
+        """A parent that did not start the run cannot answer it: ``UnknownRunError``."""
+        m = self.model[run]
+        other = self.blocks[next(o for o in TALKERS if o != m.parent)].value
+        outcome = self._reply(lambda: other.answer(run, 7))
+        assert isinstance(outcome, td.UnknownRunError), outcome
 
     def _reply(self, act: Callable[[], Any]) -> Any:
         async def reply() -> Any:
@@ -1152,20 +1363,26 @@ class QuestionsMachine(RuleBasedStateMachine):
 
         return self.host.call(reply)
 
-    @rule(run=runs)
-    def finish(self, run: str) -> None:
-        if self._send(run, ("return",)):
+    @rule(run=runs, usage=st.none() | st.integers(0, MOST_REPORTED))
+    def finish(self, run: str, usage: int | None) -> None:
+        """The runner returns, with ``Output(usage=...)`` or without: what it returns
+        counts, and may stop the other runs of its scopes, never its own run."""
+        if self._send(run, ("return", usage)):
             self.model[run].status = S.COMPLETED
+            if usage is not None:
+                self._report(run, usage, returned=True)
+            self._promote_all(self.now)
 
     @rule(run=runs)
     def cancel(self, run: str) -> None:
         m = self.model[run]
+        parent = self.blocks[m.parent].value
 
         async def cancel() -> td.CancelAck:
-            ack = self.parent.cancel(run)
+            ack = parent.cancel(run)
             # Its questions are withdrawn at once, before its runner runs again.
-            assert all(q.run_id != run for q in self.parent.questions())
-            now = self.parent.status(run)
+            assert all(q.run_id != run for q in parent.questions())
+            now = parent.status(run)
             assert now.status is not S.INPUT_REQUIRED
             assert now.questions == ()
             await tdt.settle()
@@ -1174,31 +1391,41 @@ class QuestionsMachine(RuleBasedStateMachine):
         ack = self.host.call(cancel)
         assert ack.cancel_requested is m.live
         if m.live:
-            m.question = None
-            m.status = S.CANCELLED
+            self._cancelled(run)
+            self._promote_all(self.now)
 
     @rule(seconds=st.integers(1, 12))
     def advance(self, seconds: int) -> None:
         self.host.call(tdt.advance, seconds)
-        self.now += seconds
-        for m in self.model.values():
-            if not m.live:
-                continue
-            if m.question is not None and m.question[0] <= self.now and m.question[0] < m.deadline:
-                m.question = None
-                m.status = S.RUNNING
-                m.heard.append("timeout")
-            if m.deadline <= self.now:
-                m.question = None
-                m.status = S.TIMED_OUT
+        end = self.now + seconds
+        # Deadlines free slots, and pending runs start then: one instant at a time.
+        while True:
+            due = [m.deadline for m in self.model.values() if m.live and m.deadline <= end]
+            at = min(due, default=end)
+            for m in self.model.values():
+                if not m.live:
+                    continue
+                asked = m.question
+                if asked is not None and asked[0] <= at and asked[0] < m.deadline:
+                    m.question = None
+                    m.status = S.RUNNING
+                    m.heard.append("timeout")
+                if m.deadline <= at:
+                    m.question = None
+                    m.status = S.TIMED_OUT
+            self._promote_all(at)
+            if not due:
+                break
+        self.now = end
 
     @rule(run=runs)
     def poll(self, run: str) -> None:
         m = self.model[run]
+        parent = self.blocks[m.parent].value
 
         async def poll() -> Any:
             try:
-                return await self.parent.wait(run, timeout=0)
+                return await parent.wait(run, timeout=0)
             except td.DelegationError as exc:
                 return exc
 
@@ -1206,7 +1433,20 @@ class QuestionsMachine(RuleBasedStateMachine):
         if m.status is S.COMPLETED:
             assert isinstance(outcome, td.RunResult)
         elif m.status is S.CANCELLED:
-            assert isinstance(outcome, td.RunCancelledError)
+            assert isinstance(outcome, td.RunCancelledError), outcome
+            cause = outcome.__cause__
+            if m.cause is None:
+                assert not isinstance(cause, td.BudgetExceededError), cause
+            else:
+                # contract §20: the budget stop is the cause, naming the innermost scope.
+                assert isinstance(cause, td.BudgetExceededError), cause
+                assert cause.scope == m.cause
+                assert cause.limit == "max_requests"
+                limit = m.limit if m.cause == "run" else self.purses[m.parent].limit
+                assert cause.limit_value == limit
+                assert isinstance(cause.spent, int)
+                assert limit is not None
+                assert limit < cause.spent <= limit + MOST_REPORTED
         elif m.status is S.TIMED_OUT:
             assert isinstance(outcome, td.RunTimedOutError)
         else:
@@ -1214,19 +1454,28 @@ class QuestionsMachine(RuleBasedStateMachine):
             assert outcome.status is m.status
             assert len(outcome.questions) == (m.question is not None)
 
-    # -- invariants ----------------------------------------------------------------
+    # -- invariants ------------------------------------------------------------------
 
     @invariant()
     def matches_the_model(self) -> None:
-        def look() -> tuple[dict[str, td.RunHandle], tuple[td.Question, ...]]:
-            return (
-                {run_id: self.parent.status(run_id) for run_id in self.model},
-                self.parent.questions(),
-            )
+        if self.runtime is None:
+            return
 
-        handles, questions = self.host.call_sync(look)
-        asking = [run_id for run_id, m in self.model.items() if m.question is not None]
-        assert sorted(q.run_id for q in questions) == sorted(asking)
+        def look() -> tuple[Any, ...]:
+            parents = {owner: block.value for owner, block in self.blocks.items()}
+            handles = {run_id: parents[m.parent].status(run_id) for run_id, m in self.model.items()}
+            questions = {owner: p.questions() for owner, p in parents.items()}
+            unobserved = {owner: p.unobserved() for owner, p in parents.items()}
+            usage = {owner: p.usage() for owner, p in parents.items()}
+            assert self.runtime is not None
+            return handles, questions, unobserved, usage, self.runtime.value.usage
+
+        handles, questions, unobserved, usage, total = self.host.call_sync(look)
+        for owner, asked in questions.items():
+            asking = [
+                r for r, m in self.model.items() if m.question is not None and m.parent == owner
+            ]
+            assert sorted(q.run_id for q in asked) == sorted(asking), owner
         for run_id, m in self.model.items():
             handle = handles[run_id]
             assert handle.status is m.status, (run_id, handle, m)
@@ -1241,17 +1490,37 @@ class QuestionsMachine(RuleBasedStateMachine):
                     m.seq,
                 )
             assert self.heard[self.tasks[run_id]] == m.heard
+            assert handle.usage == (td.Usage(requests=m.spent) if m.reported else None), (
+                run_id,
+                handle,
+                m,
+            )
+            # Without the model: a run's spend passes its own limit by at most one report.
+            if m.limit is not None and handle.usage is not None:
+                assert handle.usage.requests <= m.limit + MOST_REPORTED, (run_id, handle)
+        for owner, purse in self.purses.items():
+            assert usage[owner] == td.Usage(requests=purse.spent), (owner, usage[owner], purse)
+            if purse.limit is not None:
+                assert usage[owner].requests <= purse.limit + MOST_REPORTED, (owner, usage[owner])
+            # unobserved() handles carry the same progress and usage as status (§19-§20).
+            for handle in unobserved[owner]:
+                assert handle == handles[handle.run_id], (handle, handles[handle.run_id])
+        assert total == td.Usage(requests=sum(purse.spent for purse in self.purses.values()))
 
     def teardown(self) -> None:
         try:
-            self.host.call(_leave, self.block)
-            self.host.call(_leave, self.runtime)
+            for block in self.blocks.values():
+                self.host.call(_leave, block)
+            if self.runtime is not None:
+                self.host.call(_leave, self.runtime)
         finally:
             self.host.close()
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @pytest.mark.timeout(1800)
-def test_progress_and_questions_match_their_model() -> None:
+def test_progress_questions_and_budgets_match_their_model() -> None:
     current = settings()
     run_state_machine_as_test(
         QuestionsMachine,

@@ -130,8 +130,9 @@ class ChildContext:
         every scope above it (its parent, the runs and parents above, the runtime).
 
         A report that takes a scope past its budget stops that scope: this run
-        is cancelled with it when it is in it. A report after the run settled
-        is dropped.
+        is cancelled with it when it is in it. A report after the run settled,
+        or once a scope of the run was stopped (the overrun is at most the
+        report that crossed the limit), is dropped.
 
         Args:
             usage: what was spent since the last report.

@@ -177,11 +177,18 @@ class Meter:
     def report(self, run: Run, usage: Usage) -> list[tuple[str, object, Tally, Passed]] | None:
         """Add *usage* to every scope that contains live *run*.
 
+        A report of a run in a scope that was stopped already is dropped: a
+        stopped scope's spend stays where the report that crossed its limit
+        took it, whatever its runs report while they stop (in a shielded
+        cleanup, say), so the overrun is at most that one report.
+
         Returns:
             the scopes whose budget this report took past a limit, innermost
             first, as ``(kind, scope, tally, passed)``; ``None`` (the usual
             answer, with nothing made) when none.
         """
+        if self.budgeted and self._in_stopped_scope(run):
+            return None
         crossed: list[tuple[str, object, Tally, Passed]] | None = None
         cost = cost_decimal(usage.cost_usd) if usage.cost_usd else None
         own = run.spent
@@ -223,3 +230,19 @@ class Meter:
                 crossed = crossed or []
                 crossed.append(("runtime", self, tally, passed))
         return crossed
+
+    def _in_stopped_scope(self, run: Run) -> bool:
+        """Whether a scope that contains *run* was stopped by its budget."""
+        if self.spent.stopped is not None:
+            return True
+        node: Run | None = run
+        while node is not None:
+            tally = node.spent
+            if tally is not None and tally.stopped is not None:
+                return True
+            host: ParentHost = node.host  # type: ignore[assignment]
+            tally = host.spent
+            if tally is not None and tally.stopped is not None:
+                return True
+            node = host.enclosing
+        return False

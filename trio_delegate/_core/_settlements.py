@@ -66,11 +66,13 @@ class SettledRuns(AsyncIterator[RunHandle]):
 
 
 def _entry(run: Run) -> tuple[Any, ...]:
-    """What :meth:`Settlements.unobserved` makes *run*'s handle of."""
+    """What :meth:`Settlements.unobserved` makes *run*'s handle of: its latest
+    progress and its usage too, as ``status`` shows them (contract §19-§20)."""
     talk = run.talk
-    if talk is None:
+    progress = None if talk is None else talk.latest()
+    if progress is None and run.spent is None:
         return (run.run_id, run.subagent.name, run.state.status)
-    return (run.run_id, run.subagent.name, run.state.status, talk.latest())
+    return (run.run_id, run.subagent.name, run.state.status, progress, (), run.usage())
 
 
 @final
@@ -92,7 +94,7 @@ class Settlements:
         # Terminal runs whose outcome no wait has told, oldest settled first,
         # as (run id, subagent, status); unobserved() makes the handles when
         # asked, which few callers do.
-        # (and its latest progress, when it reported any: contract §19).
+        # (and its latest progress and usage, when it reported any: contract §19-§20).
         self._unobserved: dict[str, tuple[Any, ...]] = {}
         self._closed = False
 
@@ -115,7 +117,7 @@ class Settlements:
     def settled(self, run: Run) -> None:
         """*run* settled and its caller has its id: tell every stream."""
         if not run.foreground:
-            if run.talk is None:  # the common case, without a call
+            if run.talk is None and run.spent is None:  # the common case, without a call
                 self._unobserved[run.run_id] = (run.run_id, run.subagent.name, run.state.status)
             else:
                 self._unobserved[run.run_id] = _entry(run)
