@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 import trio_delegate as td
-from trio_delegate.lowlevel import UnstoppedRun, abandon, unstopped_runs
+from trio_delegate.lowlevel import UnstoppedRun, abandon, talk_changed, unstopped_runs
 
 from .helpers import Stubborn, ignores_cancellation
 
@@ -16,7 +16,7 @@ GRACE = 7.0
 
 
 def test_the_module_shows_its_names_under_its_own_path() -> None:
-    assert td.lowlevel.__all__ == ["UnstoppedRun", "abandon", "unstopped_runs"]
+    assert td.lowlevel.__all__ == ["UnstoppedRun", "abandon", "talk_changed", "unstopped_runs"]
     for name in td.lowlevel.__all__:
         assert getattr(td.lowlevel, name).__module__ == "trio_delegate.lowlevel"
     assert "lowlevel" not in td.__all__  # a module beside the API, as trio.lowlevel is
@@ -133,3 +133,60 @@ async def test_unstopped_runs_names_the_runs_decided_without_their_runners_then_
 def test_unstopped_runs_refuses_what_is_not_a_runtime() -> None:
     with pytest.raises(td.InvalidArgumentsError, match=r"runtime must be a trio_delegate\.Runtime"):
         unstopped_runs(object())  # type: ignore[arg-type]
+
+
+async def _asks_twice(ctx: td.ChildContext) -> str:
+    first = await ctx.ask("first?")
+    ctx.progress("between")  # a report alone wakes nobody
+    second = await ctx.ask("second?")
+    return f"{first} {second}"
+
+
+async def test_talk_changed_wakes_on_each_question_opened_or_closed_and_on_the_end(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with (
+        td.open_runtime([td.Subagent("asker", _asks_twice, asks=True)]) as rt,
+        rt.open_parent() as parent,
+    ):
+        run_id = (await parent.start("asker", "go")).run_id
+        seen: list[tuple[S, tuple[str, ...]]] = []
+
+        async def follow() -> None:
+            while True:
+                handle = parent.status(run_id)
+                seen.append((handle.status, tuple(q.text for q in handle.questions)))
+                if handle.status.is_terminal:
+                    return
+                await talk_changed(parent, run_id)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow)
+            await trio.testing.wait_all_tasks_blocked()
+            parent.answer(run_id, "a")
+            await trio.testing.wait_all_tasks_blocked()
+            parent.answer(run_id, "b")
+        assert (await parent.wait(run_id)).final_result == "a b"  # type: ignore[union-attr]
+    # Every change was heard, and nothing else woke the follower.
+    assert [status for status, _ in seen][-1] is S.COMPLETED
+    assert (S.INPUT_REQUIRED, ("first?",)) in seen
+    assert (S.INPUT_REQUIRED, ("second?",)) in seen
+    assert len(seen) <= 5
+
+
+async def test_talk_changed_returns_at_once_for_an_ended_run_and_refuses_strangers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with td.open_runtime([td.Subagent("quick", _quick)]) as rt, rt.open_parent() as parent:
+        result = await parent.delegate("quick", "go")
+        before = trio.current_time()
+        await talk_changed(parent, result.run_id)
+        assert trio.current_time() == before  # an ended run never holds the caller
+        with pytest.raises(td.UnknownRunError):
+            await talk_changed(parent, "run_made_up")
+        with pytest.raises(td.InvalidArgumentsError, match=r"trio_delegate\.Parent"):
+            await talk_changed(object(), result.run_id)  # type: ignore[arg-type]
+
+
+async def _quick(ctx: td.ChildContext) -> str:
+    return "done"

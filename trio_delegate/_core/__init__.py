@@ -13,6 +13,7 @@ of a run lives where, its state table, and where the code lives:
 docs/contract.md, appendix.
 """
 
+from ._changes import talk_changed
 from ._context import ChildContext
 from ._events import RunEvents
 from ._parent import Parent, abandon
@@ -48,5 +49,6 @@ __all__ = [
     "error_type",
     "internals",
     "open_runtime",
+    "talk_changed",
     "unstopped_runs",
 ]
