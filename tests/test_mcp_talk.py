@@ -186,11 +186,12 @@ class Wire:
         (self.gates / name).write_text("")
 
 
-def start(folder: Path, *arguments: str) -> Wire:
+def start(folder: Path, *arguments: str, command: list[str] | None = None) -> Wire:
+    """A server process: the talking fake, or *command*."""
     gates = folder / "gates"
     gates.mkdir(exist_ok=True)
     process = subprocess.Popen(
-        [PY, "-m", "tests.fakes.talking", str(gates), *arguments],
+        command or [PY, "-m", "tests.fakes.talking", str(gates), *arguments],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -595,5 +596,65 @@ async def test_a_legacy_foreground_call_hears_the_childs_reports_as_progress(
                 for _, params in progress
                 if "step " in params["message"]
             )
+    finally:
+        stop(wire)
+
+
+# -- a budget stop, end to end -------------------------------------------------------------
+
+SPENDER = """
+import trio
+import trio_delegate as td
+
+async def spend(ctx):
+    ctx.add_usage(td.Usage(requests=1, input_tokens=600, output_tokens=500))
+    await trio.sleep_forever()  # until the budget stops it
+"""
+
+
+async def test_a_configured_budget_stops_a_run_and_the_client_reads_the_budget(
+    tmp_path: Path,
+) -> None:
+    module = f"spender_{os.getpid()}_{tmp_path.name}".replace("-", "_")
+    (tmp_path / f"{module}.py").write_text(SPENDER)
+    config = tmp_path / "subagents.toml"
+    config.write_text(
+        f"""
+[runtime]
+fail_closed = false
+
+[[subagents]]
+name = "spender"
+description = "Spends 1,100 tokens, then waits."
+python = "{module}:spend"
+budget = {{ max_total_tokens = 1000 }}
+"""
+    )
+    wire = start(tmp_path, command=[PY, "-m", "trio_delegate", "serve", "--config", str(config)])
+    try:
+        async with wire.attached():
+            plain = envelope(tasks=False)
+            # Through the tools: the wait is the run's end, cancelled, the budget named.
+            handle = await wire.call(
+                "delegate_task",
+                {"subagent": "spender", "task": "spend", "background": True},
+                meta=plain,
+            )
+            run_id = handle["structuredContent"]["run_id"]
+            waited = await wire.call("wait_subagent", {"run_id": run_id}, meta=plain)
+            assert waited["isError"] is True
+            error = waited["structuredContent"]["error"]
+            assert error["type"] == "run_cancelled"
+            text = waited["content"][0]["text"]
+            assert "max_total_tokens" in text, text
+            assert "1000" in text or "1,000" in text, text
+            status = await wire.call("subagent_status", {"run_id": run_id}, meta=plain)
+            usage = status["structuredContent"]["usage"]
+            assert (usage["input_tokens"], usage["output_tokens"]) == (600, 500)
+            # Through tasks: the task ends cancelled, the budget in its message.
+            task_id = await asking_task(wire, "spender", "spend again")
+            task = await wire.until(task_id, "cancelled")
+            assert "result" not in task
+            assert "max_total_tokens" in task["statusMessage"], task["statusMessage"]
     finally:
         stop(wire)
