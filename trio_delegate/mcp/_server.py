@@ -19,9 +19,10 @@ after a timeout of their own, some without telling the server (Codex), so a
 call still running at the limit answers with the running handle and the run
 goes on as background work the model must wait for; a client that cancels
 the call meanwhile cancels and joins the run, as a foreground
-:meth:`Parent.delegate` would. While it waits, the call reports progress to
-clients that asked for it (a progress token), which lets clients that reset
-their timeout on progress keep waiting.
+:meth:`Parent.delegate` would. While it waits, the call reports the child's
+latest progress to clients that asked for it (a progress token) and did not
+declare the Tasks extension (a task carries it in its ``statusMessage``),
+which also lets clients that reset their timeout on progress keep waiting.
 """
 
 from __future__ import annotations

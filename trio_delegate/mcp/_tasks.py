@@ -14,8 +14,12 @@ the extension did not exist.
 
 How a run reads as a task (``tasks/get``):
 
-* pending or running: ``working``, the status message saying which; a
-  status snapshot that observes nothing.
+* pending or running: ``working``, the status message saying which, with
+  the child's latest progress; a status snapshot that observes nothing.
+* asking (``input_required``): to a request that declared form elicitation,
+  ``input_required`` with ``inputRequests`` keyed by question id, answered
+  with ``tasks/update`` (``_talk``); to any other, ``working`` with the
+  question in the status message.
 * completed: ``completed``, ``result`` being exactly the ``CallToolResult``
   that ``wait_subagent`` gives for it (read with ``Parent.wait`` and
   rendered as the tools render it); handing it over is observation for the
