@@ -301,14 +301,6 @@ class TaskBook:
         except DelegationError as exc:
             raise _task_error(exc) from None
 
-    def check(self, task_id: Any) -> None:
-        """Check that *task_id* is a task of this connection.
-
-        Raises:
-            MCPError: ``-32602`` for an unknown, expired or malformed id.
-        """
-        self._status(task_id)
-
     async def listen(
         self, ctx: ServerRequestContext[Any], params: mcp_types.SubscriptionsListenRequestParams
     ) -> mcp_types.SubscriptionsListenResult:
