@@ -10,6 +10,14 @@ background; the test checks that Claude Code took the answer as a task,
 holds the run until Claude Code has polled ``tasks/get``, releases it, and
 checks that the model's next request carries the run's result.
 
+With ``tests/fakes/talking.py`` as the server (subagents that ask and
+report, contract §19), three more sessions check what Claude Code does with
+a child that talks back: a question polled as ``input_required`` is shown to
+the user as a form, whose Accept sends ``tasks/update``; the model, which
+does not see ``inputRequests``, sees the question in its own
+``wait_subagent`` and its ``answer_subagent`` reaches the child; and the
+model's poll shows the child's progress.
+
 Real processes and real time; every wait is bounded, and every process the
 session started is gone when the test ends.
 """

@@ -13,10 +13,9 @@ of a run lives where, its state table, and where the code lives:
 docs/contract.md, appendix.
 """
 
-from ._changes import talk_changed
 from ._context import ChildContext
 from ._events import RunEvents
-from ._parent import Parent, abandon
+from ._parent import Parent, abandon, talk_changed
 from ._retention import TOMBSTONES_PER_RETAINED_RUN
 from ._run import CancelReason, Outcome, Run, StoredEnding, error_type
 from ._runtime import (
