@@ -10,6 +10,14 @@ background; the test checks that Claude Code took the answer as a task,
 holds the run until Claude Code has polled ``tasks/get``, releases it, and
 checks that the model's next request carries the run's result.
 
+With ``tests/fakes/talking.py`` as the server (subagents that ask and
+report, contract §19), three more sessions check what Claude Code does with
+a child that talks back: a question polled as ``input_required`` is shown to
+the user as a form, whose Accept sends ``tasks/update``; the model, which
+does not see ``inputRequests``, sees the question in its own
+``wait_subagent`` and its ``answer_subagent`` reaches the child; and the
+model's poll shows the child's progress.
+
 Real processes and real time; every wait is bounded, and every process the
 session started is gone when the test ends.
 """
@@ -25,8 +33,8 @@ import struct
 import sys
 import termios
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +185,6 @@ def claude_home(home: Path, env: dict[str, str], project: Path) -> None:
 async def test_interactive_claude_code_polls_a_background_run_and_is_woken_by_its_result(
     tmp_path: Path,
 ) -> None:
-    program = claude_program()
     project = tmp_path / "project"
     project.mkdir()
     gate = tmp_path / "gate"
@@ -192,14 +199,38 @@ env = {{ GATE = {json.dumps(str(gate))} }}
 """
     )
     log = tmp_path / "client.jsonl"
-    # The server behind tee: every line the client sends is also in the log.
-    command = ["/bin/sh", "-c", 'tee "$0" | "$@"', str(log), *serve_command(config)]
-    # Not .mcp.json: a project's own file opens an approval screen first.
-    mcp_json = {"mcpServers": {"delegate": {"command": command[0], "args": command[1:]}}}
-    (project / "delegate-mcp.json").write_text(json.dumps(mcp_json))
-
     model = Model()
-    with FakeAnthropic([model.step] * 30) as fake:
+    async with claude_code(tmp_path, project, log, serve_command(config), model.step) as (
+        screen,
+        _,
+    ):
+        await session(model, log, gate, screen)
+
+
+@asynccontextmanager
+async def claude_code(
+    tmp_path: Path,
+    project: Path,
+    log: Path,
+    server: list[str],
+    step: Callable[[Turn], Reply],
+    prompt: str = "Delegate ping in the background.",
+    server_env: dict[str, str] | None = None,
+) -> AsyncIterator[tuple[bytearray, int]]:
+    """Interactive Claude Code in a pseudo-terminal, its model *step*, its MCP server *server*.
+
+    Yields the terminal's output as it comes, and the terminal's controller
+    (to type into). Every process of the session is gone when the block ends.
+    """
+    # The server behind tee: every line the client sends is also in the log.
+    command = ["/bin/sh", "-c", 'tee "$0" | "$@"', str(log), *server]
+    # Not .mcp.json: a project's own file opens an approval screen first.
+    entry: dict[str, Any] = {"command": command[0], "args": command[1:]}
+    if server_env:
+        entry["env"] = server_env
+    (project / "delegate-mcp.json").write_text(json.dumps({"mcpServers": {"delegate": entry}}))
+
+    with FakeAnthropic([step] * 30) as fake:
         env = claude_env(tmp_path / "home", fake)
         # Every process of the session inherits it: how the test finds them.
         env["TRIO_DELEGATE_SESSION"] = str(tmp_path)
@@ -208,8 +239,8 @@ env = {{ GATE = {json.dumps(str(gate))} }}
         claude_home(tmp_path / "home", env, project)
         screen = bytearray()
         argv = [
-            program,
-            "Delegate ping in the background.",  # before the options: none takes it as a value
+            claude_program(),
+            prompt,  # before the options: none takes it as a value
             *("--mcp-config", "delegate-mcp.json", "--allowedTools", "mcp__delegate"),
         ]
         with terminal() as (controller, child):
@@ -225,7 +256,7 @@ env = {{ GATE = {json.dumps(str(gate))} }}
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(drain, controller, screen)
-                    await session(model, log, gate, screen)
+                    yield screen, controller
                     nursery.cancel_scope.cancel()
             finally:
                 await stop(process, marker)
@@ -296,3 +327,227 @@ async def stop(process: trio.Process, marker: str) -> None:
         process.kill()
         await process.wait()
     assert left == [], "processes of the session outlived it"
+
+
+# -- the child talks back (contract §19) ---------------------------------------------------
+
+WAIT = "mcp__delegate__wait_subagent"
+ANSWER = "mcp__delegate__answer_subagent"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def talking_server(gates: Path) -> tuple[list[str], dict[str, str]]:
+    """The server of ``tests/fakes/talking.py`` (subagents that ask and report), and its env."""
+    gates.mkdir(exist_ok=True)
+    return [PY, "-m", "tests.fakes.talking", str(gates), "0.2"], {"PYTHONPATH": str(ROOT)}
+
+
+class Talker:
+    """The fake model: delegates in the background, waits on the run, answers what it asks.
+
+    Steps: the delegation (retried while Claude Code has no such tool yet);
+    ``wait_subagent`` on the run (it answers as soon as the run asks, or with
+    its progress when the wait's timeout passes); ``answer_subagent`` when
+    the wait showed a question; then it waits to be woken by the task's end.
+    Without *wait_seconds*, it ends its turn right after the delegation.
+    """
+
+    def __init__(self, subagent: str, task: str, wait_seconds: float | None) -> None:
+        self.subagent = subagent
+        self.task = task
+        self.wait_seconds = wait_seconds
+        self.connected = threading.Event()
+        self.calls = 0
+        self.run_id: str | None = None
+        #: What the model was handed, in order: the delegation, the wait, the answer's ack.
+        self.handed: list[str] = []
+        self.woken: str | None = None
+        self.woke = threading.Event()
+        self.waited = threading.Event()
+
+    def step(self, turn: Turn) -> Reply:
+        body = turn.request.body
+        if not body.get("tools"):
+            return text("ok")  # a request of Claude Code's own, not the session's
+        if self.run_id is None:
+            if self.calls == 0:
+                self.connected.wait(STAGE_SECONDS)
+            elif "No such tool available" not in turn.last.text or self.calls > RETRIES:
+                self.handed.append(turn.last.text)
+                [self.run_id] = set(re.findall(r"run_[0-9a-f]{16,}", turn.last.text))
+                if self.wait_seconds is None:
+                    self.handed.append("")  # no wait: the model does not answer
+                    self.handed.append("")
+                    self.waited.set()
+                    return text("The run is going; I will wait for it.")
+                return call(WAIT, run_id=self.run_id, timeout=self.wait_seconds)
+            self.calls += 1
+            return call(TOOL, subagent=self.subagent, task=self.task, background=True)
+        if len(self.handed) == 1:
+            self.handed.append(turn.last.text)
+            self.waited.set()
+            asked = re.findall(r"q_[0-9a-f]{32}", turn.last.text)
+            if asked:
+                return call(ANSWER, run_id=self.run_id, question_id=asked[0], answer="red")
+            return text("The run is going; I will wait for it.")
+        if len(self.handed) == 2 and "<task-notification>" not in json.dumps(body["messages"][-1]):
+            self.handed.append(turn.last.text)
+            return text("Answered; I will wait for the run.")
+        if self.woken is None:
+            self.woken = json.dumps(body["messages"][-1])
+            self.woke.set()
+            return text("The run is done.")
+        return text("Nothing more to do.")
+
+
+def woken_result(woken: str | None) -> Any:
+    """The run's result in the ``<task-notification>`` that woke the model."""
+    message = json.loads(woken or "null")
+    content = message["content"]
+    words = content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+    assert "<task-notification>" in words, words
+    [result] = re.findall(r"<result>\s*(\{.*?\})\s*</result>", words, re.DOTALL)
+    return json.loads(result)
+
+
+async def type_into(controller: int, screen: bytearray, keys: bytes, echo: bytes) -> None:
+    """Type *keys* until the terminal shows *echo* after them (input sent while the
+    TUI is still mounting its form is dropped: type again)."""
+    for _ in range(RETRIES):
+        mark = len(screen)
+        os.write(controller, keys)
+        with trio.move_on_after(5):
+            while echo not in plain_bytes(screen[mark:]).replace(b" ", b""):  # noqa: ASYNC110
+                await trio.sleep(0.05)
+            return
+    raise AssertionError(f"typing {keys!r} never showed {echo!r}: the terminal:\n{plain(screen)}")
+
+
+def plain_bytes(data: bytes | bytearray) -> bytes:
+    """*data* without escape sequences."""
+    return re.sub(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b.", b"", bytes(data))
+
+
+def updates(log: Path) -> list[dict[str, Any]]:
+    """The ``tasks/update`` requests Claude Code sent."""
+    return [m for m in wire_lines(log) if m.get("method") == "tasks/update"]
+
+
+def asks_the_user(screen: bytearray) -> bool:
+    """Whether Claude Code shows the server's elicitation (the question) to the user."""
+    return "requests your input" in plain(screen)
+
+
+async def test_interactive_claude_code_asks_the_user_and_answers_with_tasks_update(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    log = tmp_path / "client.jsonl"
+    server, server_env = talking_server(tmp_path / "gates")
+    model = Talker("ask_text", "the shed", wait_seconds=None)
+    async with claude_code(
+        tmp_path, project, log, server, model.step, "Delegate the shed.", server_env
+    ) as (screen, controller):
+        await until(
+            lambda: any(m.get("method") == "tools/list" for m in wire_lines(log)),
+            "Claude Code asked the server for its tools",
+            screen,
+        )
+        model.connected.set()
+        # Claude Code polls the task, finds it input_required, and asks the user.
+        await until(lambda: asks_the_user(screen), "Claude Code showed the question", screen)
+        # The TUI moves its cursor where spaces were: compare without spaces.
+        await until(
+            lambda: "answerlater" in plain(screen).replace(" ", ""), "the form is ready", screen
+        )
+        assert "Which colour for the shed?" in plain(screen)
+        await type_into(controller, screen, b"red", b"red")
+        # Enter moves on to the Accept button, and Enter again presses it.
+        await type_into(controller, screen, b"\r", "\u276fAccept".encode())
+        # An Enter that comes as the button is drawn is lost: press until it is heard.
+        for _ in range(RETRIES):
+            os.write(controller, b"\r")
+            with trio.move_on_after(2):
+                while not updates(log):  # noqa: ASYNC110 - other processes write the log
+                    await trio.sleep(0.05)
+            if updates(log):
+                break
+        await until(model.woke.is_set, "the model was woken by the run's end", screen)
+    assert woken_result(model.woken)["final_result"] == "the shed: red"
+    lines = wire_lines(log)
+    [update] = updates(log)
+    assert update["params"]["taskId"] == model.run_id
+    [(key, response)] = update["params"]["inputResponses"].items()
+    assert key.startswith("q_")
+    assert response == {"action": "accept", "content": {"answer": "red"}}
+    polls = [m for m in lines if m.get("method") == "tasks/get"]
+    assert all(declares_tasks(m) for m in polls)
+
+
+async def test_interactive_claude_code_model_sees_a_question_and_answer_subagent_reaches_it(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    log = tmp_path / "client.jsonl"
+    server, server_env = talking_server(tmp_path / "gates")
+    model = Talker("ask_text", "the shed", wait_seconds=30)
+    async with claude_code(
+        tmp_path, project, log, server, model.step, "Delegate the shed.", server_env
+    ) as (screen, controller):
+        await until(
+            lambda: any(m.get("method") == "tools/list" for m in wire_lines(log)),
+            "Claude Code asked the server for its tools",
+            screen,
+        )
+        model.connected.set()
+        await until(lambda: len(model.handed) >= 3, "the model answered the question", screen)
+        # Claude Code asked the user too, and holds the task while its dialog is open:
+        # put it off (Esc, "answer later"), and Claude Code polls on.
+        await until(lambda: asks_the_user(screen), "Claude Code showed the question", screen)
+        os.write(controller, b"\x1b")
+        await until(model.woke.is_set, "the model was woken by the run's end", screen)
+    delegation, waited, ack = model.handed
+    assert "server-side task" in delegation, delegation
+    # The model saw the question (the wait answered as soon as the run asked) ...
+    assert "input_required" in waited, waited
+    assert "Which colour for the shed?" in waited, waited
+    # ... and its answer_subagent call reached the child.
+    assert re.search(r'"accepted":\s*true', ack), ack
+    assert woken_result(model.woken)["final_result"] == "the shed: red"
+    lines = wire_lines(log)
+    assert not [m for m in lines if m.get("method") == "tasks/update"]
+    calls = [m["params"]["name"] for m in lines if m.get("method") == "tools/call"]
+    assert "answer_subagent" in calls
+
+
+async def test_interactive_claude_code_polls_a_run_and_sees_its_progress(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    log = tmp_path / "client.jsonl"
+    gates = tmp_path / "gates"
+    server, server_env = talking_server(gates)
+    model = Talker("stepper", "walk", wait_seconds=1)
+    async with claude_code(
+        tmp_path, project, log, server, model.step, "Delegate the walk.", server_env
+    ) as (screen, _):
+        await until(
+            lambda: any(m.get("method") == "tools/list" for m in wire_lines(log)),
+            "Claude Code asked the server for its tools",
+            screen,
+        )
+        model.connected.set()
+        await until(model.waited.is_set, "the model's wait answered", screen)
+        for step in (1, 2, 3):
+            await trio.Path(gates / f"walk.{step}").write_text("go")
+        await until(model.woke.is_set, "the model was woken by the run's end", screen)
+    delegation, waited = model.handed
+    assert "server-side task" in delegation, delegation
+    # The model's poll shows the child's latest report.
+    assert "step 1" in waited, waited
+    assert woken_result(model.woken)["final_result"] == "stepped"
+    polls = [m for m in wire_lines(log) if m.get("method") == "tasks/get"]
+    assert polls

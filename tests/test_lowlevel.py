@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import trio
 import trio.testing
 
 import trio_delegate as td
-from trio_delegate.lowlevel import UnstoppedRun, abandon, unstopped_runs
+from trio_delegate.lowlevel import UnstoppedRun, abandon, talk_changed, unstopped_runs
 
 from .helpers import Stubborn, ignores_cancellation
 
@@ -20,6 +22,7 @@ def test_the_module_shows_its_names_under_its_own_path() -> None:
         "UnstoppedRun",
         "abandon",
         "answer_in_store",
+        "talk_changed",
         "unstopped_runs",
         "worker_context",
     ]
@@ -158,3 +161,63 @@ async def test_a_worker_context_sums_its_runners_usage_and_belongs_to_no_run() -
     plain = td.ChildContext("run_p", "spender", "spend")
     plain.add_usage(td.Usage(requests=1))
     assert reported() == td.Usage(requests=1, input_tokens=3, output_tokens=2, cost_usd=0.3)
+
+
+async def _asks_twice(ctx: td.ChildContext) -> str:
+    first = await ctx.ask("first?")
+    ctx.progress("between")  # a report alone wakes nobody
+    second = await ctx.ask("second?")
+    return f"{first} {second}"
+
+
+async def test_talk_changed_wakes_on_each_question_opened_or_closed_and_on_the_end(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with (
+        td.open_runtime([td.Subagent("asker", _asks_twice, asks=True)]) as rt,
+        rt.open_parent() as parent,
+    ):
+        run_id = (await parent.start("asker", "go")).run_id
+        seen: list[tuple[S, tuple[str, ...]]] = []
+
+        async def follow() -> None:
+            while True:
+                handle = parent.status(run_id)
+                seen.append((handle.status, tuple(q.text for q in handle.questions)))
+                if handle.status.is_terminal:
+                    return
+                await talk_changed(parent, run_id)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow)
+            await trio.testing.wait_all_tasks_blocked()
+            parent.answer(run_id, "a")
+            await trio.testing.wait_all_tasks_blocked()
+            parent.answer(run_id, "b")
+        assert (await parent.wait(run_id)).final_result == "a b"  # type: ignore[union-attr]
+    # Every change was heard, and nothing else woke the follower.
+    assert [status for status, _ in seen][-1] is S.COMPLETED
+    assert (S.INPUT_REQUIRED, ("first?",)) in seen
+    assert (S.INPUT_REQUIRED, ("second?",)) in seen
+    # Each wake was a change (the report between the questions woke nobody):
+    # at most start, first?, running, second?, running, completed.
+    assert all(before != after for before, after in itertools.pairwise(seen)), seen
+    assert len(seen) <= 6, seen
+
+
+async def test_talk_changed_returns_at_once_for_an_ended_run_and_refuses_strangers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with td.open_runtime([td.Subagent("quick", _quick)]) as rt, rt.open_parent() as parent:
+        result = await parent.delegate("quick", "go")
+        before = trio.current_time()
+        await talk_changed(parent, result.run_id)
+        assert trio.current_time() == before  # an ended run never holds the caller
+        with pytest.raises(td.UnknownRunError):
+            await talk_changed(parent, "run_made_up")
+        with pytest.raises(td.InvalidArgumentsError, match=r"trio_delegate\.Parent"):
+            await talk_changed(object(), result.run_id)  # type: ignore[arg-type]
+
+
+async def _quick(ctx: td.ChildContext) -> str:
+    return "done"

@@ -16,13 +16,15 @@ MCP = Path(__file__).resolve().parent.parent / "trio_delegate" / "mcp"
 PACKAGE = "trio_delegate.mcp"
 
 #: The modules of ``trio_delegate.mcp``, lowest first: the lines of the wire,
-#: a tool's answer as an MCP result, what a connection leaves behind, the
-#: Tasks extension, the server, how a serving process ends, serving over
-#: stdio, and the package's face.
+#: a tool's answer as an MCP result, what a connection leaves behind, what a
+#: running child tells (progress, questions), the Tasks extension, the
+#: server, how a serving process ends, serving over stdio, and the package's
+#: face.
 LAYERS = (
     "_wire",
     "_results",
     "_connection_end",
+    "_talk",
     "_tasks",
     "_server",
     "_exit",

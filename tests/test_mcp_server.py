@@ -490,9 +490,13 @@ async def test_a_running_foreground_call_reports_progress(
             run_id = payload(answer)["run_id"]
             gate.release.set()
             await client.call_tool("wait_subagent", {"run_id": run_id})
-    assert [value for value, _, _ in reports] == pytest.approx([5, 10])
-    assert all(total == 12 for _, total, _ in reports)
-    assert all(message and run_id in message for _, _, message in reports)
+    # Before any report of the child's, a keepalive every interval: a counter.
+    assert [value for value, _, _ in reports] == [1, 2]
+    assert all(total is None for _, total, _ in reports)
+    assert [message for _, _, message in reports] == [
+        f"run {run_id} of gate still running after 5 s",
+        f"run {run_id} of gate still running after 10 s",
+    ]
 
 
 async def test_a_connection_cut_short_logs_its_unresolved_runs(
@@ -576,3 +580,49 @@ async def test_a_background_run_that_ends_is_announced_as_a_log_message(
                 for run_id in (background["run_id"], late["run_id"]):
                     answer = await client.call_tool("wait_subagent", {"run_id": run_id})
                     assert payload(answer)["final_result"] == "done"
+
+
+async def test_progress_notices_carry_the_childs_latest_report_at_most_once_an_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    release = trio.Event()
+
+    async def busy(ctx: td.ChildContext) -> str:
+        # A hot loop of reports: 10 a second for 12 s (off the notices' beat), then
+        # one more after the release.
+        await trio.sleep(0.05)
+        for step in range(1, 121):
+            ctx.progress(f"item {step}", progress=step, total=121)
+            await trio.sleep(0.1)
+        await release.wait()
+        ctx.progress("last", progress=121, total=121)
+        return "done"
+
+    reports: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
+        if len(reports) == 3:
+            release.set()
+
+    async with td.open_runtime([td.Subagent("busy", busy)]) as rt:
+        server = build_server(rt, foreground_limit_seconds=None, progress_interval_seconds=5)
+        async with open_client(server, timeout=3600) as client:
+            answer = await client.call_tool(
+                "delegate_task", {"subagent": "busy", "task": "x"}, progress_callback=on_progress
+            )
+            assert payload(answer)["final_result"] == "done"
+            count = len(reports)
+            await trio.sleep(60)  # a minute more: nothing once the call has answered
+            assert len(reports) == count
+    run_id = payload(answer)["run_id"]
+    # One notice per 5 s at most, each the latest report: seq 50 at 5 s, 100 at 10 s ...
+    values = [value for value, _, _ in reports]
+    assert values == sorted(set(values))  # strictly increasing
+    assert values[:2] == [50, 100]
+    assert [message for _, _, message in reports][:2] == [
+        f"run {run_id} of busy: item 50 (50/121)",
+        f"run {run_id} of busy: item 100 (100/121)",
+    ]
+    assert reports[2][0] == 120  # the loop's last report (120 of them by 15 s)
+    assert all(total is None for _, total, _ in reports)

@@ -9,6 +9,9 @@ none of them.
   start and a bounded wait (so that a call still running at its limit goes
   on in the background) gives the run the verdict of
   :meth:`Parent.delegate` when its caller is cancelled meanwhile.
+* :func:`talk_changed`: a surface that pushes a run's state to its client
+  (the MCP server's task notifications) waits with it for the run's next
+  question, answer or end (contract §19) instead of polling.
 * :func:`unstopped_runs` and :class:`UnstoppedRun`: which runs still hold a
   closing runtime open (contract §18), for a process that must name them
   before it gives up on them.
@@ -22,10 +25,24 @@ none of them.
 
 from __future__ import annotations
 
-from ._core import UnstoppedRun, abandon, answer_in_store, unstopped_runs, worker_context
+from ._core import (
+    UnstoppedRun,
+    abandon,
+    answer_in_store,
+    talk_changed,
+    unstopped_runs,
+    worker_context,
+)
 from ._public_names import show_under
 
-__all__ = ["UnstoppedRun", "abandon", "answer_in_store", "unstopped_runs", "worker_context"]
+__all__ = [
+    "UnstoppedRun",
+    "abandon",
+    "answer_in_store",
+    "talk_changed",
+    "unstopped_runs",
+    "worker_context",
+]
 
 
 show_under(__name__, globals(), __all__)

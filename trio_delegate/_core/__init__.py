@@ -15,7 +15,7 @@ docs/contract.md, appendix.
 
 from ._context import ChildContext, worker_context
 from ._events import RunEvents
-from ._parent import Parent, abandon
+from ._parent import Parent, abandon, talk_changed
 from ._remote import answer_in_store
 from ._retention import TOMBSTONES_PER_RETAINED_RUN
 from ._run import CancelReason, Outcome, Run, StoredEnding, error_type
@@ -50,6 +50,7 @@ __all__ = [
     "error_type",
     "internals",
     "open_runtime",
+    "talk_changed",
     "unstopped_runs",
     "worker_context",
 ]

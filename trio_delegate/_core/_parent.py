@@ -34,6 +34,7 @@ from .._status import RunStatus
 from .._stores._protocol import StoredRun
 from .._usage import Usage
 from ._admission import admit
+from ._changes import run_talk_changed
 from ._listing import list_runs
 from ._meter import usage_of
 from ._parent_host import ParentHost
@@ -85,6 +86,35 @@ async def abandon(parent: Parent, run_id: str) -> None:
             f"parent must be a trio_delegate.Parent, got {describe(parent)}"
         )
     await parent._host.leave_foreground(run_id)
+
+
+async def talk_changed(parent: Parent, run_id: str) -> None:
+    """Wait until run *run_id* opens or closes a question, or ends (contract §19).
+
+    For a surface that pushes a run's state to its client (the MCP server's
+    ``notifications/tasks``). Read the run (``parent.status``) right before
+    calling: nothing can change between that read and the start of this
+    wait (no checkpoint lies between them), so a change is never missed.
+    Returns at once for a run that has ended, and after a second for a run
+    this runtime knows only from a shared store (read it again then). A
+    progress report does not end the wait.
+
+    Args:
+        parent: the parent whose owner the run belongs to.
+        run_id: the run.
+
+    Raises:
+        InvalidArgumentsError: *parent* is not a :class:`Parent`, or *run_id*
+            is not a string.
+        UnknownRunError, ExpiredRunError, RuntimeClosedError: as for
+            :meth:`Parent.status`.
+    """
+    if not is_a(parent, Parent):
+        raise InvalidArgumentsError(
+            f"parent must be a trio_delegate.Parent, got {describe(parent)}"
+        )
+    parent._host.check_usable()
+    await run_talk_changed(parent._registry.lookup(run_id, parent._owner))
 
 
 # The members read on every run, by short module-level names (as in ``_run``).

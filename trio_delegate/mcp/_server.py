@@ -19,9 +19,10 @@ after a timeout of their own, some without telling the server (Codex), so a
 call still running at the limit answers with the running handle and the run
 goes on as background work the model must wait for; a client that cancels
 the call meanwhile cancels and joins the run, as a foreground
-:meth:`Parent.delegate` would. While it waits, the call reports progress to
-clients that asked for it (a progress token), which lets clients that reset
-their timeout on progress keep waiting.
+:meth:`Parent.delegate` would. While it waits, the call reports the child's
+latest progress to clients that asked for it (a progress token) and did not
+declare the Tasks extension (a task carries it in its ``statusMessage``),
+which also lets clients that reset their timeout on progress keep waiting.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from .._tools import traced_call
 from ..lowlevel import abandon
 from ._connection_end import ClientEnds, left_behind, leftovers
 from ._results import error_result, success_result
+from ._talk import declares_form_elicitation, report_progress
 from ._tasks import (
     DEFAULT_TASK_POLL_INTERVAL_SECONDS,
     TASKS_EXTENSION,
@@ -389,7 +391,7 @@ def _make_server(
                     connection.ends.cancelled(payload["run_id"])
                 if book is not None and params.name in _FOREGROUND_TOOLS:
                     # A background start has returned: its admission is durable.
-                    return await book.create(payload)
+                    return await book.create(payload, elicit=declares_form_elicitation(ctx))
         except DelegationError as exc:
             return error_result(exc)
         return success_result(payload)
@@ -452,7 +454,7 @@ def _add_tasks(server: Server[Any]) -> None:
         )
 
     async def get(ctx: ServerRequestContext[_Connection], params: TaskIdParams) -> dict[str, Any]:
-        return await book_of(ctx).get(params.task_id)
+        return await book_of(ctx).get(params.task_id, elicit=declares_form_elicitation(ctx))
 
     async def cancel(
         ctx: ServerRequestContext[_Connection], params: TaskIdParams
@@ -464,8 +466,7 @@ def _add_tasks(server: Server[Any]) -> None:
     async def update(
         ctx: ServerRequestContext[_Connection], params: TaskIdParams
     ) -> dict[str, Any]:
-        # No run ever asks for input, so there is nothing to update.
-        book_of(ctx).check(params.task_id)
+        book_of(ctx).update(params.task_id, params.input_responses)
         return {}
 
     async def listen(
@@ -539,13 +540,14 @@ async def _foreground(
     run_id = handle["run_id"]
     connection.foreground.add(run_id)
     try:
-        result = await _foreground_wait(ctx, connection, handle, limits)
+        result = await _foreground_wait(ctx, connection, handle, limits, tasks=book is not None)
     finally:
         connection.foreground.discard(run_id)
     answer = result.structured_content
     if book is not None and answer is not None and "final_result" not in answer:
-        # Still running at the limit: the task is the run as that wait left it.
-        return await book.create(answer)
+        # Still running at the limit, or asking: the task is the run as that
+        # wait left it.
+        return await book.create(answer, elicit=declares_form_elicitation(ctx))
     return result
 
 
@@ -554,6 +556,8 @@ async def _foreground_wait(
     connection: _Connection,
     handle: Mapping[str, Any],
     limits: _Limits,
+    *,
+    tasks: bool,
 ) -> mcp_types.CallToolResult:
     run_id = handle["run_id"]
     wait: dict[str, Any] = {"run_id": run_id}
@@ -562,7 +566,11 @@ async def _foreground_wait(
     answer: dict[str, Any] | DelegationError | None = None
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_report_progress, ctx, handle, limits)
+            if not tasks:
+                # A task carries its progress in its statusMessage instead.
+                nursery.start_soon(
+                    report_progress, ctx, connection.parent, handle, limits.progress_seconds
+                )
             try:
                 answer = await connection.tools.call("wait_subagent", wait)
             except DelegationError as exc:
@@ -635,21 +643,6 @@ async def _announce_settlements(connection: _Connection) -> None:
                 await session.send_log_message("info", data, logger=_SETTLEMENT_LOGGER)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return  # the client has gone
-
-
-async def _report_progress(
-    ctx: ServerRequestContext[_Connection], handle: Mapping[str, Any], limits: _Limits
-) -> None:
-    """Report progress every interval (a no-op for clients without a progress token)."""
-    started = trio.current_time()
-    while True:
-        await trio.sleep(limits.progress_seconds)
-        elapsed = trio.current_time() - started
-        await ctx.session.report_progress(
-            elapsed,
-            limits.foreground_seconds,
-            f"run {handle['run_id']} of {handle['subagent']} still running after {elapsed:.0f} s",
-        )
 
 
 async def _cancel_and_join(parent: Parent, run_id: str) -> None:

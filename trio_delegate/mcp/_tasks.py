@@ -14,8 +14,12 @@ the extension did not exist.
 
 How a run reads as a task (``tasks/get``):
 
-* pending or running: ``working``, the status message saying which; a
-  status snapshot that observes nothing.
+* pending or running: ``working``, the status message saying which, with
+  the child's latest progress; a status snapshot that observes nothing.
+* asking (``input_required``): to a request that declared form elicitation,
+  ``input_required`` with ``inputRequests`` keyed by question id, answered
+  with ``tasks/update`` (``_talk``); to any other, ``working`` with the
+  question in the status message.
 * completed: ``completed``, ``result`` being exactly the ``CallToolResult``
   that ``wait_subagent`` gives for it (read with ``Parent.wait`` and
   rendered as the tools render it); handing it over is observation for the
@@ -38,6 +42,7 @@ store's own retention with one (``null`` when the store keeps runs for good).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import time
@@ -67,7 +72,9 @@ from .. import (
 )
 from .._checks import describe
 from .._tools import run_payload
+from ..lowlevel import talk_changed
 from ._results import error_result, success_result
+from ._talk import apply_responses, declares_form_elicitation, input_requests, status_words
 
 if TYPE_CHECKING:
     from .. import ResultStore
@@ -104,11 +111,13 @@ _ENDED_ERRORS: Final = (RunFailedError, RunCancelledError, RunTimedOutError)
 class TaskIdParams(mcp_types.RequestParams):
     """The params of ``tasks/get``, ``tasks/update`` and ``tasks/cancel``.
 
-    ``taskId`` is checked by the handlers, after the capability check, so
+    ``taskId`` (and ``inputResponses``) are checked by the handlers, after the capability check, so
     that a request that did not declare the extension is told that first.
     """
 
     task_id: Any = None
+    #: ``tasks/update`` only: the answers, keyed by ``inputRequests`` keys.
+    input_responses: Any = None
 
 
 class _TaskNotification(mcp_types.Notification[dict[str, Any], Literal["notifications/tasks"]]):
@@ -179,6 +188,8 @@ class _Times:
     updated: float
     status: RunStatus
     ended: float | None = None
+    #: The ids of the run's open questions when last read: a change is an update.
+    questions: tuple[str, ...] = ()
 
 
 @final
@@ -225,29 +236,58 @@ class TaskBook:
 
     # -- the extension's answers --------------------------------------------------
 
-    async def create(self, handle: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, handle: Mapping[str, Any], *, elicit: bool = False) -> dict[str, Any]:
         """The ``CreateTaskResult`` for a run just admitted (its admission is durable).
 
         Args:
             handle: the run's handle as the tool call that started it (or
                 the timed wait that left it running) answered:
                 ``{run_id, subagent, status}``. It is the task's state as
-                it is: the run is not looked up again.
+                it is: the run is not looked up again, but for the
+                questions of a run that asks (``input_required``).
+            elicit: whether the request declared form elicitation (the
+                task then reads ``input_required`` with ``inputRequests``).
         """
         run = RunHandle(handle["run_id"], handle["subagent"], RunStatus(handle["status"]))
+        if run.status is RunStatus.INPUT_REQUIRED:
+            # Gone meanwhile: the handle as the call answered.
+            with contextlib.suppress(DelegationError):
+                run = self.parent.status(run.run_id)
         if self._times(run.run_id) is None:
             now = time.time()
-            self._keep(run.run_id, _Times(now, now, run.status))
-        task = await self._task(run)
+            self._keep(run.run_id, _Times(now, now, run.status, None, _question_ids(run)))
+        task = await self._task(run, elicit=elicit)
         return {"resultType": "task", **task}
 
-    async def get(self, task_id: Any) -> dict[str, Any]:
+    async def get(self, task_id: Any, *, elicit: bool = False) -> dict[str, Any]:
         """The task *task_id* as ``tasks/get`` gives it (an ended run's outcome inline).
+
+        Args:
+            task_id: the task's id (its run's).
+            elicit: whether the request declared form elicitation: an asking
+                run then reads ``input_required`` with its ``inputRequests``,
+                else ``working`` with its question in the ``statusMessage``.
 
         Raises:
             MCPError: ``-32602`` for an unknown, expired or malformed id.
         """
-        return await self._detailed(self._status(task_id))
+        return await self._detailed(self._status(task_id), elicit=elicit)
+
+    def update(self, task_id: Any, responses: Any) -> None:
+        """Apply ``tasks/update``'s ``inputResponses`` to the task *task_id*.
+
+        Keys that are not open questions of this very task are ignored; an
+        ended task that is still known takes the update as a no-op.
+
+        Raises:
+            MCPError: ``-32602`` for an unknown, expired or malformed id, a
+                malformed ``inputResponses``, or an answer its question's
+                schema refuses (the question stays open).
+        """
+        handle = self._status(task_id)
+        if handle.status.is_terminal:
+            return
+        apply_responses(self.parent, handle, responses)
 
     def cancel(self, task_id: Any) -> None:
         """Request the cancellation of the run *task_id*; idempotent.
@@ -260,14 +300,6 @@ class TaskBook:
             self.parent.cancel(task_id)
         except DelegationError as exc:
             raise _task_error(exc) from None
-
-    def check(self, task_id: Any) -> None:
-        """Check that *task_id* is a task of this connection.
-
-        Raises:
-            MCPError: ``-32602`` for an unknown, expired or malformed id.
-        """
-        self._status(task_id)
 
     async def listen(
         self, ctx: ServerRequestContext[Any], params: mcp_types.SubscriptionsListenRequestParams
@@ -309,56 +341,95 @@ class TaskBook:
             ),
             related_request_id=subscription_id,
         )
-        failure: MCPError | None = None
-        # One wait per task; the buffer holds every task's one ending.
-        send, receive = trio.open_memory_channel[str | MCPError](max(len(accepted), 1))
-        async with trio.open_nursery() as nursery, receive:
-            async with send:
-                for run_id in accepted:
-                    nursery.start_soon(self._await_end, run_id, send.clone())
-            async for ended in receive:
-                if isinstance(ended, MCPError):
-                    # Raised outside the nursery, which would wrap it in a group.
-                    failure = ended
-                    nursery.cancel_scope.cancel()
-                    break
-                await self._notify(ctx, ended, meta)
-        if failure is not None:
-            raise failure
-        # Every task has been told of; the stream stays open until the client closes it.
+        elicit = declares_form_elicitation(ctx)
+        failures: list[MCPError] = []
+        async with trio.open_nursery() as nursery:
+            for run_id in accepted:
+                nursery.start_soon(self._follow, ctx, run_id, meta, elicit, failures)
+        if failures:
+            # Raised outside the nursery, which would wrap it in a group.
+            raise failures[0]
+        # Every task has ended and been told of; the stream stays open until
+        # the client closes it.
         await trio.sleep_forever()
 
     # -- inside -------------------------------------------------------------------
 
-    async def _await_end(self, run_id: str, send: trio.MemorySendChannel[str | MCPError]) -> None:
-        """Send *run_id* once its run has ended, or the error that kept this from knowing."""
-        async with send:
-            try:
-                # A wait answers for this runtime's runs and, through the
-                # store, for the owner's runs in other runtimes alike. It
-                # answers early, with the handle, while the run waits for an
-                # answer to a question (contract §19): then its settlement says.
-                if type(await self.parent.wait(run_id)) is RunHandle:
-                    async with self.parent.settled() as settled:
-                        if not self.parent.status(run_id).status.is_terminal:
-                            async for handle in settled:
-                                if handle.run_id == run_id:
-                                    break
-                        await self.parent.wait(run_id, timeout=0)
-            except _ENDED_ERRORS:
-                pass  # ended without completing: a wait says so by raising
-            except UnknownRunError:
-                pass  # expired meanwhile: _notify finds nothing to tell
-            except DelegationError as exc:
-                await send.send(_task_error(exc, f"Failed to hear the end of task {run_id}"))
-                return
-            await send.send(run_id)
+    async def _follow(
+        self,
+        ctx: ServerRequestContext[Any],
+        run_id: str,
+        meta: dict[str, Any],
+        elicit: bool,
+        failures: list[MCPError],
+    ) -> None:
+        """Tell a listener of each change of task *run_id*'s status or questions, then its end.
+
+        A task that is ``input_required`` when the stream opens is told of at
+        once. On a failure to read the run, the failure is kept in
+        *failures* and the other followers are cancelled.
+        """
+        told: tuple[RunStatus, tuple[str, ...]] | None = None
+        try:
+            while True:
+                try:
+                    handle = self.parent.status(run_id)
+                except UnknownRunError as exc:
+                    if type(exc) is not UnknownRunError:
+                        return  # expired meanwhile: nothing to tell
+                    # Known only through the store (a run of the owner in
+                    # another runtime): a wait hears its end.
+                    if await self._await_end(run_id):
+                        await self._notify(ctx, run_id, meta, elicit)
+                    return
+                if handle.status.is_terminal:
+                    await self._notify(ctx, run_id, meta, elicit)
+                    return
+                state = (handle.status, _question_ids(handle))
+                changed = told != state if told is not None else bool(state[1])
+                told = state
+                if changed:
+                    await self._notify(ctx, run_id, meta, elicit)
+                    continue  # read again: it may have changed while this was sent
+                # Nothing can change between the read above and this wait.
+                await talk_changed(self.parent, run_id)
+        except UnknownRunError:
+            pass  # expired meanwhile: nothing to tell
+        except DelegationError as exc:
+            failures.append(_task_error(exc, f"Failed to hear the end of task {run_id}"))
+            nursery = trio.lowlevel.current_task().parent_nursery
+            if nursery is not None:
+                nursery.cancel_scope.cancel()  # the stream ends with the error
+
+    async def _await_end(self, run_id: str) -> bool:
+        """Wait for the end of run *run_id*; whether there is an end to tell.
+
+        Raises:
+            DelegationError: what kept this from knowing.
+        """
+        try:
+            # A wait answers for the owner's runs in other runtimes through
+            # the store. It answers early, with the handle, while the run
+            # waits for an answer to a question (contract §19): then its
+            # settlement says.
+            if type(await self.parent.wait(run_id)) is RunHandle:
+                async with self.parent.settled() as settled:
+                    if not self.parent.status(run_id).status.is_terminal:
+                        async for handle in settled:
+                            if handle.run_id == run_id:
+                                break
+                    await self.parent.wait(run_id, timeout=0)
+        except _ENDED_ERRORS:
+            pass  # ended without completing: a wait says so by raising
+        except UnknownRunError:
+            return False  # expired meanwhile: nothing to tell
+        return True
 
     async def _notify(
-        self, ctx: ServerRequestContext[Any], run_id: str, meta: dict[str, Any]
+        self, ctx: ServerRequestContext[Any], run_id: str, meta: dict[str, Any], elicit: bool
     ) -> None:
         try:
-            task = await self.get(run_id)
+            task = await self.get(run_id, elicit=elicit)
         except MCPError:
             return  # expired meanwhile: nothing to tell
         notification = _TaskNotification(params={**task, "_meta": meta})
@@ -404,13 +475,14 @@ class TaskBook:
         except DelegationError as exc:
             raise _task_error(exc) from None
 
-    async def _task(self, handle: RunHandle) -> dict[str, Any]:
+    async def _task(self, handle: RunHandle, *, elicit: bool) -> dict[str, Any]:
         """The task's common fields, for the run's current status."""
         times = await self._times_of(handle)
         status = handle.status
+        asking = elicit and status is RunStatus.INPUT_REQUIRED and bool(handle.questions)
         task: dict[str, Any] = {
             "taskId": handle.run_id,
-            "status": _TERMINAL_STATUS.get(status, "working"),
+            "status": "input_required" if asking else _TERMINAL_STATUS.get(status, "working"),
             "createdAt": _iso(times.created),
             "lastUpdatedAt": _iso(times.updated),
             "ttlMs": self._ttl_ms(times) if status.is_terminal else None,
@@ -419,11 +491,13 @@ class TaskBook:
         if status.is_terminal:
             task["statusMessage"] = f"the run of {handle.subagent} ended {status.value}"
         else:
-            task["statusMessage"] = f"the run of {handle.subagent} is {status.value}"
+            task["statusMessage"] = status_words(handle, elicit=elicit)
+        if asking:
+            task["inputRequests"] = input_requests(handle.questions)
         return task
 
-    async def _detailed(self, handle: RunHandle) -> dict[str, Any]:
-        task = await self._task(handle)
+    async def _detailed(self, handle: RunHandle, *, elicit: bool) -> dict[str, Any]:
+        task = await self._task(handle, elicit=elicit)
         if not handle.status.is_terminal:
             return task
         # The ended run's outcome, exactly as wait_subagent answers: the run
@@ -452,8 +526,10 @@ class TaskBook:
                 now, now, handle.status
             )
             self._keep(run_id, times)
-        if times.status is not handle.status:
+        questions = _question_ids(handle)
+        if times.status is not handle.status or times.questions != questions:
             times.status = handle.status
+            times.questions = questions
             times.updated = now
         if handle.status.is_terminal and times.ended is None:
             times.ended = times.updated
@@ -509,6 +585,10 @@ class TaskBook:
             return None
         ended = times.ended if times.ended is not None else times.updated
         return max(0, round((ended - times.created + retention) * 1000))
+
+
+def _question_ids(handle: RunHandle) -> tuple[str, ...]:
+    return tuple(question.question_id for question in handle.questions)
 
 
 def _task_error(exc: DelegationError, failed: str = "Failed to read task") -> MCPError:
