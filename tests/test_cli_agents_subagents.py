@@ -28,9 +28,9 @@ from trio_delegate._runners._agents import (
     AgentCLIRunner,
     _claude_usage,
     _codex_usage,
-    reported_usage,
 )
 from trio_delegate._server_config import load_server_config
+from trio_delegate._usage import reported_usage
 
 from .fakes import (
     Failure,

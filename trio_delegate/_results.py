@@ -91,7 +91,9 @@ class AnswerAck:
 
 
 @final
-@attrs.frozen
+# A dict class: a frozen slotted one sets every field through
+# ``object.__setattr__`` when it is made, and every ``start`` makes one.
+@attrs.frozen(slots=False)
 class RunHandle:
     """A live or terminal run's status: an admission ack, a snapshot, or the
     "still running" answer of a timed wait. Never a result.

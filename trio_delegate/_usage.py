@@ -5,6 +5,9 @@ Both are frozen values, checked when they are made: token counts are plain
 ``int`` or ``float`` >= 0. Sums saturate at 2**63-1 rather than wrap, and
 costs add as exact decimals of each value's shortest form, so ten reports
 of 0.1 dollars are 1.0 dollars, not 0.9999999999999999.
+
+:func:`reported_usage` reads what a framework or CLI says it spent, whatever
+it says, as a :class:`Usage` (a number that is not a count counts as 0).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ __all__ = [
     "check_usage",
     "cost_decimal",
     "cost_float",
+    "reported_count",
+    "reported_usage",
 ]
 
 #: The largest token or request count (a signed 64-bit integer): sums stop here.
@@ -263,4 +268,61 @@ def check_usage(field: str, value: Any) -> Usage:
     raise InvalidArgumentsError(
         f"{field} must be a trio_delegate.Usage, got {describe(value)}; "
         "write td.Usage(input_tokens=..., output_tokens=..., cost_usd=...)"
+    )
+
+
+# -- what frameworks and CLIs report ---------------------------------------------------
+
+
+def reported_count(value: Any) -> int:
+    """A token or request count from a framework or CLI: a whole number >= 0, else 0.
+
+    Such numbers are data from elsewhere: a bool, a float, a negative number
+    or a string is not a count, and one past 2**63-1 is clamped there.
+    """
+    if type(value) is not int or value < 0:
+        return 0
+    return min(value, MAX_COUNT)
+
+
+def _reported_cost(value: Any) -> float:
+    """A cost in US dollars from a framework or CLI: a finite number >= 0, else 0.0."""
+    if type(value) not in (int, float):
+        return 0.0
+    try:
+        cost = float(value)
+    except OverflowError:
+        return 0.0
+    return cost if math.isfinite(cost) and cost >= 0 else 0.0
+
+
+def reported_usage(
+    *,
+    requests: Any = 0,
+    input_tokens: Any = 0,
+    output_tokens: Any = 0,
+    cache_read_input_tokens: Any = 0,
+    cache_creation_input_tokens: Any = 0,
+    reasoning_output_tokens: Any = 0,
+    cost_usd: Any = 0.0,
+) -> Usage:
+    """A :class:`Usage` from numbers a framework or CLI reported, whatever they are.
+
+    Each field is read as :func:`reported_count` (or :func:`_reported_cost`)
+    reads it, so a report that is not one never fails the run that made it:
+    it counts as 0.
+    ``input_tokens`` is raised to at least the two cache counts and
+    ``output_tokens`` to the reasoning count, as :class:`Usage` counts them.
+    """
+    cache_read = reported_count(cache_read_input_tokens)
+    cache_creation = reported_count(cache_creation_input_tokens)
+    reasoning = reported_count(reasoning_output_tokens)
+    return Usage(
+        requests=reported_count(requests),
+        input_tokens=max(reported_count(input_tokens), min(cache_read + cache_creation, MAX_COUNT)),
+        output_tokens=max(reported_count(output_tokens), reasoning),
+        cache_read_input_tokens=cache_read,
+        cache_creation_input_tokens=cache_creation,
+        reasoning_output_tokens=reasoning,
+        cost_usd=_reported_cost(cost_usd),
     )

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ._parent import Parent
     from ._run import Run
 
-__all__ = ["ChildContext", "bind", "worker_context"]
+__all__ = ["ChildContext", "context_of", "worker_context"]
 
 
 @final
@@ -259,7 +259,20 @@ def worker_context(
     return ctx, reported
 
 
-def bind(ctx: ChildContext, run: Run) -> ChildContext:
-    """Make *ctx* belong to (its usage, progress and questions) *run*."""
+def context_of(run: Run, nested: Parent | None = None) -> ChildContext:
+    """The context *run*'s runner is called with: its usage, progress and
+    questions are *run*'s; *nested* is its ``parent``, if it may delegate."""
+    schema = run.schema
+    history = run.history
+    ctx = ChildContext(
+        run.run_id,
+        run.subagent.name,
+        run.task,
+        schema.schema_copy() if schema is not None else None,
+        # Each run reads its own copy: nothing it does reaches another run.
+        tuple(history.copy()) if history is not None else (),
+        run.deadline,
+        nested,
+    )
     ctx._run = run
     return ctx

@@ -29,14 +29,13 @@ from .._results import Output
 from .._schema import SchemaMismatch
 from .._status import RunStatus
 from .._threads import run_sync
-from ._context import ChildContext, bind
+from ._context import context_of
 from ._groups import open_transparent_nursery
 from ._run import Outcome, completed, failed
 from ._spending import report
 
 if TYPE_CHECKING:
     from .._config import Config
-    from ._parent import Parent
     from ._parent_host import ParentHost
     from ._run import Run
 
@@ -62,7 +61,7 @@ async def execute(run: Run, host: ParentHost) -> None:
                     # Its runs live in a nursery of this task, inside the scope.
                     value = await _call_with_nested_parent(run, host)
                 else:
-                    value = await subagent.runner(_context(run))
+                    value = await subagent.runner(context_of(run))
                 try:
                     checked = _check(run, host.config, value)
                 except Exception as exc:
@@ -85,22 +84,6 @@ async def execute(run: Run, host: ParentHost) -> None:
         host.grace.task_returned(run)
 
 
-def _context(run: Run, nested: Parent | None = None) -> ChildContext:
-    schema = run.schema
-    history = run.history
-    ctx = ChildContext(
-        run.run_id,
-        run.subagent.name,
-        run.task,
-        schema.schema_copy() if schema is not None else None,
-        # Each run reads its own copy: nothing it does reaches another run.
-        tuple(history.copy()) if history is not None else (),
-        run.deadline,
-        nested,
-    )
-    return bind(ctx, run)
-
-
 async def _call_with_nested_parent(run: Run, host: ParentHost) -> Any:
     """Call a runner that may delegate: its children live inside this scope."""
     returned = False
@@ -109,7 +92,7 @@ async def _call_with_nested_parent(run: Run, host: ParentHost) -> Any:
         async with open_transparent_nursery() as nursery:
             nested = host.open_nested(run, nursery)
             try:
-                value = await run.subagent.runner(_context(run, nested.parent))
+                value = await run.subagent.runner(context_of(run, nested.parent))
                 returned = True
             finally:
                 nested.close_now()

@@ -565,16 +565,10 @@ class Run:
         """Its snapshot: its status (or *status*), latest progress, open
         questions and what it spent (contract §19-§20)."""
         talk = self.talk
-        if talk is None:
-            return RunHandle(
-                self.run_id,
-                self.subagent.name,
-                self.state.status if status is None else status,
-                None,
-                (),
-                self.usage(),
-            )
-        return talk.handle(self, status)
+        if talk is not None:
+            return talk.handle(self, status)
+        status = self.state.status if status is None else status
+        return RunHandle(self.run_id, self.subagent.name, status, usage=self.usage())
 
     def admission_ack(self) -> RunHandle:
         """The admission acknowledgment: ``running`` once it has started, else ``pending``.
@@ -584,7 +578,10 @@ class Run:
         admission found it (contract §4).
         """
         # A run that started has its cancel scope, kept once it ended.
-        return self.handle(_STARTED if self.scope is not None else _NOT_STARTED)
+        status = _STARTED if self.scope is not None else _NOT_STARTED
+        if self.talk is None and self.spent is None:
+            return RunHandle(self.run_id, self.subagent.name, status)  # nothing reported yet
+        return self.handle(status)
 
     def result(self) -> RunResult:
         """The envelope of this completed run: a fresh copy of its result."""

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -48,7 +47,16 @@ from .._core import ChildContext
 from .._json import parse
 from .._results import Output
 from .._threads import run_sync
-from .._usage import COUNTS, EXACT, MAX_COUNT, Usage, cost_decimal, cost_float
+from .._usage import (
+    COUNTS,
+    EXACT,
+    MAX_COUNT,
+    Usage,
+    cost_decimal,
+    cost_float,
+    reported_count,
+    reported_usage,
+)
 from ._agent_events import Steps
 from ._command import (
     INLINE_OUTPUT_BYTES,
@@ -68,7 +76,6 @@ __all__ = [
     "claude_result_usage",
     "codex_token_usage",
     "is_session_id",
-    "reported_usage",
     "session_and_prompt",
     "session_total",
     "this_run",
@@ -402,59 +409,6 @@ def _codex_result(
 # -- reading what the CLI spent ---------------------------------------------------------
 
 
-def _count(value: Any) -> int:
-    """A token or request count from a framework or CLI: a whole number >= 0, else 0.
-
-    Such numbers are data from elsewhere: a bool, a float, a negative number
-    or a string is not a count, and one past 2**63-1 is clamped there.
-    """
-    if type(value) is not int or value < 0:
-        return 0
-    return min(value, MAX_COUNT)
-
-
-def _cost(value: Any) -> float:
-    """A cost in US dollars from a framework or CLI: a finite number >= 0, else 0.0."""
-    if type(value) not in (int, float):
-        return 0.0
-    try:
-        cost = float(value)
-    except OverflowError:
-        return 0.0
-    return cost if math.isfinite(cost) and cost >= 0 else 0.0
-
-
-def reported_usage(
-    *,
-    requests: Any = 0,
-    input_tokens: Any = 0,
-    output_tokens: Any = 0,
-    cache_read_input_tokens: Any = 0,
-    cache_creation_input_tokens: Any = 0,
-    reasoning_output_tokens: Any = 0,
-    cost_usd: Any = 0.0,
-) -> Usage:
-    """A :class:`Usage` from numbers a framework or CLI reported, whatever they are.
-
-    Each field is read as :func:`_count` (or :func:`_cost`) reads it, so a
-    report that is not one never fails the run that made it: it counts as 0.
-    ``input_tokens`` is raised to at least the two cache counts and
-    ``output_tokens`` to the reasoning count, as :class:`Usage` counts them.
-    """
-    cache_read = _count(cache_read_input_tokens)
-    cache_creation = _count(cache_creation_input_tokens)
-    reasoning = _count(reasoning_output_tokens)
-    return Usage(
-        requests=_count(requests),
-        input_tokens=max(_count(input_tokens), min(cache_read + cache_creation, MAX_COUNT)),
-        output_tokens=max(_count(output_tokens), reasoning),
-        cache_read_input_tokens=cache_read,
-        cache_creation_input_tokens=cache_creation,
-        reasoning_output_tokens=reasoning,
-        cost_usd=_cost(cost_usd),
-    )
-
-
 def _claude_usage(events: list[dict[str, Any]]) -> Usage | None:
     """What Claude Code's last ``result`` says it spent, or ``None`` without one."""
     results = [event for event in events if event.get("type") == "result"]
@@ -496,9 +450,9 @@ def claude_result_usage(result: Mapping[str, Any]) -> Usage:
 
 def _anthropic_counts(inputs: Any, outputs: Any, cache_read: Any, cache_creation: Any) -> Usage:
     """Token counts as Anthropic gives them (input without the cache), as a Usage."""
-    read, created = _count(cache_read), _count(cache_creation)
+    read, created = reported_count(cache_read), reported_count(cache_creation)
     return reported_usage(
-        input_tokens=min(_count(inputs) + read + created, MAX_COUNT),
+        input_tokens=min(reported_count(inputs) + read + created, MAX_COUNT),
         output_tokens=outputs,
         cache_read_input_tokens=read,
         cache_creation_input_tokens=created,

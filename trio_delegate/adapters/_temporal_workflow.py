@@ -24,8 +24,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityCancellationType
 
-from .._runners._agents import reported_usage
-from .._usage import COUNTS, Usage
+from .._usage import COUNTS, Usage, reported_usage
 
 __all__ = [
     "LEASE_EXPIRED",

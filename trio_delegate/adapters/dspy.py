@@ -69,7 +69,7 @@ from .. import (
     Parent,
     Usage,
 )
-from .._runners._agents import reported_usage
+from .._usage import reported_usage
 from ._bridge import run_asyncio
 from ._common import (
     ChildRunner,

@@ -57,7 +57,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import ChildContext, DelegationError, DelegationTools, Output, Parent, Usage
-from .._runners._agents import reported_usage
+from .._usage import reported_usage
 from ._bridge import run_asyncio
 from ._common import (
     ChildRunner,
