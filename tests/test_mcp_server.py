@@ -626,3 +626,41 @@ async def test_progress_notices_carry_the_childs_latest_report_at_most_once_an_i
     ]
     assert reports[2][0] == 120  # the loop's last report (120 of them by 15 s)
     assert all(total is None for _, total, _ in reports)
+
+
+async def _spends_then_waits(ctx: td.ChildContext) -> str:
+    ctx.add_usage(td.Usage(requests=1, input_tokens=400, output_tokens=200))
+    await trio.sleep_forever()
+    return "never"
+
+
+async def test_a_parent_budget_bounds_each_connection_alone(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    spender = td.Subagent("spender", _spends_then_waits, description="Spends 600 tokens.")
+    config = td.Config(fail_closed=False)
+    budget = td.Budget(max_total_tokens=1000)
+    async with td.open_runtime([spender], config=config) as rt:
+        server = build_server(rt, parent_budget=budget)
+        async with (
+            open_client(server, timeout=1e6) as first,
+            open_client(server, timeout=1e6) as second,
+        ):
+            start = {"subagent": "spender", "task": "spend", "background": True}
+            one = payload(await first.call_tool("delegate_task", start))["run_id"]
+            other = payload(await second.call_tool("delegate_task", start))["run_id"]
+            # The connection's second run takes its parent past 1,000 tokens.
+            two = payload(await first.call_tool("delegate_task", start))["run_id"]
+            for run_id in (one, two):
+                waited = await first.call_tool("wait_subagent", {"run_id": run_id})
+                assert waited.is_error
+                assert "max_total_tokens" in payload(waited)["error"]["message"]
+            refused = await first.call_tool("delegate_task", start)
+            assert refused.is_error
+            assert payload(refused)["error"]["type"] == "budget_exceeded"
+            # The other connection's parent has its own budget, untouched.
+            status = payload(await second.call_tool("subagent_status", {"run_id": other}))
+            assert status["status"] == "running"
+            await second.call_tool("cancel_subagent", {"run_id": other})
+    with pytest.raises(td.InvalidArgumentsError, match="parent_budget"):
+        build_server(rt, parent_budget={"max_total_tokens": 1})  # type: ignore[arg-type]

@@ -256,3 +256,19 @@ async def test_a_configured_budget_stops_the_run_that_passes_it(
         assert isinstance(cause, td.BudgetExceededError)
         assert (cause.scope, cause.limit, cause.limit_value) == ("run", "max_total_tokens", 1000)
         assert rt.usage.total_tokens == 1100
+
+
+def test_the_server_budget_is_each_connections_parent_budget(tmp_path: Path) -> None:
+    path = write(tmp_path, "[server]\nbudget = { max_total_tokens = 500 }\n" + ECHO)
+    assert load_server_config(path).parent_budget == td.Budget(max_total_tokens=500)
+    assert load_server_config(write(tmp_path, ECHO)).parent_budget is None
+
+
+@pytest.mark.parametrize(("value", "key", "problem", "fix"), BAD_BUDGETS)
+def test_a_bad_server_budget_names_the_key_the_value_and_the_fix(
+    tmp_path: Path, value: str, key: str, problem: str, fix: str
+) -> None:
+    wrong = error(tmp_path, f"[server]\nbudget = {value}\n" + ECHO)
+    assert wrong.key == f"server.{key}"
+    assert problem in str(wrong)
+    assert fix in wrong.fix

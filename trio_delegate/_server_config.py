@@ -60,6 +60,7 @@ from ._config_file._structure import structure
 from ._config_file._values import owner_problem, store
 from ._errors import InvalidArgumentsError
 from ._subagent import Runner, Subagent
+from ._usage import Budget
 
 __all__ = [
     "DEFAULT_FOREGROUND_LIMIT_SECONDS",
@@ -95,6 +96,8 @@ class ServerConfig:
             progress (``[server]``).
         owner: the owner of the server's runs (``[server]``); ``None``: a new
             one per connection.
+        parent_budget: what each connection's runs may spend together
+            (``[server] budget``: its parent's budget), if anything.
         temporal: where ``kind = "temporal"`` subagents' runs go, and what
             ``trio-delegate temporal-worker`` polls (``[temporal]``), if anywhere.
     """
@@ -107,6 +110,7 @@ class ServerConfig:
     progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS
     owner: str | None = None
     temporal: TemporalSettings | None = None
+    parent_budget: Budget | None = None
 
 
 def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
@@ -141,6 +145,7 @@ def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
         server.progress_interval_seconds,
         server.owner,
         sections.temporal,
+        server.budget,
     )
 
 

@@ -91,6 +91,7 @@ def _serve(server_config: ServerConfig, owner: str | None) -> int:
                 store=store,
                 foreground_limit_seconds=server_config.foreground_limit_seconds,
                 progress_interval_seconds=server_config.progress_interval_seconds,
+                parent_budget=server_config.parent_budget,
                 owner=owner if owner is not None else server_config.owner,
             )
         )

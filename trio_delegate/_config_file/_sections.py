@@ -178,6 +178,7 @@ class ServerSection:
         check=check.owner,
         fix='write e.g. owner = "delegate", or remove the key for a new owner per connection',
     )
+    budget: Budget | None = key(None, check=budget, fix=_BUDGET_FIX)
 
 
 @final

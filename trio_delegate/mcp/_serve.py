@@ -24,7 +24,7 @@ import trio
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
-from .. import Config, ResultStore, Runtime, Subagent, open_runtime
+from .. import Budget, Config, ResultStore, Runtime, Subagent, open_runtime
 from ._exit import ExitGuard, relayed_signals, signal_name, stuck_runs
 from ._server import (
     DEFAULT_FOREGROUND_LIMIT_SECONDS,
@@ -51,6 +51,7 @@ async def serve_stdio(
     foreground_limit_seconds: float | None = DEFAULT_FOREGROUND_LIMIT_SECONDS,
     progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
     owner: str | None = None,
+    parent_budget: Budget | None = None,
 ) -> None:
     """Serve the delegation tools over this process's stdin and stdout.
 
@@ -86,6 +87,8 @@ async def serve_stdio(
             progress to a client that asked for it.
         owner: the owner of the connection's runs (see :func:`build_server`);
             ``None`` for a new one.
+        parent_budget: what the connection's runs may spend together (its
+            parent's budget, contract §20), or ``None``.
 
     Raises:
         InvalidArgumentsError: malformed subagents, config or limits.
@@ -104,6 +107,7 @@ async def serve_stdio(
             foreground_limit_seconds=foreground_limit_seconds,
             progress_interval_seconds=progress_interval_seconds,
             owner=owner,
+            parent_budget=parent_budget,
         ),
         _ready_line(subagents, config, store, foreground_limit_seconds),
         guard,

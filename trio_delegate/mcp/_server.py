@@ -44,6 +44,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import (
+    Budget,
     DelegationError,
     DelegationTools,
     InvalidArgumentsError,
@@ -55,6 +56,7 @@ from .. import (
 )
 from .._checks import describe
 from .._tools import traced_call
+from .._usage import check_budget
 from ..lowlevel import abandon
 from ._connection_end import ClientEnds, left_behind, leftovers
 from ._results import error_result, success_result
@@ -192,6 +194,7 @@ def build_server(
     progress_interval_seconds: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
     owner: str | None = None,
     task_poll_interval_seconds: float = DEFAULT_TASK_POLL_INTERVAL_SECONDS,
+    parent_budget: Budget | None = None,
 ) -> Server[Any]:
     """An MCP server giving each connection a parent of its own on *runtime*.
 
@@ -230,15 +233,21 @@ def build_server(
             ``mcp-<random>`` one per connection.
         task_poll_interval_seconds: the polling interval the server suggests
             for tasks (``pollIntervalMs``).
+        parent_budget: what each connection's runs may spend together: the
+            budget of its parent (contract §20), or ``None``. A report that
+            passes it cancels that connection's runs, and its later starts
+            are refused; other connections are untouched.
 
     Raises:
-        InvalidArgumentsError: a limit that is not a finite number > 0, or
-            an owner that is not valid.
+        InvalidArgumentsError: a limit that is not a finite number > 0, an
+            owner that is not valid, or a *parent_budget* that is not a
+            :class:`~trio_delegate.Budget`.
     """
     limits = _limits(foreground_limit_seconds, progress_interval_seconds)
     poll = _limits(None, task_poll_interval_seconds, "task_poll_interval_seconds")
     if owner is not None:
         _check_owner(owner)
+    check_budget("parent_budget", parent_budget)
 
     @asynccontextmanager
     async def session() -> AsyncIterator[_Connection]:
@@ -247,7 +256,7 @@ def build_server(
         # Only a store that outlives the process keeps what a person may read later.
         stored = runtime.store is not None and not isinstance(runtime.store, MemoryStore)
         try:
-            async with runtime.open_parent(who) as parent:
+            async with runtime.open_parent(who, budget=parent_budget) as parent:
                 logger.info("connection %s opened", who)
                 tools = parent.tools()
                 book = TaskBook(
