@@ -104,6 +104,17 @@ MODULES ?= tests
 test-under-load: $(STAMP_DEV)
 	$(BIN)/python -m tests.under_load --runs $(RUNS) $(MODULES) -- $(PYTEST_XDIST) --ignore=$(TEMPORAL_PROCESS_TESTS) $(PYTEST_ARGS)
 
+# Three processes on one SQLite store play a seeded random mix of every call
+# for SOAK_MINUTES, with SIGKILL/restart and SIGSTOP/SIGCONT on a schedule; the
+# histories and the store are then checked (tools/soak.py prints the seed and
+# the schedule, and how to replay them). `make test` runs a short smoke of it.
+SOAK_MINUTES ?= 10
+SOAK_KILLS ?= 5
+SOAK_STOPS ?= 3
+.PHONY: soak
+soak: $(STAMP_DEV)
+	$(BIN)/python tools/soak.py run --minutes $(SOAK_MINUTES) --kills $(SOAK_KILLS) --stops $(SOAK_STOPS) $(SOAK_ARGS)
+
 bench: $(STAMP_DEV)
 	$(BIN)/python -m benchmarks
 

@@ -181,6 +181,8 @@ def encode_value(value: object) -> Any:
         }
     if isinstance(value, Usage):
         return {"type": "usage", **to_json_ready(value)}
+    if value == ():
+        return {"type": "empty"}
     if isinstance(value, tuple) and all(isinstance(item, RunHandle) for item in value):
         return {"type": "handles", "handles": [_handle(item) for item in value]}
     if isinstance(value, tuple) and all(isinstance(item, Question) for item in value):
