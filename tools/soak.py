@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import random
@@ -124,6 +125,7 @@ class Player:
         self.ids: list[str] = []  # runs this parent started
         self.foreign: list[str] = []  # runs of this owner other processes started
         self.ended: dict[str, str] = {}  # run id -> terminal status seen
+        self.read_to: dict[Path, int] = {}  # how far each sibling history was read
 
     def task(self) -> str:
         kind = self.rng.choice(KINDS)
@@ -247,26 +249,34 @@ class Player:
         return "yes"
 
     def read_siblings(self) -> None:
-        """The runs of this owner that the other processes started (from their histories)."""
-        known = set(self.foreign)
+        """The runs of this owner that the other processes started (from their histories).
+
+        Each file is read on from where the last reading stopped, whole lines only.
+        """
         mine = f"{self.parent.recorder.process}.jsonl"
         for path in self.directory.glob("*.jsonl"):
             if path.name == mine:
                 continue
             try:
-                events = tdt.read_history(path)
-            except (OSError, ValueError):
+                with path.open("rb") as f:
+                    f.seek(self.read_to.get(path, 0))
+                    data = f.read()
+            except OSError:
                 continue
-            for event in events:
+            whole = data[: data.rfind(b"\n") + 1]
+            self.read_to[path] = self.read_to.get(path, 0) + len(whole)
+            for line in whole.splitlines():
+                try:
+                    event = tdt.HistoryEvent.from_json(json.loads(line))
+                except ValueError:
+                    continue
                 value = event.value
                 if (
                     event.owner == self.parent.owner
                     and event.op == "start"
                     and event.phase == "returned"
                     and isinstance(value, dict)
-                    and value.get("run_id") not in known
                 ):
-                    known.add(value["run_id"])
                     self.foreign.append(value["run_id"])
 
 
