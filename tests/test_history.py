@@ -47,6 +47,11 @@ SUBAGENTS = [
 ]
 
 
+async def follow(settled: tdt.RecordedSettled) -> None:
+    async for _ in settled:
+        pass
+
+
 @attrs.frozen
 class Played:
     events: tuple[HistoryEvent, ...]
@@ -62,7 +67,9 @@ async def play(path: Path | None = None) -> Played:
     async with (
         td.open_runtime(SUBAGENTS, store=store) as rt,
         recorder.open_parent(rt, "alice", budget=BUDGET) as parent,
+        trio.open_nursery() as nursery,
     ):
+        nursery.start_soon(follow, parent.settled())
         ids["waited"] = (await parent.start("ok", "a")).run_id
         parent.status(ids["waited"])
         await parent.wait(ids["waited"])
@@ -87,6 +94,8 @@ async def play(path: Path | None = None) -> Played:
         parent.usage()
         parent.runs()
         parent.check_resolved()
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
     recorder.note("runtime_closed")
     recorder.close()
     records = await store.list_runs(limit=1000)
@@ -132,7 +141,9 @@ async def test_a_history_that_keeps_the_contract_has_no_violation(
     assert tdt.read_history(tmp_path / "p1.jsonl") == played.events
     ops = {event.op for event in played.events}
     assert {"start", "delegate", "wait", "status", "cancel", "answer", "usage"} <= ops
-    assert {"check_resolved", "close_parent", "open_parent", "runtime_closed"} <= ops
+    assert {"check_resolved", "close_parent", "open_parent", "runtime_closed", "settled"} <= ops
+    settled = [e.value["status"] for e in played.events if e.op == "settled"]
+    assert sorted(settled) == ["cancelled", *["completed"] * 5, "failed"]
 
 
 async def test_a_recorded_call_raises_what_the_parent_raises_and_records_it(

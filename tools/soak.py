@@ -285,6 +285,12 @@ class Player:
                     self.foreign.append(value["run_id"])
 
 
+async def follow(settled: tdt.RecordedSettled) -> None:
+    """Take every settled run (the recorder records each)."""
+    async for _ in settled:
+        pass
+
+
 async def play_parent(
     rt: td.Runtime, recorder: tdt.HistoryRecorder, owner: str, args: argparse.Namespace
 ) -> None:
@@ -292,7 +298,11 @@ async def play_parent(
     budget = BUDGET if owner == "carol" else None
     deadline = math.inf if args.seconds is None else time.monotonic() + args.seconds
     try:
-        async with recorder.open_parent(rt, owner, budget=budget) as parent:
+        async with (
+            recorder.open_parent(rt, owner, budget=budget) as parent,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(follow, parent.settled())
             player = Player(parent, rng, Path(args.dir))
             for _ in range(args.ops):
                 if time.monotonic() > deadline:
@@ -300,6 +310,7 @@ async def play_parent(
                 await player.step()
                 await trio.sleep(rng.random() * 0.02)
             await player.resolve()
+            nursery.cancel_scope.cancel()
     except td.UnresolvedDelegationError:
         pass  # recorded as the close's answer: the checker holds it to the history
 

@@ -44,7 +44,13 @@ from ._clock import (
     run,
     settle,
 )
-from ._history import HistoryEvent, HistoryRecorder, RecordedParent, read_history
+from ._history import (
+    HistoryEvent,
+    HistoryRecorder,
+    RecordedParent,
+    RecordedSettled,
+    read_history,
+)
 from ._history_check import INVARIANTS, Violation, check_history
 from ._model import Answer, IndeterminateError, LifecycleModel, answer_of
 from ._scripted import (
@@ -114,6 +120,7 @@ __all__ = [
     "HistoryRecorder",
     "INVARIANTS",
     "RecordedParent",
+    "RecordedSettled",
     "Violation",
     "check_history",
     "read_history",

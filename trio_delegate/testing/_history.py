@@ -30,7 +30,7 @@ from .._errors import DelegationError, UnresolvedDelegationError
 from .._results import AnswerAck, CancelAck, Question, RunHandle, RunResult
 from .._usage import Budget, Usage
 
-__all__ = ["HistoryEvent", "HistoryRecorder", "RecordedParent", "read_history"]
+__all__ = ["HistoryEvent", "HistoryRecorder", "RecordedParent", "RecordedSettled", "read_history"]
 
 T = TypeVar("T")
 
