@@ -387,3 +387,16 @@ def test_every_invariant_is_named_and_described() -> None:
         "answer_once",
         "answer_open",
     }
+
+
+async def test_a_violation_renders_its_calls_a_line_each_cut_short(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    played = await play()
+    records = with_record(played, played.ids["bad"], status=td.RunStatus.TIMED_OUT)
+    (found,) = tdt.check_history([played.events], records)
+    lines = str(found).splitlines()
+    assert lines[0].startswith("[one_ending] run ")
+    assert len(lines) == 1 + len(found.calls)
+    assert all(len(line) <= 404 for line in lines[1:])
+    assert any(line.endswith("…") for line in lines[1:])  # the error messages are long

@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
@@ -322,12 +323,39 @@ def open_store(location: str) -> td.ResultStore:
     return td.SQLiteStore(location)
 
 
+class FaultyStore:
+    """A store whose every call is slow while the file ``slow`` exists in *flags*,
+    and whose writes fail as a full disk's do while the file ``full`` exists.
+
+    Everything else (capabilities, poll interval, lease) is the store's own.
+    """
+
+    def __init__(self, inner: Any, flags: Path) -> None:
+        self._inner = inner
+        self._slow = flags / "slow"
+        self._full = flags / "full"
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name.startswith("_") or not callable(value):
+            return value
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if os.path.exists(self._slow):  # noqa: ASYNC240 - a flag file: one stat
+                await trio.sleep(0.3)
+            if name == "write" and os.path.exists(self._full):  # noqa: ASYNC240
+                raise td.StoreError("database or disk is full (a fault the soak injected)")
+            return await value(*args, **kwargs)
+
+        return call
+
+
 async def worker(args: argparse.Namespace) -> None:
     global RECORDER
     recorder = RECORDER = tdt.HistoryRecorder(
         args.process, Path(args.dir) / f"{args.process}.jsonl"
     )
-    store = open_store(args.store)
+    store = FaultyStore(open_store(args.store), Path(args.dir))
     async with td.open_runtime(SUBAGENTS, store=store) as rt, trio.open_nursery() as nursery:
         for owner in OWNERS:
             nursery.start_soon(play_parent, rt, recorder, owner, args)
@@ -343,13 +371,14 @@ class Fault:
     """One scheduled fault: at *when* (events of the victim's history, or seconds), *what*."""
 
     when: float
-    what: str  # "kill" or "stop"
+    what: str  # "kill", "stop", "slow" or "full"
     victim: int
 
 
 def schedule(rng: random.Random, args: argparse.Namespace) -> list[Fault]:
     faults = []
-    for what, count in (("kill", args.kills), ("stop", args.stops)):
+    counts = (("kill", args.kills), ("stop", args.stops), ("slow", args.slow), ("full", args.full))
+    for what, count in counts:
         for _ in range(count):
             if args.seconds is None:
                 when = float(rng.randrange(20, max(21, args.ops * 4)))
@@ -397,6 +426,14 @@ class Fleet:
 
     def apply(self, fault: Fault) -> None:
         index, proc = fault.victim, self.procs[fault.victim]
+        if fault.what in ("slow", "full"):
+            # Every worker's store: slow, or failing its writes, for two seconds.
+            flag = self.dir / fault.what
+            flag.touch()
+            time.sleep(2.0)
+            flag.unlink()
+            print(f"  fault {fault}: the store was {fault.what} for 2 s", flush=True)
+            return
         if proc.poll() is not None:
             print(f"  fault {fault}: {self.name(index)} already ended", flush=True)
             return
@@ -461,7 +498,7 @@ def drive(args: argparse.Namespace) -> int:
     args.dir = str(directory)
     replay = f"python tools/soak.py run --seed {args.seed} --store {args.store}"
     replay += f" --processes {args.processes}"
-    replay += f" --kills {args.kills} --stops {args.stops}"
+    replay += f" --kills {args.kills} --stops {args.stops} --slow {args.slow} --full {args.full}"
     replay += f" --ops {args.ops}" if args.seconds is None else f" --minutes {args.minutes}"
     print(
         f"soak: seed {args.seed}, {args.processes} processes on {args.store}, files in {directory}",
@@ -507,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--processes", type=int, default=3)
     run.add_argument("--kills", type=int, default=1)
     run.add_argument("--stops", type=int, default=0)
+    run.add_argument("--slow", type=int, default=0, help="times the store turns slow")
+    run.add_argument("--full", type=int, default=0, help="times the store runs out of space")
     run.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     run.add_argument("--dir")
     one = sub.add_parser("worker")

@@ -85,8 +85,13 @@ class Violation:
 
     def __str__(self) -> str:
         lines = [f"[{self.invariant}] {self.message}"]
-        lines.extend(f"    {event}" for event in self.calls)
+        # Each event on a line of its own, cut: a listing can name hundreds of runs.
+        lines.extend(f"    {_cut(str(event), 400)}" for event in self.calls)
         return "\n".join(lines)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @attrs.frozen
