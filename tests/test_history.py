@@ -400,3 +400,23 @@ async def test_a_violation_renders_its_calls_a_line_each_cut_short(
     assert len(lines) == 1 + len(found.calls)
     assert all(len(line) <= 404 for line in lines[1:])
     assert any(line.endswith("…") for line in lines[1:])  # the error messages are long
+
+
+async def test_an_unresolved_verdict_naming_another_parents_run_is_caught(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    played = await play()
+    events = list(played.events)
+    index = answer_of(played, "check_resolved")
+    start = answer_of(played, "start", played.ids["waited"])
+    # The run's start answered in another parent (of another owner).
+    events[start] = attrs.evolve(events[start], parent="bob#9", owner="bob")
+    error = {
+        "type": "UnresolvedDelegationError",
+        "message": "",
+        "unresolved": [played.ids["waited"]],
+    }
+    events[index] = attrs.evolve(events[index], phase="raised", error=error)
+    found = tdt.check_history([events], played.records)
+    assert "fail_closed" in invariants(found)
+    assert any("never started it (bob#9 did" in v.message for v in found)

@@ -163,6 +163,12 @@ class _Checker:
         for event in self.events:
             for claim in _claims(event):
                 self.claims[claim.run_id].append(claim)
+        # Which recorded parent each run's admitting call answered in.
+        self.admitted_by: dict[str, str] = {}
+        for event in self.events:
+            run_id = _admitted(event)
+            if run_id is not None:
+                self.admitted_by.setdefault(run_id, event.parent)
         self.calls: dict[tuple[str, int], HistoryEvent] = {
             (e.process, e.call): e for e in self.events if e.phase == "call"
         }
@@ -335,12 +341,21 @@ class _Checker:
                             )
                 elif event.error and event.error.get("type") == "UnresolvedDelegationError":
                     for run_id in event.error.get("unresolved") or ():
-                        if run_id not in started[event.parent]:
+                        # Only runs this parent started count (§7): one another parent
+                        # admitted, or of another owner, is never its unresolved work.
+                        # (A run whose admitting call raised without naming it may
+                        # still be this parent's: it is given the benefit of the doubt.)
+                        other = self.admitted_by.get(run_id, event.parent)
+                        record = self.records.get(run_id)
+                        if other != event.parent or (
+                            record is not None and record.owner != event.owner
+                        ):
                             self.flag(
                                 "fail_closed",
                                 run_id,
                                 f"{event.op} of {event.parent} names run {run_id} unresolved, "
-                                "but that parent never started it",
+                                f"but that parent never started it ({other} did, for owner "
+                                f"{record.owner if record is not None else '?'})",
                                 *self.with_call(event),
                             )
                         elif self._observed_before(run_id, event, same_process=True):
