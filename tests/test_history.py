@@ -3,6 +3,7 @@ and each invariant is caught when a violation is planted in a history or a store
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -259,19 +260,25 @@ async def test_a_run_of_a_killed_process_read_live_past_the_bound_is_caught(
 ) -> None:
     played = await play()
     run_id = played.ids["slow"]
-    killed = HistoryEvent("p1", "", "", len(played.events), 999, "killed", "note", wall_time=1000.0)
+    # Killed after every run ended (as the store says): only what others read is at stake.
+    at = max(
+        datetime.datetime.fromisoformat(r.ended_at).timestamp()
+        for r in played.records
+        if r.ended_at
+    )
+    killed = HistoryEvent("p1", "", "", len(played.events), 999, "killed", "note", wall_time=at)
     dead = [*played.events, killed]
     status = HistoryEvent(
         "p2", "alice#1", "alice", 0, 1, "status", "returned",
         value={"type": "handle", "run_id": run_id, "subagent": "slow", "status": "running"},
-        wall_time=1000.0 + 31,
+        wall_time=at + 31,
     )  # fmt: skip
     found = tdt.check_history([dead, [status]], played.records, interrupt_bound_seconds=30)
     assert invariants(found) == {"interrupted"}
     assert found[0].calls[0] == killed
     assert found[0].calls[-1] == status
     # Within the bound it is no violation.
-    early = attrs.evolve(status, wall_time=1000.0 + 29)
+    early = attrs.evolve(status, wall_time=at + 29)
     assert tdt.check_history([dead, [early]], played.records, interrupt_bound_seconds=30) == []
 
 
@@ -420,3 +427,25 @@ async def test_an_unresolved_verdict_naming_another_parents_run_is_caught(
     found = tdt.check_history([events], played.records)
     assert "fail_closed" in invariants(found)
     assert any("never started it (bob#9 did" in v.message for v in found)
+
+
+async def test_a_run_of_a_killed_process_ended_otherwise_than_failed_is_caught(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    played = await play()
+    run_id = played.ids["slow"]
+    record = record_of(played, run_id)
+    assert record.ended_at is not None
+    ended = datetime.datetime.fromisoformat(record.ended_at).timestamp()
+    # The process was killed a second before the store says the run ended.
+    killed = HistoryEvent(
+        "p1", "", "", len(played.events), 999, "killed", "note", wall_time=ended - 1
+    )
+    found = tdt.check_history([[*played.events, killed]], played.records)
+    assert invariants(found) == {"interrupted"}
+    (about,) = [v for v in found if v.run_id == run_id]
+    assert "ended cancelled 1.0 s after the kill" in about.message
+    # Failed (interrupted) is how such a run ends.
+    records = with_record(played, run_id, status=td.RunStatus.FAILED)
+    found = tdt.check_history([[*played.events, killed]], records)
+    assert [v for v in found if v.run_id == run_id and v.invariant == "interrupted"] == []

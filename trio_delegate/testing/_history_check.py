@@ -8,6 +8,7 @@ invariant and the events that show it.
 
 from __future__ import annotations
 
+import datetime
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, final
@@ -28,7 +29,7 @@ INVARIANTS: Final[Mapping[str, str]] = {
     "result_durable": "every completed result that was returned is stored as completed",
     "status_monotonic": "the statuses a process reports for a run never go back",
     "closed_runtime": "no call is answered after its runtime closed, and no run stays live",
-    "interrupted": "the live runs of a killed process end failed (interrupted) in bounded time",
+    "interrupted": "the live runs of a killed process end failed (interrupted), in bounded time",
     "fail_closed": "fail-closed verdicts agree with the history",
     "observed_by_wait": "a run stored as observed had its result returned by a wait",
     "budget_overrun": "a budget's spend passes a limit by at most the one report that crossed it",
@@ -139,6 +140,19 @@ def _admitted(event: HistoryEvent) -> str | None:
         run_id = (event.error or {}).get("run_id")
         return run_id if isinstance(run_id, str) else None
     return None
+
+
+def _timestamp(text: str | None) -> float | None:
+    """The Unix time of a stored ISO 8601 time (``ended_at``), if it reads as one."""
+    if not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
 
 
 def _spent(usage: Mapping[str, Any], fields: tuple[str, ...]) -> float:
@@ -277,6 +291,23 @@ class _Checker:
                 continue
             admitted = {_admitted(e) for e in history} - {None}
             for run_id in sorted(r for r in admitted if r is not None):
+                # Ended after its process was killed: only an interruption can end it then.
+                record = self.records.get(run_id)
+                ended = None if record is None else _timestamp(record.ended_at)
+                if (
+                    record is not None
+                    and ended is not None
+                    and ended > killed.wall_time
+                    and record.status is not RunStatus.FAILED
+                ):
+                    self.flag(
+                        "interrupted",
+                        run_id,
+                        f"run {run_id} of killed process {killed.process} ended "
+                        f"{record.status.value} {ended - killed.wall_time:.1f} s after the kill; "
+                        "a run whose process is gone can only be failed (interrupted)",
+                        killed,
+                    )
                 # Answers of other processes, past the bound, must not read it live.
                 for claim in self.claims.get(run_id, ()):
                     if (
