@@ -426,7 +426,7 @@ async def test_an_unresolved_verdict_naming_another_parents_run_is_caught(
     events[index] = attrs.evolve(events[index], phase="raised", error=error)
     found = tdt.check_history([events], played.records)
     assert "fail_closed" in invariants(found)
-    assert any("never started it (bob#9 did" in v.message for v in found)
+    assert any("never started it (p1/bob#9 did" in v.message for v in found)
 
 
 async def test_a_run_of_a_killed_process_ended_otherwise_than_failed_is_caught(
@@ -449,3 +449,12 @@ async def test_a_run_of_a_killed_process_ended_otherwise_than_failed_is_caught(
     records = with_record(played, run_id, status=td.RunStatus.FAILED)
     found = tdt.check_history([[*played.events, killed]], records)
     assert [v for v in found if v.run_id == run_id and v.invariant == "interrupted"] == []
+
+
+async def test_an_answer_accepted_in_another_process_is_a_request_not_a_second_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    played = await play()
+    answer = played.events[answer_of(played, "answer")]
+    remote = [attrs.evolve(answer, process="p2", seq=0)]
+    assert tdt.check_history([played.events, remote], played.records) == []

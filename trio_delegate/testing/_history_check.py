@@ -34,7 +34,7 @@ INVARIANTS: Final[Mapping[str, str]] = {
     "observed_by_wait": "a run stored as observed had its result returned by a wait",
     "budget_overrun": "a budget's spend passes a limit by at most the one report that crossed it",
     "budget_admission": "nothing is admitted in a scope whose budget was passed",
-    "answer_once": "an answer or decline is accepted at most once per question",
+    "answer_once": "an answer or decline is accepted at most once per question where it lives",
     "answer_open": "an answer is accepted only for a run that is not terminal",
 }
 
@@ -178,11 +178,11 @@ class _Checker:
             for claim in _claims(event):
                 self.claims[claim.run_id].append(claim)
         # Which recorded parent each run's admitting call answered in.
-        self.admitted_by: dict[str, str] = {}
+        self.admitted_by: dict[str, tuple[str, str]] = {}  # run id -> (process, parent)
         for event in self.events:
             run_id = _admitted(event)
             if run_id is not None:
-                self.admitted_by.setdefault(run_id, event.parent)
+                self.admitted_by.setdefault(run_id, (event.process, event.parent))
         self.calls: dict[tuple[str, int], HistoryEvent] = {
             (e.process, e.call): e for e in self.events if e.phase == "call"
         }
@@ -376,16 +376,16 @@ class _Checker:
                         # admitted, or of another owner, is never its unresolved work.
                         # (A run whose admitting call raised without naming it may
                         # still be this parent's: it is given the benefit of the doubt.)
-                        other = self.admitted_by.get(run_id, event.parent)
+                        here = (event.process, event.parent)
+                        other = self.admitted_by.get(run_id, here)
                         record = self.records.get(run_id)
-                        if other != event.parent or (
-                            record is not None and record.owner != event.owner
-                        ):
+                        if other != here or (record is not None and record.owner != event.owner):
                             self.flag(
                                 "fail_closed",
                                 run_id,
                                 f"{event.op} of {event.parent} names run {run_id} unresolved, "
-                                f"but that parent never started it ({other} did, for owner "
+                                "but that parent never started it "
+                                f"({'/'.join(other)} did, for owner "
                                 f"{record.owner if record is not None else '?'})",
                                 *self.with_call(event),
                             )
@@ -514,8 +514,13 @@ class _Checker:
                     and value.get("accepted")
                 ):
                     continue
-                accepted[str(value.get("question_id"))].append(event)
                 run_id = str(value.get("run_id"))
+                # Applied where the run lives: an acceptance in another process that
+                # shares the store is a request its owner applies (§16, §19), which
+                # the owner's own history cannot show; those are not counted here.
+                admitted = self.admitted_by.get(run_id)
+                if admitted is None or admitted[0] == event.process:
+                    accepted[str(value.get("question_id"))].append(event)
                 if run_id in ended:
                     self.flag(
                         "answer_open",
