@@ -104,6 +104,22 @@ MODULES ?= tests
 test-under-load: $(STAMP_DEV)
 	$(BIN)/python -m tests.under_load --runs $(RUNS) $(MODULES) -- $(PYTEST_XDIST) --ignore=$(TEMPORAL_PROCESS_TESTS) $(PYTEST_ARGS)
 
+# Three processes on one store (SOAK_STORE: sqlite or postgres) play a seeded
+# random mix of every call for SOAK_MINUTES, with SIGKILL/restart, SIGSTOP/SIGCONT
+# and a slow store on a schedule (SOAK_FULL: times the store runs out of space);
+# the histories and the store are then checked. tools/soak.py prints the seed,
+# the schedule and how to replay them. `make test` runs a short smoke of it.
+SOAK_MINUTES ?= 10
+SOAK_STORE ?= sqlite
+SOAK_KILLS ?= 5
+SOAK_STOPS ?= 3
+SOAK_SLOW ?= 3
+SOAK_FULL ?= 0
+.PHONY: soak
+soak: $(STAMP_DEV)
+	$(BIN)/python tools/soak.py run --minutes $(SOAK_MINUTES) --store $(SOAK_STORE) \
+		--kills $(SOAK_KILLS) --stops $(SOAK_STOPS) --slow $(SOAK_SLOW) --full $(SOAK_FULL) $(SOAK_ARGS)
+
 bench: $(STAMP_DEV)
 	$(BIN)/python -m benchmarks
 

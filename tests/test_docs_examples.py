@@ -62,6 +62,7 @@ EXPECTED: dict[str, list[str]] = {
     "testing.md#3": ["10 random lifecycles agreed with the model"],
     # The digest of a whole trace changes with any change to what is traced.
     "testing.md#4": [r"\d+ trace lines, twice the same: sha256 [0-9a-f]{64}"],
+    "testing.md#5": ["0 violations"],
     "usage.md#0": [
         "researcher may spend 1500",
         "1000 tokens for notes on topic A",

@@ -18,6 +18,12 @@
 * **A scripted model** — :class:`ScriptedModel` stands in for a language
   model: it replays tool calls (:class:`ToolCall`) against
   ``parent.tools()`` and records every answer.
+* **Histories** — :class:`HistoryRecorder` wraps a host's parents
+  (:class:`RecordedParent`) and records every call and its answer
+  (:class:`HistoryEvent`), per process, with both clocks;
+  :func:`check_history` reads the histories of every process and the
+  store's final records and returns each :class:`Violation` of the contract
+  (:data:`INVARIANTS`) with the calls that show it.
 * **A runtime's internals** — :func:`internals` takes a snapshot
   (:class:`Internals`) of what no contract promises but a test of
   trio_delegate itself may need to see: whether an observer follows the
@@ -38,6 +44,14 @@ from ._clock import (
     run,
     settle,
 )
+from ._history import (
+    HistoryEvent,
+    HistoryRecorder,
+    RecordedParent,
+    RecordedSettled,
+    read_history,
+)
+from ._history_check import INVARIANTS, Violation, check_history
 from ._model import Answer, IndeterminateError, LifecycleModel, answer_of
 from ._scripted import (
     Checkpoint,
@@ -101,6 +115,15 @@ __all__ = [
     "ScriptedModel",
     "ToolCall",
     "ToolCallRecord",
+    # histories and their checker
+    "HistoryEvent",
+    "HistoryRecorder",
+    "INVARIANTS",
+    "RecordedParent",
+    "RecordedSettled",
+    "Violation",
+    "check_history",
+    "read_history",
     # a runtime's internals
     "Internals",
     "internals",

@@ -1,0 +1,30 @@
+"""The soak in miniature (``tools/soak.py``, ``make soak``): three processes on one
+SQLite store, a worker killed and restarted, another stopped and continued, the
+store slow for a while; every history and the store's records checked. It must
+find no violation."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def test_a_short_soak_on_sqlite_finds_no_violation(tmp_path: Path) -> None:
+    command = [sys.executable, str(ROOT / "tools" / "soak.py"), "run", "--seed", "1"]
+    command += ["--ops", "40", "--kills", "1", "--stops", "1", "--slow", "1"]
+    command += ["--dir", str(tmp_path)]
+    done = await trio.run_process(command, capture_stdout=True, check=False, cwd=ROOT)
+    out = done.stdout.decode()
+    assert done.returncode == 0, out
+    assert "soak: 0 violations (seed 1)" in out
+    # The fault schedule ran: the victim's history ends with the kill, and a
+    # new incarnation of it played on the same store.
+    assert "killed p" in out
+    assert "restarted as p" in out
+    assert "stopped p" in out
+    assert "the store was slow" in out
+    assert " calls in 4 histories, " in out  # three workers and one restarted incarnation

