@@ -224,3 +224,21 @@ def test_malformed_prices_name_their_key(
         load_server_config(write(tmp_path, body.replace("{url}", "http://127.0.0.1:9/v1")))
     assert info.value.key == f"subagents[0].{key}"
     assert fragment in str(info.value)
+
+
+async def test_serve_runs_a_model_subagent_for_an_mcp_client(tmp_path: Path) -> None:
+    from .test_mcp_stdio import call as call_tool
+    from .test_mcp_stdio import serve
+
+    # The lead calls its tool, then answers with what it returned; the fake
+    # model server runs in this process, serve in its own.
+    script: list[Step] = [call("lookup", word="stressed"), lambda turn: text(turn.last.text)]
+    with RESPONSES.fake(script) as fake:
+        config = write(tmp_path, LEAD.format(url=fake.url + "/v1"))
+        with trio.fail_after(60):  # a hang guard only
+            async with serve(config, tmp_path) as client:
+                done = await call_tool(client, "delegate_task", subagent="lead", task="reverse it")
+                status = await call_tool(client, "subagent_status", run_id=done["run_id"])
+    assert done["final_result"] == "desserts"
+    assert status["status"] == "completed"
+    assert status["usage"]["requests"] == 2
