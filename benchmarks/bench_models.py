@@ -23,8 +23,9 @@ server work per turn; waiting on the socket costs neither.
   fake would hold a thread of its own per held request in the measured
   process.
 
-Run as ``python -m benchmarks.bench_models memory KIND RUNS`` it measures
-one process of row 15b and prints its answer as JSON.
+Run as ``python -m benchmarks.bench_models [--full] [--passes N]`` it
+measures these rows alone; ``python -m benchmarks.bench_models memory KIND
+RUNS`` is one process of row 15b, which prints its answer as JSON.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import trio_delegate as td
 
 from ._model import MIB, Figure, Options, Row, Sample, Status, judge, paired_ratios
 from ._probe import resident_bytes
+from ._standalone import run_alone
 from ._timing import clock, interleaved
 
 __all__ = ["LIVE_RUNS", "QUICK_LIVE_RUNS", "TURN_RATIO", "bench"]
@@ -385,6 +387,6 @@ def bench(options: Options) -> list[Row]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["memory"]:
-        raise SystemExit("usage: python -m benchmarks.bench_models memory KIND RUNS")
-    _memory_probe(sys.argv[2], int(sys.argv[3]))
+    if sys.argv[1:2] == ["memory"]:
+        _memory_probe(sys.argv[2], int(sys.argv[3]))
+    sys.exit(run_alone("bench_models", bench, sys.argv[1:]))

@@ -32,11 +32,15 @@ The reports of 14c are made by one task over the leaves' contexts (each
 leaf parked in its runner): ``add_usage`` is synchronous and does not look
 at the calling task, and timing the loop alone leaves out the scheduler
 rounds a runner would take between reports.
+
+Run as ``python -m benchmarks.bench_talk [--full] [--passes N]`` it measures
+these rows alone.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -47,6 +51,7 @@ import trio_delegate as td
 
 from ._allocations import allocations
 from ._model import Figure, Options, Row, Sample, Status, judge, paired_ratios
+from ._standalone import run_alone
 from ._timing import clock, interleaved
 
 __all__ = ["ALLOCATED_BLOCKS_TARGET", "bench"]
@@ -454,3 +459,7 @@ def bench(options: Options) -> list[Row]:
     rows = [progress_row(options), ask_row(options)]
     rows.extend(usage_rows(options))
     return rows
+
+
+if __name__ == "__main__":
+    sys.exit(run_alone("bench_talk", bench, sys.argv[1:]))
