@@ -75,6 +75,18 @@ SLOTS = (
         "bench_temporal",
         "no Temporal benchmark yet (benchmarks/bench_temporal.py)",
     ),
+    Slot(
+        "14",
+        "Progress, questions and usage reports against raw Trio",
+        "bench_talk",
+        "no benchmark of progress, questions and usage yet (benchmarks/bench_talk.py)",
+    ),
+    Slot(
+        "15",
+        "Model subagents: per model turn against the SDK, memory per live model run",
+        "bench_models",
+        "no model subagent benchmark yet (benchmarks/bench_models.py)",
+    ),
 )
 
 
