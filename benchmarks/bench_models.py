@@ -208,9 +208,9 @@ def turn_row(options: Options) -> Row:
         note=(
             "µs of CPU time per model turn (the fake server's thread included), median "
             "[min-max] of the repetitions, ratios of paired repetitions; the runner opens an "
-            f"anthropic.AsyncAnthropic per run: {client:.1f} ms of CPU per conversation in the "
-            "SDK loop, most of it the TLS context its HTTP client builds (the CA bundle "
-            "loaded), whatever the address"
+            "anthropic.AsyncAnthropic per run on its runner's one TLS context (a connection "
+            f"of its own); a client per conversation in the SDK loop costs {client:.1f} ms of "
+            "CPU, most of it the TLS context its HTTP client builds (the CA bundle loaded)"
         ),
         data={
             "conversations": conversations,
@@ -361,8 +361,8 @@ def memory_row(options: Options) -> Row:
         note=(
             "resident memory per live run (RSS, fresh interpreter per kind, fake Anthropic "
             "API in the same process, its request log cleared before each reading); a run "
-            "holds its anthropic.AsyncAnthropic, whose HTTP client keeps a TLS context of "
-            "its own"
+            "holds its anthropic.AsyncAnthropic and its connection; the TLS context is its "
+            "runner's, one for all its runs"
         ),
         data={
             "runs": runs,
