@@ -9,7 +9,6 @@ next runtime writes off as interrupted.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 import trio
@@ -115,6 +114,7 @@ async def test_an_unrecorded_result_is_stored_as_the_failure_it_was_answered_wit
         with pytest.raises(td.RunFailedError, match="disk is full") as answered:
             await parent.delegate("done", "y")
         run_id = answered.value.run_id
+        assert run_id is not None
         store.full = False
         await trio.sleep(FIRST_RETRY)
         await trio.testing.wait_all_tasks_blocked()
@@ -127,21 +127,44 @@ async def test_an_unrecorded_result_is_stored_as_the_failure_it_was_answered_wit
 
 
 async def test_an_ending_refused_until_the_close_is_written_as_the_runtime_closes(
-    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
-    path = tmp_path / "runs.db"
-    store = _Full(td.SQLiteStore(path))
-    with trio.fail_after(30):  # a hang guard only
-        async with td.open_runtime(
-            [td.Subagent("hang", _forever)], store=store, config=CONFIG
-        ) as rt:
-            async with rt.open_parent("alice") as parent:
-                handle = await parent.start("hang", "x")
-                store.full = True
-                parent.cancel(handle.run_id)
-                with pytest.raises(td.RunCancelledError):
-                    await parent.wait(handle.run_id)
-                await trio.testing.wait_all_tasks_blocked()
-                store.full = False
-        # The runtime is closed: nothing outlives it but the store.
-        assert await _stored(td.SQLiteStore(path), handle.run_id) is td.RunStatus.CANCELLED
+    store = _Full(td.MemoryStore())
+    async with (
+        td.open_runtime([td.Subagent("hang", _forever)], store=store, config=CONFIG) as rt,
+        rt.open_parent("alice") as parent,
+    ):
+        handle = await parent.start("hang", "x")
+        store.full = True
+        parent.cancel(handle.run_id)
+        with pytest.raises(td.RunCancelledError):
+            await parent.wait(handle.run_id)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.refused >= 1
+        store.full = False  # and the runtime closes before a retry is due
+    assert await _stored(store.inner, handle.run_id) is td.RunStatus.CANCELLED
+
+
+async def test_an_ending_the_store_never_took_is_written_off_by_the_next_runtime(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = _Full(td.MemoryStore())
+    async with (
+        td.open_runtime([td.Subagent("hang", _forever)], store=store, config=CONFIG) as rt,
+        rt.open_parent("alice") as parent,
+    ):
+        handle = await parent.start("hang", "x")
+        store.full = True
+        parent.cancel(handle.run_id)
+        with pytest.raises(td.RunCancelledError):
+            await parent.wait(handle.run_id)
+    # Full until the close: the run's last live record stays, and the next
+    # runtime to attach records it as interrupted (docs/persistence.md).
+    assert not (await _stored(store.inner, handle.run_id)).is_terminal
+    async with td.open_runtime([], store=store.inner, config=CONFIG):
+        pass
+    record = await store.inner.get(handle.run_id)
+    assert record is not None
+    assert record.status is td.RunStatus.FAILED
+    assert record.error_message is not None
+    assert "interrupted" in record.error_message

@@ -383,6 +383,18 @@ def _ignore(error: StoreError | None) -> None:
     """Nobody waits for the record of an ending that is terminal already."""
 
 
+def _held_by_lease(run: Run, outcome: Outcome) -> bool:
+    """Whether *run*'s ending *outcome* (no result) waits for its record all the
+    same: on a store with a lease, once another runtime may write the run off
+    before its record is written (see ``Lease.holds_up``)."""
+    writer = run.host.writer
+    return (
+        writer is not None
+        and writer.leased
+        and writer.lease.holds_up(run.state.holds_slot, outcome.reason is CancelReason.LEASE_LOST)
+    )
+
+
 class RunHost(Protocol):
     """What a run needs from the parent that admitted it."""
 
@@ -719,8 +731,9 @@ class Run:
 
         A host that records outcomes records it and commits it: a result once
         its record is durable, any other ending at once (see
-        :attr:`Outcome.waits_for_record`). Without a record to write, the run
-        commits it now.
+        :attr:`Outcome.waits_for_record`), but on a store with a lease, where
+        another runtime may write the run off meanwhile (:func:`_held_by_lease`).
+        Without a record to write, the run commits it now.
 
         Returns:
             whether this decision was the first.
@@ -731,7 +744,7 @@ class Run:
         host = self.host
         if not host.records:
             self.commit(outcome)
-        elif not outcome.waits_for_record:
+        elif not outcome.waits_for_record and not _held_by_lease(self, outcome):
             # Terminal at once; its record follows.
             self.commit(outcome)
             host.record(self, outcome, _ignore)

@@ -76,7 +76,6 @@ class Writer:
         "_held",
         "_idle",
         "_ignores_writes",
-        "_lease",
         "_observed",
         "_receive",
         "_records",
@@ -84,6 +83,8 @@ class Writer:
         "_unwritten",
         "_writing",
         "events",
+        "lease",
+        "leased",
         "stats",
         "store",
     )
@@ -91,7 +92,10 @@ class Writer:
     def __init__(self, store: ResultStore, records: Records, lease: Lease) -> None:
         self.store = store
         self._records = records
-        self._lease = lease
+        self.lease = lease
+        # Whether other runtimes write this one's runs off once its lease ran
+        # out (PostgreSQL): its endings may then wait for their records.
+        self.leased = store.lease_seconds is not None
         # What the store declares it can do (ResultStore); anything but True
         # is read as False. A store that can leave out what this runtime wrote
         # itself spares the watcher reading every record it wrote back (and
@@ -174,7 +178,7 @@ class Writer:
         ignored: list[str] = []
         unknown: list[RunRecord] = []
         failures = await commit(self.store, written, ignored, unknown, self.stats, self.events)
-        if ignored or (unknown and self._lease.may_be_written_off()):
+        if ignored or (unknown and self.lease.may_be_written_off()):
             # The endings the store did not keep: another one stood.
             failures.update(await kept_endings(self.store, ignored, unknown, failures))
         self._writing = []
