@@ -326,7 +326,8 @@ class Outcome:
         Only a result does (contract §12: a result handed to a caller is
         durable). Another ending commits at once and its record follows: a
         pending run's cancellation reads ``cancelled`` immediately, and a run
-        stopped because its store is unreachable is not held up by it.
+        stopped because its store is unreachable is not held up by it. (On a
+        store with a lease, more endings wait: see ``Lease.holds_up``.)
         """
         # A run stopped once its lease had run out may have been written off
         # elsewhere meanwhile: it ends as the store says (see _adoption).
@@ -337,7 +338,8 @@ class Outcome:
 
         A result nobody can be sure was recorded is never handed out: a
         completed run fails with the ``StoreError``. Other endings stand (the
-        run did end that way); only their record is missing.
+        run did end that way); only their record is missing, and the writer
+        writes the record of the ending that stands again (``_unwritten``).
         """
         if self.status is RunStatus.COMPLETED:
             return failed(error)

@@ -14,7 +14,8 @@ one batch (group commit): under load, many runs share one commit.
 The writer never dies and never leaves anyone waiting: whatever a store
 raises becomes a :class:`StoreError` for the records concerned only (a batch
 that fails is split until the records that fail alone are found), the writer
-survives, and if it is stopped anyway (a ``KeyboardInterrupt`` in the store,
+survives (the record of an ending that stands all the same is written again
+later, ``_unwritten``), and if it is stopped anyway (a ``KeyboardInterrupt`` in the store,
 say) every waiter — queued or in flight — is answered with a
 ``StoreError`` first, as is every write asked for afterwards.
 """
