@@ -59,6 +59,28 @@ class Lease:
             self._note_gap(trio.current_time())
         return self._lapsed
 
+    def holds_up(self, started: bool, lease_lost: bool) -> bool:
+        """Whether an ending other than a result waits for its record (contract §16).
+
+        With a lease, another runtime writes this runtime's runs off once it
+        has not renewed the lease in time, and the first terminal record stored
+        wins. An ending answered before its record is stored could then differ
+        from the store's: it waits, and the run ends as the store says (see
+        ``_adoption``). A running run's ending always waits (the lease can run
+        out while its record is written, behind a stopped process's locks, say);
+        a pending run's cancellation reads ``cancelled`` at once while the
+        lease is fresh; a run stopped because the lease could not be renewed
+        (*lease_lost*) is not held up by the store it cannot reach.
+
+        Args:
+            started: the run holds a slot (it started).
+            lease_lost: the ending is the stop of a run whose runtime could not
+                renew its lease.
+        """
+        if lease_lost:
+            return False
+        return started or self.may_be_written_off()
+
     async def guard(self, lost: Callable[[bool], None], within: float, lease: float) -> None:
         """Call *lost* whenever no sweep has renewed the lease for *within* seconds.
 

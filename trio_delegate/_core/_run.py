@@ -326,7 +326,8 @@ class Outcome:
         Only a result does (contract §12: a result handed to a caller is
         durable). Another ending commits at once and its record follows: a
         pending run's cancellation reads ``cancelled`` immediately, and a run
-        stopped because its store is unreachable is not held up by it.
+        stopped because its store is unreachable is not held up by it. (On a
+        store with a lease, more endings wait: see ``Lease.holds_up``.)
         """
         # A run stopped once its lease had run out may have been written off
         # elsewhere meanwhile: it ends as the store says (see _adoption).
@@ -337,7 +338,8 @@ class Outcome:
 
         A result nobody can be sure was recorded is never handed out: a
         completed run fails with the ``StoreError``. Other endings stand (the
-        run did end that way); only their record is missing.
+        run did end that way); only their record is missing, and the writer
+        writes the record of the ending that stands again (``_unwritten``).
         """
         if self.status is RunStatus.COMPLETED:
             return failed(error)
@@ -381,6 +383,18 @@ _TIMED_OUT: Final = Outcome(RunStatus.TIMED_OUT)
 
 def _ignore(error: StoreError | None) -> None:
     """Nobody waits for the record of an ending that is terminal already."""
+
+
+def _held_by_lease(run: Run, outcome: Outcome) -> bool:
+    """Whether *run*'s ending *outcome* (no result) waits for its record all the
+    same: on a store with a lease, once another runtime may write the run off
+    before its record is written (see ``Lease.holds_up``)."""
+    writer = run.host.writer
+    return (
+        writer is not None
+        and writer.leased
+        and writer.lease.holds_up(run.state.holds_slot, outcome.reason is CancelReason.LEASE_LOST)
+    )
 
 
 class RunHost(Protocol):
@@ -719,8 +733,9 @@ class Run:
 
         A host that records outcomes records it and commits it: a result once
         its record is durable, any other ending at once (see
-        :attr:`Outcome.waits_for_record`). Without a record to write, the run
-        commits it now.
+        :attr:`Outcome.waits_for_record`), but on a store with a lease, where
+        another runtime may write the run off meanwhile (:func:`_held_by_lease`).
+        Without a record to write, the run commits it now.
 
         Returns:
             whether this decision was the first.
@@ -731,7 +746,7 @@ class Run:
         host = self.host
         if not host.records:
             self.commit(outcome)
-        elif not outcome.waits_for_record:
+        elif not outcome.waits_for_record and not _held_by_lease(self, outcome):
             # Terminal at once; its record follows.
             self.commit(outcome)
             host.record(self, outcome, _ignore)

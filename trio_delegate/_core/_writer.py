@@ -14,7 +14,8 @@ one batch (group commit): under load, many runs share one commit.
 The writer never dies and never leaves anyone waiting: whatever a store
 raises becomes a :class:`StoreError` for the records concerned only (a batch
 that fails is split until the records that fail alone are found), the writer
-survives, and if it is stopped anyway (a ``KeyboardInterrupt`` in the store,
+survives (the record of an ending that stands all the same is written again
+later, ``_unwritten``), and if it is stopped anyway (a ``KeyboardInterrupt`` in the store,
 say) every waiter — queued or in flight — is answered with a
 ``StoreError`` first, as is every write asked for afterwards.
 """
@@ -32,9 +33,11 @@ from .._errors import StoreError
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord, fold
 from ._adoption import kept_endings
+from ._answer import Answer
 from ._commit import WriteStats, commit
 from ._due import DueRecords
 from ._records import Records, store_error
+from ._unwritten import Unwritten
 
 if TYPE_CHECKING:
     from ._events import RunEvents
@@ -51,70 +54,12 @@ RUNNING_RECORD_DELAY: Final = 0.25
 _Done = Callable[[StoreError | None], None]
 
 
-#: A record waiting for the writer, and who to tell when it is committed.
-_Pending = tuple[RunRecord, _Done]
+#: A record waiting for the writer, who to tell when it is committed, and
+#: (for a terminal record) its run, whose ending is kept if it is not written.
+_Pending = tuple[RunRecord, _Done, "Run | None"]
 
 #: The status of every admission record.
 _PENDING: Final = RunStatus.PENDING
-
-
-@final
-class _Answer:
-    """The writer's answer about one admission record, waited for uninterruptibly.
-
-    The caller parks until the writer calls it. A cancellation cannot end the
-    wait (the caller meets it at its next checkpoint, with its handle), as if
-    the wait were in a shielded cancel scope; a ``KeyboardInterrupt`` for a
-    waiting main task ends it at once, as it would there. Parking directly
-    needs neither an event nor a shielded scope for each admission.
-    """
-
-    __slots__ = ("_answered", "_error", "_on_durable", "_task")
-
-    def __init__(self, on_durable: Callable[[], None]) -> None:
-        self._on_durable = on_durable
-        self._answered = False
-        self._error: StoreError | None = None
-        self._task: trio.lowlevel.Task | None = None
-
-    def __call__(self, error: StoreError | None) -> None:
-        """The writer's answer: committed (``None``) or the error."""
-        if error is None:
-            self._on_durable()
-        else:
-            self._error = error
-        self._answered = True
-        task = self._task
-        if task is not None:
-            self._task = None
-            trio.lowlevel.reschedule(task)
-
-    async def wait(self) -> None:
-        """Until the answer; a cancellation does not end it.
-
-        Raises:
-            StoreError: the record could not be committed.
-        """
-        if self._answered:  # answered at once (a stopped writer)
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        else:
-            self._task = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._abort)
-        if self._error is not None:
-            raise self._error
-
-    def _abort(self, raise_cancel: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-        # Trio asks once per wait, for a cancellation or a KeyboardInterrupt;
-        # raise_cancel raises the one it is for (it has no other effect).
-        try:
-            raise_cancel()
-        except trio.Cancelled:
-            return trio.lowlevel.Abort.FAILED  # keep waiting, as if shielded
-        except BaseException:
-            pass
-        # A KeyboardInterrupt: stop waiting (Trio raises it in the caller).
-        self._task = None
-        return trio.lowlevel.Abort.SUCCEEDED
 
 
 def _ignore(error: StoreError | None) -> None:
@@ -132,13 +77,15 @@ class Writer:
         "_held",
         "_idle",
         "_ignores_writes",
-        "_lease",
         "_observed",
         "_receive",
         "_records",
         "_send",
+        "_unwritten",
         "_writing",
         "events",
+        "lease",
+        "leased",
         "stats",
         "store",
     )
@@ -146,7 +93,10 @@ class Writer:
     def __init__(self, store: ResultStore, records: Records, lease: Lease) -> None:
         self.store = store
         self._records = records
-        self._lease = lease
+        self.lease = lease
+        # Whether other runtimes write this one's runs off once its lease ran
+        # out (PostgreSQL): its endings may then wait for their records.
+        self.leased = store.lease_seconds is not None
         # What the store declares it can do (ResultStore); anything but True
         # is read as False. A store that can leave out what this runtime wrote
         # itself spares the watcher reading every record it wrote back (and
@@ -169,6 +119,8 @@ class Writer:
         # Set once the writer can write no more: every later write is
         # answered with it at once.
         self._dead: StoreError | None = None
+        # Endings that stand but whose record was not written: written again.
+        self._unwritten = Unwritten()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Commit pending records in batches until :meth:`close` and the queue is empty.
@@ -189,7 +141,7 @@ class Writer:
                         try:
                             batch.append(await receive.receive())
                         except trio.EndOfChannel:
-                            break
+                            break  # closed: the last attempt at the unwritten endings follows
                     self._idle = None
                     while True:
                         try:
@@ -208,29 +160,44 @@ class Writer:
                     # records queue in lifecycle order, so its latest one holds
                     # everything the earlier ones said (a run that started and
                     # ended before the commit needs one row, not three).
-                    written = fold([record for record, _ in batch])
-                    ignored: list[str] = []
-                    unknown: list[RunRecord] = []
-                    failures = await commit(
-                        self.store, written, ignored, unknown, self.stats, self.events
-                    )
-                    if ignored or (unknown and self._lease.may_be_written_off()):
-                        # The endings the store did not keep: another one stood.
-                        failures.update(await kept_endings(self.store, ignored, unknown, failures))
-                    self._writing = []
-                    if failures:
-                        for record, done in batch:
-                            done(failures.get(record.run_id))
-                    else:
-                        for _, done in batch:
-                            done(None)
+                    await self._write(batch)
                     await self._flag_observed(observed)
-                # Closed: what was observed since the last batch.
+                # Closed: the endings still unwritten, once more, and what was
+                # observed since the last batch.
+                if self._unwritten:
+                    batch = self._writing = [(r, _ignore, None) for r in self._unwritten.take_all()]
+                    await self._write(batch)
                 observed, self._observed = self._observed, []
                 await self._flag_observed(observed)
         except BaseException as exc:
             self._stop(exc)
             raise
+
+    async def _write(self, batch: list[_Pending]) -> None:
+        """Commit *batch* and answer each of its records' waiters."""
+        written = fold([record for record, _, _ in batch])
+        ignored: list[str] = []
+        unknown: list[RunRecord] = []
+        failures = await commit(self.store, written, ignored, unknown, self.stats, self.events)
+        if ignored or (unknown and self.lease.may_be_written_off()):
+            # The endings the store did not keep: another one stood.
+            failures.update(await kept_endings(self.store, ignored, unknown, failures))
+        self._writing = []
+        unwritten = self._unwritten
+        if failures:
+            now = trio.current_time()
+            for record, done, run in batch:
+                error = failures.get(record.run_id)
+                done(error)
+                if error is not None and run is not None:
+                    unwritten.keep(record, run, error, now)
+        else:
+            for _, done, _ in batch:
+                done(None)
+        if unwritten:
+            if unwritten.taken:
+                unwritten.answered(failures, trio.current_time())
+            self._hold_until(unwritten.retry_at)
 
     async def _flag_observed(self, run_ids: list[str]) -> None:
         """Flag *run_ids* observed in the store, one call each (the protocol has no
@@ -267,18 +234,18 @@ class Writer:
                 pending.append(self._receive.receive_nowait())
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
-        for _, done in pending:
+        for _, done, _ in pending:
             done(dead)
 
     def close(self) -> None:
         """No more writes: the writer finishes what is queued, then returns."""
         self._send.close()
 
-    def _submit(self, record: RunRecord, done: _Done) -> None:
+    def _submit(self, record: RunRecord, done: _Done, run: Run | None = None) -> None:
         dead = self._dead
         if dead is None:
             try:
-                self._send.send_nowait((record, done))
+                self._send.send_nowait((record, done, run))
             except trio.ClosedResourceError:
                 dead = StoreError(
                     "the runtime's store is closed: nothing more can be recorded; open a "
@@ -299,7 +266,7 @@ class Writer:
         Raises:
             StoreError: the record could not be committed.
         """
-        answer = _Answer(on_durable)
+        answer = Answer(on_durable)
         record = self._records.of(run, _PENDING, None)
         run.admitted_at = record.admitted_at
         if run.history is not None:
@@ -322,7 +289,7 @@ class Writer:
             self._flush_at = math.inf
             if self._idle is not None:
                 self._idle.deadline = math.inf
-        self._submit(record, done)
+        self._submit(record, done, run)
 
     def started(self, run: Run, now: float) -> None:
         """*run* started running: record it, with its deadline (contract §16).
@@ -393,8 +360,14 @@ class Writer:
             if next_at != math.inf:
                 self._hold_until(next_at)
         records = self._records
-        return [
-            records.live(run)
+        pending: list[_Pending] = [
+            (*records.live(run), None)
             for run in taken
             if run.state.holds_slot  # running (or input_required), decided or not
         ]
+        if self._unwritten:
+            # Endings written again once due (before the live records: none is
+            # of the same run, which has ended).
+            pending[:0] = [(r, _ignore, None) for r in self._unwritten.take(trio.current_time())]
+            self._hold_until(self._unwritten.retry_at)
+        return pending
