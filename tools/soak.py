@@ -36,6 +36,7 @@ seed and schedule are printed, and ``--seed`` replays them.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import math
@@ -54,6 +55,9 @@ import trio
 
 import trio_delegate as td
 import trio_delegate.testing as tdt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _soak_report
 
 OWNERS = ("alice", "bob", "carol")
 #: carol's budget: small enough that a long soak passes it.
@@ -350,16 +354,24 @@ class FaultyStore:
         return call
 
 
-async def worker(args: argparse.Namespace) -> None:
+async def worker(args: argparse.Namespace, timer: _soak_report.StepTimer) -> None:
     global RECORDER
+    # Written to its file only: a long soak's memory must not grow with its history.
     recorder = RECORDER = tdt.HistoryRecorder(
-        args.process, Path(args.dir) / f"{args.process}.jsonl"
+        args.process, Path(args.dir) / f"{args.process}.jsonl", keep_events=False
+    )
+    sampler = _soak_report.Sampler(
+        Path(args.dir) / "samples" / f"{args.process}.jsonl", recorder, timer
     )
     store = FaultyStore(open_store(args.store), Path(args.dir))
-    async with td.open_runtime(SUBAGENTS, store=store) as rt, trio.open_nursery() as nursery:
-        for owner in OWNERS:
-            nursery.start_soon(play_parent, rt, recorder, owner, args)
-    recorder.note("runtime_closed")
+    async with trio.open_nursery() as sampling:
+        sampling.start_soon(sampler.run)
+        async with td.open_runtime(SUBAGENTS, store=store) as rt, trio.open_nursery() as nursery:
+            for owner in OWNERS:
+                nursery.start_soon(play_parent, rt, recorder, owner, args)
+        recorder.note("runtime_closed")
+        sampling.cancel_scope.cancel()
+    sampler.sample()
     recorder.close()
 
 
@@ -371,13 +383,20 @@ class Fault:
     """One scheduled fault: at *when* (events of the victim's history, or seconds), *what*."""
 
     when: float
-    what: str  # "kill", "stop", "slow" or "full"
+    what: str  # "kill", "stop", "slow", "full" or "pgkill"
     victim: int
 
 
 def schedule(rng: random.Random, args: argparse.Namespace) -> list[Fault]:
     faults = []
-    counts = (("kill", args.kills), ("stop", args.stops), ("slow", args.slow), ("full", args.full))
+    # pgkill drawn last: a seed without PostgreSQL restarts keeps its schedule.
+    counts = [
+        ("kill", args.kills),
+        ("stop", args.stops),
+        ("slow", args.slow),
+        ("full", args.full),
+        ("pgkill", args.pg_restarts),
+    ]
     for what, count in counts:
         for _ in range(count):
             if args.seconds is None:
@@ -389,9 +408,11 @@ def schedule(rng: random.Random, args: argparse.Namespace) -> list[Fault]:
 
 
 class Fleet:
-    def __init__(self, args: argparse.Namespace, location: str) -> None:
+    def __init__(self, args: argparse.Namespace, location: str, server: Any = None) -> None:
         self.args = args
         self.location = location
+        self.server = server  # the PostgreSQL server (tests.pg_server), if the store is one
+        self.applied: collections.Counter[str] = collections.Counter()
         self.dir = Path(args.dir)
         self.incarnation = [0] * args.processes
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -426,16 +447,30 @@ class Fleet:
 
     def apply(self, fault: Fault) -> None:
         index, proc = fault.victim, self.procs[fault.victim]
+        if fault.what == "pgkill":
+            # Every backend and the server killed at once, then the server started
+            # again on the same data and port: the workers' stores reconnect.
+            began = time.monotonic()
+            self.server.restart(kill=True)
+            self.applied[fault.what] += 1
+            print(
+                f"  fault {fault}: the PostgreSQL server was killed and restarted on port "
+                f"{self.server.port} in {time.monotonic() - began:.1f} s",
+                flush=True,
+            )
+            return
         if fault.what in ("slow", "full"):
             # Every worker's store: slow, or failing its writes, for two seconds.
             flag = self.dir / fault.what
             flag.touch()
             time.sleep(2.0)
             flag.unlink()
+            self.applied[fault.what] += 1
             print(f"  fault {fault}: the store was {fault.what} for 2 s", flush=True)
             return
         if proc.poll() is not None:
             print(f"  fault {fault}: {self.name(index)} already ended", flush=True)
+            self.applied["missed"] += 1
             return
         if fault.what == "kill":
             proc.send_signal(signal.SIGKILL)
@@ -446,6 +481,7 @@ class Fleet:
             recorder.note("killed", signal="SIGKILL")
             recorder.close()
             print(f"  fault {fault}: killed {self.name(index)}", flush=True)
+            self.applied[fault.what] += 1
             self.incarnation[index] += 1
             self.procs[index] = self.spawn(index, restart=True)
             print(f"  restarted as {self.name(index)}", flush=True)
@@ -455,6 +491,7 @@ class Fleet:
             proc.send_signal(signal.SIGSTOP)
             time.sleep(pause)
             proc.send_signal(signal.SIGCONT)
+            self.applied[fault.what] += 1
             print(f"  fault {fault}: stopped {self.name(index)} for {pause:g} s", flush=True)
 
     def run(self, faults: list[Fault]) -> None:
@@ -491,6 +528,8 @@ def drive(args: argparse.Namespace) -> int:
     if args.minutes is not None:
         args.seconds = args.minutes * 60
         args.ops = 10**9
+    if args.pg_restarts and args.store != "postgres":
+        raise SystemExit("--pg-restarts needs --store postgres: only that server can be restarted")
     rng = random.Random(args.seed)
     faults = schedule(rng, args)
     directory = Path(args.dir or tempfile.mkdtemp(prefix="soak-"))
@@ -499,6 +538,8 @@ def drive(args: argparse.Namespace) -> int:
     replay = f"python tools/soak.py run --seed {args.seed} --store {args.store}"
     replay += f" --processes {args.processes}"
     replay += f" --kills {args.kills} --stops {args.stops} --slow {args.slow} --full {args.full}"
+    if args.pg_restarts:
+        replay += f" --pg-restarts {args.pg_restarts}"
     replay += f" --ops {args.ops}" if args.seconds is None else f" --minutes {args.minutes}"
     print(
         f"soak: seed {args.seed}, {args.processes} processes on {args.store}, files in {directory}",
@@ -510,26 +551,44 @@ def drive(args: argparse.Namespace) -> int:
         print(f"  schedule: {fault.what} p{fault.victim + 1} at {fault.when:g} {unit}", flush=True)
     with contextlib.ExitStack() as stack:
         location = str(directory / "runs.db")
+        server = None
         if args.store == "postgres":
             sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
             from tests.pg_server import PostgresServer
 
-            server = stack.enter_context(PostgresServer())
+            # A fixed port: the workers reconnect to it after a restart of the server.
+            server = stack.enter_context(PostgresServer(fixed_port=True))
             location = server.dsn()
-        fleet = Fleet(args, location)
+        fleet = Fleet(args, location, server)
+        began = time.time()
         fleet.start()
         fleet.run(faults)
+        elapsed = time.time() - began
         records = trio.run(final_records, location)
     histories = [tdt.read_history(path) for path in sorted(directory.glob("*.jsonl"))]
-    found = tdt.check_history(
+    report = tdt.check_history_report(
         histories,
         records,
         max_report={"input_tokens": MAX_TOKENS, "requests": 1},
     )
+    found = report.violations
     calls = sum(1 for history in histories for event in history if event.phase == "call")
     print(f"soak: {calls} calls in {len(histories)} histories, {len(records)} runs in the store")
     for violation in found:
         print(violation)
+    samples = _soak_report.read_samples(directory)
+    summary = _soak_report.summarize(
+        seed=args.seed,
+        replay=replay,
+        histories=histories,
+        report=report,
+        faults=fleet.applied,
+        samples=samples,
+        began=began,
+        elapsed=elapsed,
+    )
+    out = Path(args.out) if args.out else directory / "report"
+    _soak_report.write_report(out, summary, samples, began)
     print(f"soak: {len(found)} violations (seed {args.seed})", flush=True)
     return 1 if found else 0
 
@@ -547,7 +606,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--slow", type=int, default=0, help="times the store turns slow")
     run.add_argument("--full", type=int, default=0, help="times the store runs out of space")
     run.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    run.add_argument(
+        "--pg-restarts", type=int, default=0, help="times the PostgreSQL server is killed"
+    )
     run.add_argument("--dir")
+    run.add_argument("--out", help="the report's folder (default: DIR/report)")
     one = sub.add_parser("worker")
     one.add_argument("--process", required=True)
     one.add_argument("--seed", type=int, required=True)
@@ -557,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--seconds", type=float)
     args = parser.parse_args(argv)
     if args.command == "worker":
-        trio.run(worker, args)
+        timer = _soak_report.StepTimer()
+        trio.run(worker, args, timer, instruments=[timer])
         return 0
     args.seconds = None
     return drive(args)
