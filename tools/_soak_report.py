@@ -60,10 +60,11 @@ class StepTimer(trio.abc.Instrument):
         return longest
 
 
-def rss_bytes() -> int:
-    """This process's resident memory now (Linux ``/proc``; else its peak so far)."""
+def rss_bytes(pid: int | None = None) -> int:
+    """Process *pid*'s resident memory now (this one's by default; Linux ``/proc``,
+    else this process's peak so far)."""
     try:
-        with open("/proc/self/statm", encoding="ascii") as f:
+        with open(f"/proc/{pid or 'self'}/statm", encoding="ascii") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         import resource
@@ -72,18 +73,24 @@ def rss_bytes() -> int:
 
 
 class Sampler:
-    """Appends one JSON line per sample to *path*: wall time, RSS, answers, longest step."""
+    """Appends one JSON line per sample to *path*: wall time, RSS, answers, longest step.
 
-    def __init__(self, path: Path, recorder: tdt.HistoryRecorder, timer: StepTimer) -> None:
+    The RSS is of process *pid* (this one by default).
+    """
+
+    def __init__(
+        self, path: Path, recorder: tdt.HistoryRecorder, timer: StepTimer, pid: int | None = None
+    ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.recorder = recorder
         self.timer = timer
+        self.pid = pid
 
     def sample(self) -> None:
         line = {
             "wall_time": time.time(),
-            "rss": rss_bytes(),
+            "rss": rss_bytes(self.pid),
             "answered": self.recorder.answered,
             "events": self.recorder.recorded,
             "longest_step": self.timer.take(),

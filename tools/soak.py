@@ -57,6 +57,7 @@ import trio_delegate as td
 import trio_delegate.testing as tdt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _soak_mcp
 import _soak_report
 
 OWNERS = ("alice", "bob", "carol")
@@ -323,7 +324,8 @@ async def play_parent(
 def open_store(location: str) -> td.ResultStore:
     """The store at *location*: a ``postgresql://`` URI (schema ``soak``), else an SQLite file."""
     if location.startswith("postgresql://"):
-        return td.PostgresStore(location, schema="soak", lease_seconds=LEASE_SECONDS)
+        # The default schema: the one `trio-delegate serve` (the MCP connection) uses.
+        return td.PostgresStore(location, lease_seconds=LEASE_SECONDS)
     return td.SQLiteStore(location)
 
 
@@ -416,6 +418,7 @@ class Fleet:
         self.dir = Path(args.dir)
         self.incarnation = [0] * args.processes
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.others: list[subprocess.Popen[bytes]] = []  # the MCP connection's, if any
         self.began = time.monotonic()
 
     def name(self, index: int) -> str:
@@ -436,6 +439,18 @@ class Fleet:
     def start(self) -> None:
         for index in range(self.args.processes):
             self.procs.append(self.spawn(index))
+        if self.args.mcp:
+            self.others.append(self.spawn_mcp())
+
+    def spawn_mcp(self) -> subprocess.Popen[bytes]:
+        """The MCP connection's process (``m1.0``): not a fault victim."""
+        args = self.args
+        command = [sys.executable, __file__, "mcp", "--process", "m1.0"]
+        command += ["--seed", str(args.seed), "--store", self.location]
+        command += ["--dir", str(self.dir), "--ops", str(args.ops)]
+        if args.seconds is not None:
+            command += ["--seconds", str(args.seconds)]
+        return subprocess.Popen(command)
 
     def events(self, index: int) -> int:
         path = self.dir / f"{self.name(index)}.jsonl"
@@ -497,7 +512,7 @@ class Fleet:
     def run(self, faults: list[Fault]) -> None:
         began = self.began
         pending = list(faults)
-        while pending or any(proc.poll() is None for proc in self.procs):
+        while pending or any(proc.poll() is None for proc in self.procs + self.others):
             for fault in list(pending):
                 if self.args.seconds is None:
                     due = self.events(fault.victim) >= fault.when
@@ -509,7 +524,11 @@ class Fleet:
                     pending.remove(fault)
                     self.apply(fault)
             time.sleep(0.05)
-        failed = [proc.args for proc in self.procs if proc.returncode not in (0, -signal.SIGKILL)]
+        failed = [
+            proc.args
+            for proc in self.procs + self.others
+            if proc.returncode not in (0, -signal.SIGKILL)
+        ]
         if failed:
             raise SystemExit(f"a worker failed: {failed}")
 
@@ -540,6 +559,8 @@ def drive(args: argparse.Namespace) -> int:
     replay += f" --kills {args.kills} --stops {args.stops} --slow {args.slow} --full {args.full}"
     if args.pg_restarts:
         replay += f" --pg-restarts {args.pg_restarts}"
+    if args.mcp:
+        replay += " --mcp"
     replay += f" --ops {args.ops}" if args.seconds is None else f" --minutes {args.minutes}"
     print(
         f"soak: seed {args.seed}, {args.processes} processes on {args.store}, files in {directory}",
@@ -609,16 +630,29 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--pg-restarts", type=int, default=0, help="times the PostgreSQL server is killed"
     )
+    run.add_argument(
+        "--mcp", action="store_true", help="one more process drives trio-delegate serve over MCP"
+    )
     run.add_argument("--dir")
     run.add_argument("--out", help="the report's folder (default: DIR/report)")
-    one = sub.add_parser("worker")
-    one.add_argument("--process", required=True)
-    one.add_argument("--seed", type=int, required=True)
-    one.add_argument("--store", required=True)
-    one.add_argument("--dir", required=True)
-    one.add_argument("--ops", type=int, required=True)
-    one.add_argument("--seconds", type=float)
+    for command in ("worker", "mcp"):
+        one = sub.add_parser(command)
+        one.add_argument("--process", required=True)
+        one.add_argument("--seed", type=int, required=True)
+        one.add_argument("--store", required=True)
+        one.add_argument("--dir", required=True)
+        one.add_argument("--ops", type=int, required=True)
+        one.add_argument("--seconds", type=float)
     args = parser.parse_args(argv)
+    if args.command == "mcp":
+        timer = _soak_report.StepTimer()
+
+        def sampler_of(recorder: tdt.HistoryRecorder, pid: int) -> _soak_report.Sampler:
+            path = Path(args.dir) / "samples" / f"{args.process}.jsonl"
+            return _soak_report.Sampler(path, recorder, timer, pid)
+
+        trio.run(_soak_mcp.run_connection, args, sampler_of, instruments=[timer])
+        return 0
     if args.command == "worker":
         timer = _soak_report.StepTimer()
         trio.run(worker, args, timer, instruments=[timer])

@@ -325,6 +325,41 @@ class HistoryRecorder:
         """
         return self._emit(parent, owner, self._next_call(), op, "note", args)
 
+    def call(self, op: str, *, parent: str, owner: str, **args: Any) -> int:
+        """Record a call made over another surface than a ``Parent`` (e.g. raw MCP).
+
+        The answer is recorded with :meth:`returned` or :meth:`raised` and the
+        number this returns. The checker reads *op* and the answer in the
+        vocabulary of :class:`RecordedParent` (``"start"``, ``"wait"``,
+        ``"cancel"``, ...), so a caller maps its own calls onto it.
+
+        Args:
+            op: the ``Parent`` call it stands for.
+            parent, owner: the recorded parent's name and its owner.
+            args: JSON-ready arguments.
+
+        Returns:
+            the call's number in this history.
+        """
+        call = self._next_call()
+        self._emit(parent, owner, call, op, "call", args)
+        return call
+
+    def returned(
+        self, call: int, op: str, value: Mapping[str, Any], *, parent: str, owner: str
+    ) -> None:
+        """Record what call *call* (from :meth:`call`) answered: *value*, JSON-ready, in
+        :func:`encode_value`'s shapes (``{"type": "result", "run_id", "final_result"}``,
+        ``{"type": "handle", "run_id", "status"}``, ...) where it says what they say."""
+        self._emit(parent, owner, call, op, "returned", {}, dict(value))
+
+    def raised(
+        self, call: int, op: str, error: Mapping[str, Any], *, parent: str, owner: str
+    ) -> None:
+        """Record that call *call* answered with an error: *error* in
+        :func:`encode_error`'s shape (``{"type": "RunFailedError", "run_id", "message"}``)."""
+        self._emit(parent, owner, call, op, "raised", {}, None, dict(error))
+
     def wrap(
         self, parent: Parent, *, budget: Budget | None = None, fail_closed: bool = True
     ) -> RecordedParent:
