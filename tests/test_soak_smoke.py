@@ -5,6 +5,7 @@ find no violation."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -28,3 +29,12 @@ async def test_a_short_soak_on_sqlite_finds_no_violation(tmp_path: Path) -> None
     assert "stopped p" in out
     assert "the store was slow" in out
     assert " calls in 4 histories, " in out  # three workers and one restarted incarnation
+    # The report: what was checked, per invariant, and how each process fared.
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["violations"] == 0
+    assert summary["faults"] == {"kill": 1, "stop": 1, "slow": 1}
+    assert summary["checked"]["one_ending"] > 0
+    assert summary["checked"]["interrupted"] > 0  # the killed worker's runs
+    assert set(summary["memory"]) == {"p1.0", "p2.0", "p3.0", "p3.1"}
+    assert summary["longest_step_seconds"] > 0
+    assert f"summary: {tmp_path / 'report' / 'summary.json'}" in out
