@@ -23,9 +23,9 @@ Faults follow a schedule drawn from the seed and printed first: SIGKILL of
 a worker (then a new incarnation of it starts on the store), SIGSTOP and
 SIGCONT (on PostgreSQL, for longer than the lease, so that the others mark
 its runs interrupted meanwhile), a slow or full store, and (``--pg-restarts``)
-the PostgreSQL server killed and restarted on the same port. With ``--ops`` a fault fires when its victim has recorded a given
-number of events (the same faults on every run of a seed); with
-``--minutes`` at a given second.
+the PostgreSQL server killed and restarted on the same port. With ``--ops``
+a fault fires when its victim has recorded a given number of events (the
+same faults on every run of a seed); with ``--minutes`` at a given second.
 
 At the end one more runtime opens the store (marking the killed workers'
 runs interrupted), the store's records are read, and
