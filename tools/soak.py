@@ -589,7 +589,11 @@ def drive(args: argparse.Namespace) -> int:
             from tests.pg_server import PostgresServer
 
             # A fixed port: the workers reconnect to it after a restart of the server.
-            server = stack.enter_context(PostgresServer(fixed_port=True))
+            # Durable when it is killed: without synchronous commits a crash loses
+            # commits already acknowledged, which no store can survive.
+            server = stack.enter_context(
+                PostgresServer(durable=args.pg_restarts > 0, fixed_port=True)
+            )
             location = server.dsn()
         fleet = Fleet(args, location, server)
         began = time.time()
