@@ -222,9 +222,11 @@ def draw(summary: Mapping[str, Any], samples: Mapping[str, Any], began: float, p
     rate_axes.set_title(f"soak, seed {summary['seed']}: throughput (all processes)")
     for name, rows in sorted(samples.items()):
         times = [row["wall_time"] - began for row in rows]
-        memory_axes.plot(times, [row["rss"] / MIB for row in rows], label=name)
-        step_axes.plot(times, [row["longest_step"] * 1000 for row in rows], label=name)
-    memory_axes.axvline(WARM_UP_SECONDS, color="grey", linestyle=":", label="warm-up")
+        # Markers too: a process killed early may have a single sample.
+        memory_axes.plot(times, [row["rss"] / MIB for row in rows], ".-", label=name)
+        step_axes.plot(times, [row["longest_step"] * 1000 for row in rows], ".-", label=name)
+    if summary["seconds"] > WARM_UP_SECONDS:
+        memory_axes.axvline(WARM_UP_SECONDS, color="grey", linestyle=":", label="warm-up")
     memory_axes.set_ylabel("RSS (MiB)")
     memory_axes.set_title("resident memory per process (flat after warm-up)")
     step_axes.set_ylabel("ms (CPU)")
