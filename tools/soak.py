@@ -333,7 +333,7 @@ async def play_parent(
 
 
 def open_store(location: str) -> td.ResultStore:
-    """The store at *location*: a ``postgresql://`` URI (schema ``soak``), else an SQLite file."""
+    """The store at *location*: a ``postgresql://`` URI (default schema), else an SQLite file."""
     if location.startswith("postgresql://"):
         # The default schema: the one `trio-delegate serve` (the MCP connection) uses.
         return td.PostgresStore(location, lease_seconds=LEASE_SECONDS)
