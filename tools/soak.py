@@ -76,6 +76,8 @@ OWNERS = ("alice", "bob", "carol")
 BUDGET = td.Budget(max_input_tokens=4000)
 #: The largest single usage report a runner makes (the checker's overrun bound).
 MAX_TOKENS = 50
+#: How many times a worker tries to open its runtime while the store cannot be reached.
+OPEN_ATTEMPTS = 20
 #: A PostgreSQL runtime's lease: short, so that a SIGSTOP outlasts it.
 LEASE_SECONDS = 3.0
 KINDS = ("ok", "ok", "ok", "fail", "hang", "shield", "swallow", "thread")
@@ -379,9 +381,25 @@ async def worker(args: argparse.Namespace, timer: _soak_report.StepTimer) -> Non
     store = FaultyStore(open_store(args.store), Path(args.dir))
     async with trio.open_nursery() as sampling:
         sampling.start_soon(sampler.run)
-        async with td.open_runtime(SUBAGENTS, store=store) as rt, trio.open_nursery() as nursery:
-            for owner in OWNERS:
-                nursery.start_soon(play_parent, rt, recorder, owner, args)
+        for attempt in range(OPEN_ATTEMPTS):
+            opened = False
+            try:
+                async with (
+                    td.open_runtime(SUBAGENTS, store=store) as rt,
+                    trio.open_nursery() as nursery,
+                ):
+                    opened = True
+                    for owner in OWNERS:
+                        nursery.start_soon(play_parent, rt, recorder, owner, args)
+            except td.StoreError as exc:
+                # The store could not be reached at the opening (its server is
+                # restarting, say): a host tries again, as this one does.
+                if opened or attempt == OPEN_ATTEMPTS - 1:
+                    raise
+                recorder.note("runtime_open_failed", error=str(exc)[:300])
+                await trio.sleep(1.0)
+            else:
+                break
         recorder.note("runtime_closed")
         sampling.cancel_scope.cancel()
     sampler.sample()
@@ -520,7 +538,8 @@ class Fleet:
             self.applied[fault.what] += 1
             print(f"  fault {fault}: stopped {self.name(index)} for {pause:g} s", flush=True)
 
-    def run(self, faults: list[Fault]) -> None:
+    def run(self, faults: list[Fault]) -> list[str]:
+        """Apply *faults* as they fall due until every process ended; the ones that failed."""
         began = self.began
         pending = list(faults)
         while pending or any(proc.poll() is None for proc in self.procs + self.others):
@@ -535,13 +554,14 @@ class Fleet:
                     pending.remove(fault)
                     self.apply(fault)
             time.sleep(0.05)
-        failed = [
-            proc.args
-            for proc in self.procs + self.others
+        # Checked all the same: a process that failed is a finding, not the end.
+        named = [(self.name(i), proc) for i, proc in enumerate(self.procs)]
+        named += [("m1.0", proc) for proc in self.others]
+        return [
+            f"{name} (exit {proc.returncode})"
+            for name, proc in named
             if proc.returncode not in (0, -signal.SIGKILL)
         ]
-        if failed:
-            raise SystemExit(f"a worker failed: {failed}")
 
 
 async def final_records(location: str) -> list[td.RunRecord]:
@@ -598,7 +618,7 @@ def drive(args: argparse.Namespace) -> int:
         fleet = Fleet(args, location, server)
         began = time.time()
         fleet.start()
-        fleet.run(faults)
+        failed = fleet.run(faults)
         elapsed = time.time() - began
         records = trio.run(final_records, location)
     histories = [tdt.read_history(path) for path in sorted(directory.glob("*.jsonl"))]
@@ -623,10 +643,13 @@ def drive(args: argparse.Namespace) -> int:
         began=began,
         elapsed=elapsed,
     )
+    summary["failed_processes"] = failed
     out = Path(args.out) if args.out else directory / "report"
     _soak_report.write_report(out, summary, samples, began)
+    for process in failed:
+        print(f"soak: a process failed: {process}; its traceback is above")
     print(f"soak: {len(found)} violations (seed {args.seed})", flush=True)
-    return 1 if found else 0
+    return 1 if found or failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
