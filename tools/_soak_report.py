@@ -120,6 +120,28 @@ def read_samples(directory: Path) -> dict[str, list[dict[str, Any]]]:
     return found
 
 
+def last_answered(path: Path) -> int | None:
+    """The calls answered in the last whole sample of *path*, if it has one."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            answered: int = json.loads(line)["answered"]
+        except (ValueError, KeyError):
+            continue  # a line cut short
+        return answered
+    return None
+
+
+def open_calls(path: Path) -> list[tdt.HistoryEvent]:
+    """The calls of the history at *path* that were never answered, in order."""
+    events = tdt.read_history(path)
+    answered = {e.call for e in events if e.phase in ("returned", "raised")}
+    return [e for e in events if e.phase == "call" and e.call not in answered]
+
+
 def _memory(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """RSS after warm-up: its first and last medians, and whether it stayed flat."""
     if not rows:

@@ -448,6 +448,8 @@ class Fleet:
         self.incarnation = [0] * args.processes
         self.procs: list[subprocess.Popen[bytes]] = []
         self.others: list[subprocess.Popen[bytes]] = []  # the MCP connection's, if any
+        self.progress: dict[str, tuple[int | None, float]] = {}  # name -> (answered, since)
+        self.stalls: dict[str, list[str]] = {}  # name -> its open calls when it was killed
         self.began = time.monotonic()
 
     def name(self, index: int) -> str:
@@ -540,7 +542,7 @@ class Fleet:
 
     def run(self, faults: list[Fault]) -> list[str]:
         """Apply *faults* as they fall due until every process ended; the ones that failed."""
-        began = self.began
+        began = watched = self.began
         pending = list(faults)
         while pending or any(proc.poll() is None for proc in self.procs + self.others):
             for fault in list(pending):
@@ -553,15 +555,56 @@ class Fleet:
                 if due:
                     pending.remove(fault)
                     self.apply(fault)
+            if time.monotonic() - watched >= 1.0:
+                watched = time.monotonic()
+                self.watch()
             time.sleep(0.05)
         # Checked all the same: a process that failed is a finding, not the end.
-        named = [(self.name(i), proc) for i, proc in enumerate(self.procs)]
-        named += [("m1.0", proc) for proc in self.others]
         return [
             f"{name} (exit {proc.returncode})"
-            for name, proc in named
+            for name, proc in self.named()
             if proc.returncode not in (0, -signal.SIGKILL)
         ]
+
+    def named(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        """Every current process, by name."""
+        named = [(self.name(i), proc) for i, proc in enumerate(self.procs)]
+        return named + [("m1.0", proc) for proc in self.others]
+
+    def watch(self) -> None:
+        """Kill a process that answered no call for ``--stall-seconds`` (its samples say).
+
+        No call of the soak may wait that long (the runners' deadlines are seconds), so
+        a process that answers nothing is stuck: its open calls are printed and kept
+        for the report, and it is killed like the schedule's victims, so that the
+        check still runs (its runs end interrupted).
+        """
+        now = time.monotonic()
+        for name, proc in self.named():
+            if proc.poll() is not None:
+                continue
+            answered = _soak_report.last_answered(self.dir / "samples" / f"{name}.jsonl")
+            seen = self.progress.get(name)
+            if seen is None or seen[0] != answered:
+                self.progress[name] = (answered, now)
+                continue
+            if now - seen[1] < self.args.stall_seconds:
+                continue
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            path = self.dir / f"{name}.jsonl"
+            stuck = [str(event) for event in _soak_report.open_calls(path)]
+            self.stalls[name] = stuck
+            recorder = tdt.HistoryRecorder(name, path)
+            recorder.note("killed", signal="SIGKILL", reason="stalled")
+            recorder.close()
+            print(
+                f"  stall: {name} answered no call for {now - seen[1]:.0f} s; killed. "
+                f"Its {len(stuck)} open calls:",
+                flush=True,
+            )
+            for line in stuck[-10:]:
+                print(f"    {line[:300]}", flush=True)
 
 
 async def final_records(location: str) -> list[td.RunRecord]:
@@ -644,12 +687,15 @@ def drive(args: argparse.Namespace) -> int:
         elapsed=elapsed,
     )
     summary["failed_processes"] = failed
+    summary["stalls"] = fleet.stalls
     out = Path(args.out) if args.out else directory / "report"
     _soak_report.write_report(out, summary, samples, began)
     for process in failed:
         print(f"soak: a process failed: {process}; its traceback is above")
+    for name, stuck in fleet.stalls.items():
+        print(f"soak: {name} stalled with {len(stuck)} calls unanswered (shown above)")
     print(f"soak: {len(found)} violations (seed {args.seed})", flush=True)
-    return 1 if found or failed else 0
+    return 1 if found or failed or fleet.stalls else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -670,6 +716,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument(
         "--mcp", action="store_true", help="one more process drives trio-delegate serve over MCP"
+    )
+    run.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=60.0,
+        help="kill and report a process that answers no call for this long (default 60)",
     )
     run.add_argument("--dir")
     run.add_argument("--out", help="the report's folder (default: DIR/report)")
