@@ -115,10 +115,16 @@ SOAK_KILLS ?= 5
 SOAK_STOPS ?= 3
 SOAK_SLOW ?= 3
 SOAK_FULL ?= 0
+# One more process drives `trio-delegate serve` over MCP (Tasks) on the same store.
+# SOAK_PG_RESTARTS: times the PostgreSQL server is killed and restarted (postgres only).
+# The report (summary.json, soak.png) goes to SOAK_OUT, or the soak's folder's report/.
+SOAK_PG_RESTARTS ?= 0
+SOAK_OUT ?=
 .PHONY: soak
 soak: $(STAMP_DEV)
 	$(BIN)/python tools/soak.py run --minutes $(SOAK_MINUTES) --store $(SOAK_STORE) \
-		--kills $(SOAK_KILLS) --stops $(SOAK_STOPS) --slow $(SOAK_SLOW) --full $(SOAK_FULL) $(SOAK_ARGS)
+		--kills $(SOAK_KILLS) --stops $(SOAK_STOPS) --slow $(SOAK_SLOW) --full $(SOAK_FULL) \
+		--pg-restarts $(SOAK_PG_RESTARTS) $(if $(SOAK_OUT),--out $(SOAK_OUT)) --mcp $(SOAK_ARGS)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python -m benchmarks

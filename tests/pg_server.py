@@ -102,10 +102,14 @@ class PostgresServer:
         durable: keep PostgreSQL's own durability (``fsync``, synchronous
             commits), for benchmarks; tests run without it, which is faster
             and changes nothing they check.
+        fixed_port: keep the first port it listens on across :meth:`restart`
+            (a soak's clients reconnect to the same address); otherwise a
+            restart may pick another free port.
     """
 
-    def __init__(self, *, durable: bool = False) -> None:
+    def __init__(self, *, durable: bool = False, fixed_port: bool = False) -> None:
         self.durable = durable
+        self.fixed_port = fixed_port
         self.password = secrets.token_hex(12)
         self.user = "postgres"
         self.port = 0
@@ -180,8 +184,10 @@ class PostgresServer:
         ]
         if not self.durable:
             settings += ["fsync=off", "synchronous_commit=off", "full_page_writes=off"]
-        for _attempt in range(5):
-            self.port = _free_port()
+        keep = self.fixed_port and self.port != 0
+        for _attempt in range(5 if not keep else 100):
+            if not keep:
+                self.port = _free_port()
             command = [str(bin_dir / "postgres"), "-D", str(data), "-p", str(self.port)]
             for setting in settings:
                 command += ["-c", setting]
@@ -209,6 +215,8 @@ class PostgresServer:
                 )
                 return
             self._terminate()
+            if keep:
+                time.sleep(0.1)  # the old server's socket may linger a moment
         raise ServerUnavailable(f"PostgreSQL did not start; its log:\n{self.log()}")
 
     def _wait_ready(self, bin_dir: Path) -> bool:
@@ -226,6 +234,31 @@ class PostgresServer:
                 return True
             time.sleep(0.01)
         return False
+
+    def restart(self, *, kill: bool = True) -> None:
+        """Stop the server and start it again on the same data (and, with
+        ``fixed_port``, the same port); its folder stays.
+
+        Args:
+            kill: SIGKILL the server and every backend at once (a crash:
+                the new server recovers from its log); otherwise a fast shutdown.
+
+        Raises:
+            ServerUnavailable: it did not come back.
+        """
+        assert self.folder is not None, "restart() needs a started server"
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.terminate()
+            watcher.wait(timeout=10)
+        process = self._process
+        if kill and process is not None and process.poll() is None:
+            # The server runs in its own session: its group is the postmaster and backends.
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+            self._process = None
+        self._terminate()
+        self._launch(binaries(), self.folder / "data")
 
     def log(self) -> str:
         """The server's log so far."""

@@ -458,3 +458,107 @@ async def test_an_answer_accepted_in_another_process_is_a_request_not_a_second_a
     answer = played.events[answer_of(played, "answer")]
     remote = [attrs.evolve(answer, process="p2", seq=0)]
     assert tdt.check_history([played.events, remote], played.records) == []
+
+
+# -- the report: what each invariant was checked on ------------------------------------
+
+
+async def test_the_report_counts_what_each_invariant_was_checked_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    played = await play()
+    report = tdt.check_history_report([played.events], played.records)
+    assert report.violations == ()
+    assert set(report.checked) == set(tdt.INVARIANTS)
+    assert (report.events, report.records) == (len(played.events), len(played.records))
+    admitting = [
+        e
+        for e in played.events
+        if e.op in ("start", "delegate", "continue_run")
+        and (e.phase == "returned" or (e.error or {}).get("run_id"))
+    ]
+    results = [
+        e
+        for e in played.events
+        if e.phase == "returned" and (e.value or {}).get("type") == "result"
+    ]
+    assert report.checked["admission_durable"] == len(admitting) == 7
+    assert report.checked["result_durable"] == len(results)
+    assert report.checked["result_matches_store"] == len(results)
+    assert report.checked["closed_runtime"] == len(played.records)
+    assert report.checked["observed_by_wait"] == sum(r.observed for r in played.records)
+    assert report.checked["answer_open"] == report.checked["answer_once"] == 1
+    # No process was killed: the interruption rule had nothing to look at.
+    assert report.checked["interrupted"] == 0
+    killed = HistoryEvent("p1", "", "", len(played.events), 10**6, "killed", "note", {})
+    after_kill = tdt.check_history_report([[*played.events, killed]], played.records)
+    assert after_kill.checked["interrupted"] == 7  # each run the killed process admitted
+
+
+async def test_the_report_holds_the_violations_check_history_returns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    played = await play()
+    records = with_record(played, played.ids["slow"], status=td.RunStatus.RUNNING)
+    report = tdt.check_history_report([played.events], records)
+    assert list(report.violations) == tdt.check_history([played.events], records)
+    assert invariants(report.violations) == {"closed_runtime"}
+    summary = report.to_json()
+    assert summary["checked"] == dict(report.checked)
+    assert summary["violations"] == [str(v) for v in report.violations]
+    json.dumps(summary)
+
+
+# -- a history written to its file only, and calls over other surfaces -----------------
+
+
+async def test_a_recorder_that_keeps_no_events_writes_them_all_and_counts_them(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    path = tmp_path / "p1.jsonl"
+    recorder = tdt.HistoryRecorder("p1", path, keep_events=False)
+    async with td.open_runtime(SUBAGENTS) as rt, recorder.open_parent(rt, "alice") as parent:
+        await parent.delegate("ok", "a")
+        with pytest.raises(td.UnknownRunError):
+            parent.status("td_nosuchrun")
+    recorder.close()
+    written = tdt.read_history(path)
+    assert recorder.events == ()
+    assert [e.seq for e in written] == list(range(len(written)))
+    assert recorder.recorded == len(written)
+    assert recorder.answered == sum(e.phase in ("returned", "raised") for e in written)
+    assert recorder.answered == 3  # delegate, status, close_parent (open_parent is a note)
+    with pytest.raises(ValueError, match=r"keep_events=False.*needs a path"):
+        tdt.HistoryRecorder("p2", keep_events=False)
+
+
+async def test_calls_recorded_by_hand_are_checked_as_a_parents_are(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    played = await play()
+    run_id = played.ids["delegated"]
+    stored = record_of(played, run_id).final_result
+
+    def by_hand(final_result: object) -> tuple[HistoryEvent, ...]:
+        recorder = tdt.HistoryRecorder("m1")
+        call = recorder.call("wait", parent="mcp", owner="dora", run_id=run_id, timeout=0)
+        value = {"type": "result", "run_id": run_id, "final_result": final_result}
+        recorder.returned(call, "wait", value, parent="mcp", owner="dora")
+        call = recorder.call("wait", parent="mcp", owner="dora", run_id=run_id)
+        error = {"type": "RunFailedError", "run_id": run_id, "message": "?"}
+        recorder.raised(call, "wait", error, parent="mcp", owner="dora")
+        return recorder.events
+
+    events = by_hand(stored)
+    assert [(e.op, e.phase, e.call) for e in events] == [
+        ("wait", "call", 1),
+        ("wait", "returned", 1),
+        ("wait", "call", 2),
+        ("wait", "raised", 2),
+    ]
+    found = tdt.check_history([played.events, events], played.records)
+    # The second answer says the run failed: two endings.
+    assert invariants(found) == {"one_ending"}
+    found = tdt.check_history([played.events, by_hand("other")[:2]], played.records)
+    assert invariants(found) == {"result_matches_store"}
+    assert tdt.check_history([played.events, events[:2]], played.records) == []

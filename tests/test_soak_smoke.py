@@ -5,6 +5,7 @@ find no violation."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -28,3 +29,43 @@ async def test_a_short_soak_on_sqlite_finds_no_violation(tmp_path: Path) -> None
     assert "stopped p" in out
     assert "the store was slow" in out
     assert " calls in 4 histories, " in out  # three workers and one restarted incarnation
+    # The report: what was checked, per invariant, and how each process fared.
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["violations"] == 0
+    assert summary["faults"] == {"kill": 1, "stop": 1, "slow": 1}
+    assert summary["checked"]["one_ending"] > 0
+    assert summary["checked"]["interrupted"] > 0  # the killed worker's runs
+    assert set(summary["memory"]) == {"p1.0", "p2.0", "p3.0", "p3.1"}
+    assert summary["longest_step_seconds"] > 0
+    assert f"summary: {tmp_path / 'report' / 'summary.json'}" in out
+
+
+def _restart_keeps_port_and_data() -> tuple[int, int, list[tuple[int]]]:
+    import psycopg
+
+    from tests.pg_server import PostgresServer
+
+    # Durable: without synchronous commits a crash loses what was just committed.
+    with PostgresServer(durable=True, fixed_port=True) as server:
+        port = server.port
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (n int)")
+            conn.execute("INSERT INTO kept VALUES (7)")
+            server.restart(kill=True)
+            # The old session died with its server: a crash, not a shutdown.
+            try:
+                conn.execute("SELECT 1")
+            except psycopg.OperationalError:
+                pass
+            else:
+                raise AssertionError("a session outlived the server's kill")
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            rows = conn.execute("SELECT n FROM kept").fetchall()
+        return port, server.port, rows
+
+
+async def test_the_soaks_postgres_server_comes_back_on_its_port_with_its_data() -> None:
+    # The soak's --pg-restarts fault: its workers reconnect to the same address.
+    port, after, rows = await trio.to_thread.run_sync(_restart_keeps_port_and_data)
+    assert after == port
+    assert rows == [(7,)]

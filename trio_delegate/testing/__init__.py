@@ -23,7 +23,9 @@
   (:class:`HistoryEvent`), per process, with both clocks;
   :func:`check_history` reads the histories of every process and the
   store's final records and returns each :class:`Violation` of the contract
-  (:data:`INVARIANTS`) with the calls that show it.
+  (:data:`INVARIANTS`) with the calls that show it;
+  :func:`check_history_report` adds how many cases each invariant was
+  checked on (:class:`HistoryReport`).
 * **A runtime's internals** — :func:`internals` takes a snapshot
   (:class:`Internals`) of what no contract promises but a test of
   trio_delegate itself may need to see: whether an observer follows the
@@ -51,7 +53,13 @@ from ._history import (
     RecordedSettled,
     read_history,
 )
-from ._history_check import INVARIANTS, Violation, check_history
+from ._history_check import (
+    INVARIANTS,
+    HistoryReport,
+    Violation,
+    check_history,
+    check_history_report,
+)
 from ._model import Answer, IndeterminateError, LifecycleModel, answer_of
 from ._scripted import (
     Checkpoint,
@@ -118,11 +126,13 @@ __all__ = [
     # histories and their checker
     "HistoryEvent",
     "HistoryRecorder",
+    "HistoryReport",
     "INVARIANTS",
     "RecordedParent",
     "RecordedSettled",
     "Violation",
     "check_history",
+    "check_history_report",
     "read_history",
     # a runtime's internals
     "Internals",

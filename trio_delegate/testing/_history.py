@@ -220,17 +220,34 @@ class HistoryRecorder:
             ``"p1"``; a restarted process takes a new name (``"p1.1"``).
         path: a JSON-lines file to append each event to (flushed at once),
             or ``None`` to keep the events in memory only.
+        keep_events: keep every event in memory too (:attr:`events`); a
+            long-running process that writes them to *path* passes
+            ``False``, so that its memory does not grow with its history.
 
     Raises:
-        ValueError: *process* is empty.
+        ValueError: *process* is empty, or *keep_events* is False without a *path*.
         OSError: *path* cannot be opened for appending.
     """
 
-    def __init__(self, process: str, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        process: str,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        keep_events: bool = True,
+    ) -> None:
         if not process:
             raise ValueError("HistoryRecorder needs a non-empty process name, got ''")
+        if path is None and not keep_events:
+            raise ValueError(
+                "HistoryRecorder(keep_events=False) needs a path: the events would go nowhere; "
+                "pass path=... or keep_events=True"
+            )
         self.process = process
         self._events: list[HistoryEvent] = []
+        self._keep = keep_events
+        self._seq = 0
+        self._answered = 0
         self._calls = 0
         self._parents = 0
         self._file: IO[str] | None = None
@@ -239,8 +256,18 @@ class HistoryRecorder:
 
     @property
     def events(self) -> tuple[HistoryEvent, ...]:
-        """Every event recorded so far, in order."""
+        """Every event recorded so far, in order (none with ``keep_events=False``)."""
         return tuple(self._events)
+
+    @property
+    def recorded(self) -> int:
+        """How many events were recorded so far (kept in memory or not)."""
+        return self._seq
+
+    @property
+    def answered(self) -> int:
+        """How many calls were answered so far (a value returned or an exception raised)."""
+        return self._answered
 
     def close(self) -> None:
         """Close the history file (idempotent; the events stay in memory)."""
@@ -263,7 +290,7 @@ class HistoryRecorder:
             process=self.process,
             parent=parent,
             owner=owner,
-            seq=len(self._events),
+            seq=self._seq,
             call=call,
             op=op,
             phase=phase,
@@ -273,7 +300,10 @@ class HistoryRecorder:
             trio_time=_now(),
             wall_time=time.time(),
         )
-        self._events.append(event)
+        self._seq += 1
+        self._answered += phase in ("returned", "raised")
+        if self._keep:
+            self._events.append(event)
         if self._file is not None:
             # Written and flushed before the answer is handed back: a process
             # killed right after an answer leaves that answer in its history.
@@ -294,6 +324,41 @@ class HistoryRecorder:
             args: JSON-ready details.
         """
         return self._emit(parent, owner, self._next_call(), op, "note", args)
+
+    def call(self, op: str, *, parent: str, owner: str, **args: Any) -> int:
+        """Record a call made over another surface than a ``Parent`` (e.g. raw MCP).
+
+        The answer is recorded with :meth:`returned` or :meth:`raised` and the
+        number this returns. The checker reads *op* and the answer in the
+        vocabulary of :class:`RecordedParent` (``"start"``, ``"wait"``,
+        ``"cancel"``, ...), so a caller maps its own calls onto it.
+
+        Args:
+            op: the ``Parent`` call it stands for.
+            parent, owner: the recorded parent's name and its owner.
+            args: JSON-ready arguments.
+
+        Returns:
+            the call's number in this history.
+        """
+        call = self._next_call()
+        self._emit(parent, owner, call, op, "call", args)
+        return call
+
+    def returned(
+        self, call: int, op: str, value: Mapping[str, Any], *, parent: str, owner: str
+    ) -> None:
+        """Record what call *call* (from :meth:`call`) answered: *value*, JSON-ready, in
+        :func:`encode_value`'s shapes (``{"type": "result", "run_id", "final_result"}``,
+        ``{"type": "handle", "run_id", "status"}``, ...) where it says what they say."""
+        self._emit(parent, owner, call, op, "returned", {}, dict(value))
+
+    def raised(
+        self, call: int, op: str, error: Mapping[str, Any], *, parent: str, owner: str
+    ) -> None:
+        """Record that call *call* answered with an error: *error* in
+        :func:`encode_error`'s shape (``{"type": "RunFailedError", "run_id", "message"}``)."""
+        self._emit(parent, owner, call, op, "raised", {}, None, dict(error))
 
     def wrap(
         self, parent: Parent, *, budget: Budget | None = None, fail_closed: bool = True

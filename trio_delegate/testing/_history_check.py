@@ -19,7 +19,7 @@ from .._status import RunStatus
 from .._stores._protocol import RunRecord
 from ._history import HistoryEvent
 
-__all__ = ["INVARIANTS", "Violation", "check_history"]
+__all__ = ["INVARIANTS", "HistoryReport", "Violation", "check_history", "check_history_report"]
 
 #: Every invariant the checker knows, by name, with what it says.
 INVARIANTS: Final[Mapping[str, str]] = {
@@ -89,6 +89,36 @@ class Violation:
         # Each event on a line of its own, cut: a listing can name hundreds of runs.
         lines.extend(f"    {_cut(str(event), 400)}" for event in self.calls)
         return "\n".join(lines)
+
+
+@final
+@attrs.frozen
+class HistoryReport:
+    """What :func:`check_history_report` found, and how much it looked at.
+
+    Attributes:
+        violations: every violation found, as :func:`check_history` returns them.
+        checked: by invariant (every key of :data:`INVARIANTS`), how many
+            cases it was checked on: runs, answers, calls or histories, as
+            the invariant reads them. A zero says the histories never
+            exercised it, so its silence proves nothing.
+        events: how many events the histories hold.
+        records: how many records the store held.
+    """
+
+    violations: tuple[Violation, ...]
+    checked: Mapping[str, int]
+    events: int
+    records: int
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready summary: the counts, and each violation as its text."""
+        return {
+            "violations": [str(violation) for violation in self.violations],
+            "checked": dict(self.checked),
+            "events": self.events,
+            "records": self.records,
+        }
 
 
 def _cut(text: str, limit: int) -> str:
@@ -173,6 +203,8 @@ class _Checker:
         self.max_report = max_report
         self.bound = interrupt_bound_seconds
         self.found: list[Violation] = []
+        # How many cases each invariant was checked on (HistoryReport.checked).
+        self.checked: dict[str, int] = dict.fromkeys(INVARIANTS, 0)
         self.claims: dict[str, list[_Claim]] = defaultdict(list)
         for event in self.events:
             for claim in _claims(event):
@@ -203,6 +235,7 @@ class _Checker:
             record = self.records.get(run_id)
             stored = record.status.value if record and record.status in _TERMINAL else None
             endings = {c.status for c in terminal} | ({stored} if stored else set())
+            self.checked["one_ending"] += 1
             if len(endings) > 1:
                 shown = [e for c in terminal for e in self.with_call(c.event)]
                 self.flag(
@@ -215,6 +248,9 @@ class _Checker:
             for claim in terminal:
                 if not claim.has_result:
                     continue
+                self.checked["result_durable"] += 1
+                if record is not None and record.status is RunStatus.COMPLETED:
+                    self.checked["result_matches_store"] += 1
                 if record is None:
                     self.flag(
                         "result_durable",
@@ -234,6 +270,7 @@ class _Checker:
     def admissions(self) -> None:
         for event in self.events:
             run_id = _admitted(event)
+            self.checked["admission_durable"] += run_id is not None
             if run_id is not None and run_id not in self.records:
                 self.flag(
                     "admission_durable",
@@ -248,6 +285,7 @@ class _Checker:
             for event in history:
                 for claim in _claims(event):
                     before = last.get(claim.run_id)
+                    self.checked["status_monotonic"] += before is not None
                     if before is not None and (
                         _RANK.get(claim.status, 0) < _RANK.get(before.status, 0)
                     ):
@@ -267,6 +305,7 @@ class _Checker:
             if closed is None:
                 continue
             for event in history:
+                self.checked["closed_runtime"] += event.seq > closed.seq
                 if event.seq > closed.seq and event.phase == "returned" and event.op != "usage":
                     self.flag(
                         "closed_runtime",
@@ -276,6 +315,7 @@ class _Checker:
                         *self.with_call(event),
                     )
         for run_id, record in self.records.items():
+            self.checked["closed_runtime"] += 1
             if record.status not in _TERMINAL:
                 self.flag(
                     "closed_runtime",
@@ -291,6 +331,7 @@ class _Checker:
                 continue
             admitted = {_admitted(e) for e in history} - {None}
             for run_id in sorted(r for r in admitted if r is not None):
+                self.checked["interrupted"] += 1
                 # Ended after its process was killed: only an interruption can end it then.
                 record = self.records.get(run_id)
                 ended = None if record is None else _timestamp(record.ended_at)
@@ -361,6 +402,7 @@ class _Checker:
                     continue
                 if event.phase == "returned":
                     for run_id in started[event.parent]:
+                        self.checked["fail_closed"] += 1
                         if not self._resolved(run_id, event, replaced_by, set()):
                             self.flag(
                                 "fail_closed",
@@ -372,6 +414,7 @@ class _Checker:
                             )
                 elif event.error and event.error.get("type") == "UnresolvedDelegationError":
                     for run_id in event.error.get("unresolved") or ():
+                        self.checked["fail_closed"] += 1
                         # Only runs this parent started count (§7): one another parent
                         # admitted, or of another owner, is never its unresolved work.
                         # (A run whose admitting call raised without naming it may
@@ -441,6 +484,7 @@ class _Checker:
             ):
                 unanswered_fg.add(event.owner)
         for run_id, record in self.records.items():
+            self.checked["observed_by_wait"] += record.observed
             if record.observed and run_id not in asked and record.owner not in unanswered_fg:
                 self.flag(
                     "observed_by_wait",
@@ -467,7 +511,9 @@ class _Checker:
                     if call is not None and call.args.get("run_id") is not None:
                         continue  # one run's usage, not the parent's
                     self._usage(event, budget, passed)
-                elif event.parent in passed and _admitted(event) is not None:
+                    continue
+                self.checked["budget_admission"] += _admitted(event) is not None
+                if event.parent in passed and _admitted(event) is not None:
                     self.flag(
                         "budget_admission",
                         _admitted(event),
@@ -484,6 +530,7 @@ class _Checker:
             if value is None:
                 continue
             spent = _spent(event.value, fields)
+            self.checked["budget_overrun"] += 1
             if spent > float(value):
                 passed.setdefault(event.parent, event)
                 if self.max_report is None:
@@ -515,6 +562,7 @@ class _Checker:
                 ):
                     continue
                 run_id = str(value.get("run_id"))
+                self.checked["answer_open"] += 1
                 # Applied where the run lives: an acceptance in another process that
                 # shares the store is a request its owner applies (§16, §19), which
                 # the owner's own history cannot show; those are not counted here.
@@ -529,6 +577,7 @@ class _Checker:
                         *self.with_call(ended[run_id]),
                         *self.with_call(event),
                     )
+        self.checked["answer_once"] += len(accepted)
         for question_id, events in accepted.items():
             if len(events) > 1:
                 self.flag(
@@ -565,6 +614,33 @@ def check_history(
     Returns:
         the violations found, grouped by invariant in :data:`INVARIANTS` order.
     """
+    report = check_history_report(
+        histories,
+        records,
+        max_report=max_report,
+        interrupt_bound_seconds=interrupt_bound_seconds,
+    )
+    return list(report.violations)
+
+
+def check_history_report(
+    histories: Iterable[Sequence[HistoryEvent]],
+    records: Iterable[RunRecord],
+    *,
+    max_report: Mapping[str, float] | None = None,
+    interrupt_bound_seconds: float = 30.0,
+) -> HistoryReport:
+    """:func:`check_history`, with how many cases each invariant was checked on.
+
+    Args:
+        histories, records, max_report, interrupt_bound_seconds: as for
+            :func:`check_history`.
+
+    Returns:
+        a :class:`HistoryReport`: the same violations, in the same order, and
+        the per-invariant counts (a soak prints them: an invariant checked
+        zero times was not exercised).
+    """
     checker = _Checker(
         [tuple(history) for history in histories],
         list(records),
@@ -581,4 +657,10 @@ def check_history(
     checker.budgets()
     checker.answers()
     order = list(INVARIANTS)
-    return sorted(checker.found, key=lambda v: order.index(v.invariant))
+    found = sorted(checker.found, key=lambda v: order.index(v.invariant))
+    return HistoryReport(
+        violations=tuple(found),
+        checked=dict(checker.checked),
+        events=len(checker.events),
+        records=len(checker.records),
+    )
