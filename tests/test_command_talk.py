@@ -198,10 +198,12 @@ async def test_several_questions_may_be_open_and_replies_carry_their_ids(
             # The second line comes from another process: nothing here can signal it.
             while len(parent.questions()) < 2:  # noqa: ASYNC110
                 await trio.sleep(0.01)
-        first, second = parent.questions()
-        assert (first.text, second.text) == ("first?", "second?")
-        parent.answer(handle.run_id, "two", question_id=second.question_id)
-        parent.answer(handle.run_id, "one", question_id=first.question_id)
+        # Each ask waits in a task of its own, and Trio runs tasks started
+        # together in either order: the questions may open in either order.
+        asked = {question.text: question for question in parent.questions()}
+        assert sorted(asked) == ["first?", "second?"]
+        parent.answer(handle.run_id, "two", question_id=asked["second?"].question_id)
+        parent.answer(handle.run_id, "one", question_id=asked["first?"].question_id)
         with trio.fail_after(30):
             result = await parent.wait(handle.run_id)
     assert isinstance(result, td.RunResult)
