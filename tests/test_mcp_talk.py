@@ -707,3 +707,12 @@ asks = true
             assert json.loads(result) == {"id": 7, "colour": "teal"}
     finally:
         stop(wire)
+
+
+def test_a_field_whose_type_is_a_list_is_asked_wrapped_not_as_a_form() -> None:
+    from trio_delegate.mcp._talk import requested_schema
+
+    schema = {"type": "object", "properties": {"a": {"type": ["string", "null"]}}}
+    form, wrapped = requested_schema(schema)
+    assert wrapped is True
+    assert form["properties"]["answer"] == schema

@@ -470,3 +470,11 @@ def test_runs_usage_says_what_is_wrong_with_what_it_was_given(
     assert (code, out) == (1, "")
     assert str(other) in err
     assert "Traceback" not in err
+
+
+def test_a_stored_usage_nested_too_deep_is_damaged_not_a_crash() -> None:
+    deep = "[" * 999 + "]" * 999  # within the 2,000 characters a usage may take
+    usage, damaged = _usage_scan._usage(deep)
+    assert usage is None
+    assert damaged is not None
+    assert "not JSON" in damaged

@@ -395,3 +395,13 @@ async def test_many_answers_are_recorded_without_growing_the_record(
     # Each answer is written once it is accepted, then never again.
     assert sum(len(r.answers) for r in written) == 500
     assert max(len(r.answers) for r in written) == 1
+
+
+def test_a_stored_progress_figure_past_a_floats_range_is_left_out() -> None:
+    from .stores import record, runtime_id
+
+    live = record(runtime_id(), td.RunStatus.RUNNING)
+    import attrs
+
+    huge = attrs.evolve(live, progress={"message": "m", "progress": 10**400, "total": 3, "seq": 1})
+    assert huge.progress_report() == td.Progress("m", None, 3.0, 1)

@@ -12,7 +12,6 @@ migrated).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -21,6 +20,7 @@ import trio
 
 from .._checks import terminal_safe
 from .._errors import DelegationError
+from .._json import parse
 from .._results import AnswerAck
 from .._stores._postgres import PostgresStore, is_postgres_dsn
 from .._stores._protocol import is_run_id
@@ -90,8 +90,8 @@ def run_answer(
         return _say(err, "give the answer as JSON, or --decline REASON, not both nor neither")
     if not declined:
         try:
-            value = json.loads(args.answer)
-        except (ValueError, RecursionError) as exc:
+            value = parse(args.answer)
+        except ValueError as exc:  # TooDeep included
             return _say(
                 err,
                 f"the answer {args.answer[:200]!r} is not JSON ({exc}); a string answer is "

@@ -12,13 +12,13 @@ table; nothing is written.
 from __future__ import annotations
 
 import collections
-import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from .._errors import InvalidArgumentsError
+from .._json import parse
 from .._usage import Usage
 
 if TYPE_CHECKING:
@@ -94,8 +94,8 @@ def _usage(value: object) -> tuple[Usage | None, str | None]:
     if len(value) > _MAX_USAGE_CHARS:
         return None, f"its usage is {len(value):,} characters long, not a usage this writes"
     try:
-        data = json.loads(value)
-    except ValueError:
+        data = parse(value)
+    except ValueError:  # TooDeep included
         return None, f"its usage is not JSON: {value[:100]!r}"
     if not isinstance(data, dict):
         return None, f"its usage is {type(data).__name__} {value[:50]}, not an object"

@@ -292,7 +292,10 @@ def _measure(value: object) -> float | None:
     """A stored progress figure: a finite number not below zero, else none."""
     if value is None or type(value) is bool or not isinstance(value, int | float):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range: not a figure a runtime writes
+        return None
     return number if math.isfinite(number) and number >= 0 else None
 
 

@@ -125,7 +125,10 @@ def _is_form(schema: Mapping[str, Any]) -> bool:
         return False
     return all(
         isinstance(field, Mapping)
-        and field.get("type") in _PRIMITIVES
+        # A type may be a list or anything else a schema holds: only a
+        # string names a primitive.
+        and isinstance(field.get("type"), str)
+        and field["type"] in _PRIMITIVES
         and _FIELD_KEYS.issuperset(field)
         for field in properties.values()
     )
