@@ -781,3 +781,104 @@ async def test_a_write_answer_no_store_gives_is_read_as_not_known(
     stored = await store.get(result.run_id)
     assert stored is not None
     assert stored.status is td.RunStatus.COMPLETED
+
+
+async def test_status_knows_a_bounded_number_of_runs_known_only_from_the_store(
+    make_store: StoreFactory,
+) -> None:
+    # Evicted runs are indexed for status as retention remembers evicted ids
+    # (10 x retention_max_runs): memory stays flat however many runs end.
+    # Older ones read as unknown to status; wait still finds them in the store.
+    config = td.Config(retention_max_runs=2)
+    async with (
+        td.open_runtime(SUBAGENTS, store=make_store(), config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        results = [await p.delegate("echo", f"run {i}") for i in range(40)]
+        oldest, recent = results[0], results[-10]
+        assert oldest.run_id not in tdt.internals(rt).in_memory
+        assert p.status(recent.run_id).status is td.RunStatus.COMPLETED
+        with pytest.raises(td.UnknownRunError, match="wait reads"):
+            p.status(oldest.run_id)
+        assert await p.wait(oldest.run_id) == oldest
+        # Read from the store, it is known again.
+        assert p.status(oldest.run_id).status is td.RunStatus.COMPLETED
+
+
+async def test_attaching_indexes_the_newest_terminal_runs(make_store: StoreFactory) -> None:
+    config = td.Config(retention_max_runs=2)
+    async with td.open_runtime(SUBAGENTS, store=make_store()) as rt, rt.open_parent("a") as p:
+        results = [await p.delegate("echo", f"run {i}") for i in range(30)]
+    async with (
+        td.open_runtime(SUBAGENTS, store=make_store(), config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        # The 20 newest of the store's 30 ended runs.
+        assert p.status(results[10].run_id).status is td.RunStatus.COMPLETED
+        with pytest.raises(td.UnknownRunError):
+            p.status(results[9].run_id)
+        assert await p.wait(results[0].run_id) == results[0]
+
+
+class _LargeStore(WrappedStore):
+    """A store whose attachment reports many ended runs (as a store a fleet filled would)."""
+
+    def __init__(self, terminal: int) -> None:
+        super().__init__()
+        self.terminal = terminal
+        self.attached = trio.Event()
+
+    async def attach(self, runtime_id: str) -> td.StoreSnapshot:
+        snapshot = await self.inner.attach(runtime_id)
+        ended = StoredRun("a", "echo", td.RunStatus.COMPLETED)
+        runs = tuple((f"run_{i:024x}", ended) for i in range(self.terminal))
+        self.attached.set()
+        return StoreSnapshot(snapshot.terminal + runs, snapshot.interrupted)
+
+
+async def test_attaching_to_a_large_store_keeps_the_event_loop_turning() -> None:
+    # Indexing what the store holds checkpoints as it goes (contract §15): a
+    # task that only ticks gets to run many times while 50,000 ended runs are
+    # indexed, where one long step would give it none.
+    store = _LargeStore(60_000)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        await store.attached.wait()
+        while True:
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    config = td.Config(retention_max_runs=5_000)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        async with td.open_runtime(SUBAGENTS, store=store, config=config) as rt:
+            opened_at = ticks
+            async with rt.open_parent("a") as p:
+                assert p.status("run_" + f"{59_999:024x}").status is td.RunStatus.COMPLETED
+                with pytest.raises(td.UnknownRunError):
+                    p.status("run_" + f"{9_999:024x}")
+        nursery.cancel_scope.cancel()
+    assert opened_at >= 40
+
+
+async def test_an_expired_id_the_index_forgot_is_still_read_from_the_store(
+    make_store: StoreFactory,
+) -> None:
+    # Reads of older runs push recently evicted ones out of the index while
+    # retention still remembers their ids: status calls them expired (and
+    # says wait reads the store), and wait answers from the store.
+    config = td.Config(retention_max_runs=2)
+    async with (
+        td.open_runtime(SUBAGENTS, store=make_store(), config=config) as rt,
+        rt.open_parent("a") as p,
+    ):
+        results = [await p.delegate("echo", f"run {i}") for i in range(25)]
+        for old in results[:3]:
+            assert await p.wait(old.run_id) == old
+        forgotten = results[3]
+        with pytest.raises(td.ExpiredRunError, match="wait reads it there"):
+            p.status(forgotten.run_id)
+        assert await p.wait(forgotten.run_id) == forgotten
+        assert await p.continue_run(forgotten.run_id, "more") is not None

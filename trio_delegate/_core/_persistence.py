@@ -73,7 +73,7 @@ class Persistence:
             snapshot = await self.store.attach(self.runtime_id)
         except Exception as exc:
             raise store_error(exc, "open") from None
-        self.stored.attached(snapshot.terminal)
+        await self.stored.attached(snapshot.terminal)
         # Attached: the lease is as fresh as it gets (the watcher renews it).
         self._lease.started(trio.current_time())
         return snapshot.interrupted

@@ -172,11 +172,18 @@ class Registry:
             if stored is not None:
                 return stored
         if retention.evicted_owner(run_id) == owner:
-            raise expired_error(run_id, self.config)
+            raise expired_error(run_id, self.config, stored=persistence is not None)
+        # Lookups remember a bounded number of the runs known only from the
+        # store: an older one is still there, and a wait reads it.
+        stored_hint = (
+            "; a run that ended long ago may still be in the store: wait reads it there"
+            if persistence is not None
+            else ""
+        )
         raise UnknownRunError(
             f"no run {describe(run_id)} belongs to parent {owner!r} in this runtime; "
             "use the exact run_id that start or delegate returned (ids of other parents or "
-            "runtimes are not valid here)",
+            f"runtimes are not valid here){stored_hint}",
             run_id=run_id if len(run_id) <= 128 else None,
         )
 

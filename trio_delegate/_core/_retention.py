@@ -98,11 +98,25 @@ class Retention:
         self._evicted(run)
 
 
-def expired_error(run_id: str, config: Config) -> ExpiredRunError:
-    """The error for a run whose result retention (or a store's own) no longer holds."""
+def expired_error(run_id: str, config: Config, *, stored: bool = False) -> ExpiredRunError:
+    """The error for a run whose result retention (or a store's own) no longer holds.
+
+    Args:
+        stored: the runtime has a store, which may still hold the run's record
+            (``status`` and ``cancel`` answer from memory; ``wait`` reads it).
+    """
+    kept = (
+        f"finished runs are kept for {config.retention_seconds:g} s and at most "
+        f"{config.retention_max_runs} at a time"
+    )
+    if stored:
+        return ExpiredRunError(
+            f"run {run_id} has expired from memory: {kept}; its record may still be "
+            "in the store: wait reads it there",
+            run_id=run_id,
+        )
     return ExpiredRunError(
-        f"run {run_id} has expired: finished runs are kept for "
-        f"{config.retention_seconds:g} s and at most {config.retention_max_runs} at a "
-        "time, and its result is no longer held; start a new run if you still need it",
+        f"run {run_id} has expired: {kept}, and its result is no longer held; start a "
+        "new run if you still need it",
         run_id=run_id,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, final
 
 import trio
@@ -28,7 +28,7 @@ from .._stores._protocol import RunRecord, StoredRun, is_run_id
 from ._adoption import failure_type_of
 from ._records import store_error, stored_conversation
 from ._remote import Replies, stored_handle, stored_view
-from ._retention import expired_error
+from ._retention import TOMBSTONES_PER_RETAINED_RUN, expired_error
 from ._run import terminal_error
 
 if TYPE_CHECKING:
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["StoredRuns"]
 
-#: At most this many runs found only in the store are remembered for lookups.
-_INDEX_LIMIT: Final = 100_000
+#: How many of the store's terminal runs attaching indexes between two checkpoints.
+_ATTACH_CHUNK: Final = 1_000
 
 #: What a call checks after each ``await``: raises if its parent or runtime closed.
 _Check = Callable[[], None]
@@ -56,6 +56,7 @@ class StoredRuns:
         "_changed",
         "_config",
         "_index",
+        "_limit",
         "_schemas",
         "_watcher",
         "_writer",
@@ -79,8 +80,12 @@ class StoredRuns:
         # writer's next batch, other runtimes' runs with the watcher's next poll.
         self._writer = writer
         self._watcher = watcher
-        # Terminal runs that are in the store but not in memory, by id.
+        # Terminal runs that are in the store but not in memory, by id: as
+        # many as retention remembers evicted ids (contract §8), oldest
+        # forgotten first. Bounded, so that a long-lived runtime's memory
+        # stays flat however many runs its store holds.
         self._index: OrderedDict[str, StoredRun] = OrderedDict()
+        self._limit = TOMBSTONES_PER_RETAINED_RUN * config.retention_max_runs
         # The schemas of evicted completed runs whose results are structured
         # into a host's type: answered from the store, they come back as it.
         self._schemas: dict[str, ResultSchema] = {}
@@ -91,10 +96,18 @@ class StoredRuns:
 
     # -- the index ---------------------------------------------------------------
 
-    def attached(self, terminal: Iterable[tuple[str, StoredRun]]) -> None:
-        """The store's *terminal* runs as this runtime attached to it: lookups know them."""
-        for run_id, stored in terminal:
-            self._remember(run_id, stored)
+    async def attached(self, terminal: Sequence[tuple[str, StoredRun]]) -> None:
+        """The store's *terminal* runs (oldest first) as this runtime attached to it:
+        lookups know the newest of them, as many as the index holds.
+
+        A checkpoint every :data:`_ATTACH_CHUNK` runs: a store of any size is
+        indexed without one long step of the event loop (contract §15).
+        """
+        newest = terminal[-self._limit :]
+        for start in range(0, len(newest), _ATTACH_CHUNK):
+            for run_id, stored in newest[start : start + _ATTACH_CHUNK]:
+                self._remember(run_id, stored)
+            await trio.lowlevel.checkpoint()
 
     def remember(self, run: Run) -> None:
         """*run* left memory (retention): keep what lookups need to find it in the store."""
@@ -114,10 +127,11 @@ class StoredRuns:
         A ``wait`` reads the store itself, ahead of the watcher: without this,
         ``status`` and ``cancel`` would answer from a view that may not hold
         the run yet, and call unknown a run the ``wait`` just found (contract
-        §16). This runtime's own runs are known already (in memory, or
-        remembered when retention evicted them).
+        §16). This runtime's own live runs are in memory; its ended ones are
+        remembered when retention evicts them, and again once read (the
+        index may have forgotten them since).
         """
-        if record.runtime_id != self.runtime_id:
+        if record.runtime_id != self.runtime_id or record.status.is_terminal:
             self._remember(record.run_id, stored_view(record, self.replies.answered))
 
     def find(self, run_id: str, owner: str) -> StoredRun | None:
@@ -176,7 +190,9 @@ class StoredRuns:
             StoreError: the store could not be read.
             RuntimeClosedError: from *check*.
         """
-        if type(unknown) is not UnknownRunError or not is_run_id(run_id):
+        # An expired id too: retention evicted it, and the index that lookups
+        # use may have forgotten it since, but the store may hold it still.
+        if not is_run_id(run_id):
             raise unknown
         record = await self.load(run_id)
         check()
@@ -372,6 +388,6 @@ class StoredRuns:
             return
         index[run_id] = stored
         index.move_to_end(run_id)
-        if len(index) > _INDEX_LIMIT:
+        if len(index) > self._limit:
             forgotten, _ = index.popitem(last=False)
             self._schemas.pop(forgotten, None)

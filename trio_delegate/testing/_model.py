@@ -322,6 +322,9 @@ class LifecycleModel:
         # the owners of evicted ids, oldest first.
         self._kept: deque[_Run] = deque()
         self._tombstones: OrderedDict[str, str] = OrderedDict()
+        # With a store: the evicted runs ``status`` and ``cancel`` still know
+        # (as many as there are tombstones), most recently evicted or read last.
+        self._indexed: OrderedDict[str, None] = OrderedDict()
         self._trace = Trace()
         # What every run spent (contract §20): requests, input tokens.
         self._spent = (0, 0)
@@ -559,7 +562,7 @@ class LifecycleModel:
         refused = self._refuse_closed(p)
         if refused is not None:
             return refused
-        found = self._lookup(p, run)
+        found = self._lookup(p, run, reads_store=True)
         if isinstance(found, Answer):
             return found
         if not found.terminal:
@@ -611,7 +614,7 @@ class LifecycleModel:
             isinstance(timeout, bool) or not math.isfinite(timeout) or timeout < 0
         ):
             return _error("invalid_arguments")
-        found = self._lookup(p, run)
+        found = self._lookup(p, run, reads_store=True)
         if isinstance(found, Answer):
             return found
         target = found
@@ -1325,6 +1328,16 @@ class LifecycleModel:
         tombstones[run.key] = run.parent.owner
         if len(tombstones) > TOMBSTONES_PER_RETAINED_RUN * self._config.retention_max_runs:
             tombstones.popitem(last=False)
+        if self._store:
+            self._index(run)
+
+    def _index(self, run: _Run) -> None:
+        """*run*, evicted, is known again to ``status`` and ``cancel`` (read from the store)."""
+        indexed = self._indexed
+        indexed[run.key] = None
+        indexed.move_to_end(run.key)
+        if len(indexed) > TOMBSTONES_PER_RETAINED_RUN * self._config.retention_max_runs:
+            indexed.popitem(last=False)
 
     # -- answers --------------------------------------------------------------
 
@@ -1333,8 +1346,15 @@ class LifecycleModel:
             return _error("runtime_closed")
         return None
 
-    def _lookup(self, p: _Parent, number: int | None) -> _Run | Answer:
-        """``Parent._find``: the run if its owner is *p*'s (contract §8), after expiring."""
+    def _lookup(
+        self, p: _Parent, number: int | None, *, reads_store: bool = False
+    ) -> _Run | Answer:
+        """``Parent._find``: the run if its owner is *p*'s (contract §8), after expiring.
+
+        With a store, an evicted run is found by a call that reads the store
+        (*reads_store*: ``wait``, ``continue_run``), and by the others while
+        it is indexed.
+        """
         self._expire(self._now)
         if number is None or not 0 <= number < len(self._top):
             return _error("unknown_run", run=number)
@@ -1345,7 +1365,11 @@ class LifecycleModel:
             raise IndeterminateError(
                 f"whether run {run.task!r} was evicted depends on Trio's order"
             )
-        if not run.evicted or self._store:
+        if not run.evicted:
+            return run
+        if self._store and (reads_store or run.key in self._indexed):
+            if reads_store:
+                self._index(run)
             return run
         if self._tombstones.get(run.key) == p.owner:
             return _error("expired_run", run=number)
