@@ -1037,7 +1037,14 @@ async def test_background_continuation_answers_with_its_admission_ack() -> None:
 
 
 class HeldStore(WrappedStore):
-    """A memory store whose end records wait for the test to let them through."""
+    """A memory store whose end records wait for the test to let them through.
+
+    Only this process uses it (``in_process``): a store other processes share
+    holds a started run's every ending until its record is written
+    (tests/test_leased_endings.py).
+    """
+
+    in_process = True
 
     def __init__(self) -> None:
         super().__init__()

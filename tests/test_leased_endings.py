@@ -1,12 +1,13 @@
-"""One ending per run on a store with a lease (contract §3, §16).
+"""One ending per run on a store other processes share (contract §3, §16).
 
 Another runtime writes this runtime's runs off (``failed``, interrupted) once
-this runtime has not renewed its lease in time, and the first terminal record
-stored wins. An ending answered before its record is stored could then differ
-from the store's; on a leased store, the ending of a run that started, and of
-one decided once the lease may have lapsed, waits for its record and the run
+this runtime's process died, or, on a store with a lease, once it has not
+renewed its lease in time; the first terminal record stored wins. An ending
+answered before its record is stored could then differ from the store's: on
+a shared store the ending of a run that started, and on a leased store of one
+decided once the lease may have lapsed, waits for its record and the run
 answers as the store says. A pending run's cancellation still reads
-``cancelled`` at once while the lease is fresh.
+``cancelled`` at once (while the lease, if any, is fresh).
 """
 
 from __future__ import annotations
@@ -137,3 +138,41 @@ async def test_a_pending_cancellation_once_the_lease_may_have_lapsed_answers_as_
         thawed.set()
         parent.cancel(first.run_id)
     assert (await _stored(store.inner, second.run_id)).status is td.RunStatus.FAILED
+
+
+class _HeldEndings(WrappedStore):
+    """A store other processes share (no lease): its terminal records are
+    written only once ``released`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(td.MemoryStore())
+        self.released = trio.Event()
+
+    async def write(self, records: Sequence[td.RunRecord]) -> Sequence[str] | None:
+        if any(record.status.is_terminal for record in records):
+            await self.released.wait()
+        return await self.inner.write(records)
+
+
+async def test_on_a_shared_store_a_started_runs_ending_is_answered_once_it_is_stored(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Without a lease too: a process that answered timed_out and died before
+    # the record was written would leave the store saying failed (interrupted)
+    # to everyone else, two endings for one run.
+    store = _HeldEndings()
+    subagents = [td.Subagent("hang", _forever, timeout_seconds=5)]
+    async with (
+        td.open_runtime(subagents, store=store, config=CONFIG) as rt,
+        rt.open_parent("alice") as parent,
+    ):
+        handle = await parent.start("hang", "x")
+        await trio.sleep(60)  # long past the deadline; the record is held
+        try:
+            assert parent.status(handle.run_id).status is td.RunStatus.RUNNING
+        finally:
+            store.released.set()
+        with pytest.raises(td.RunTimedOutError):
+            await parent.wait(handle.run_id)
+        assert parent.status(handle.run_id).status is td.RunStatus.TIMED_OUT
+        assert (await _stored(store.inner, handle.run_id)).status is td.RunStatus.TIMED_OUT

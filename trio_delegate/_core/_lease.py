@@ -60,17 +60,19 @@ class Lease:
         return self._lapsed
 
     def holds_up(self, started: bool, lease_lost: bool) -> bool:
-        """Whether an ending other than a result waits for its record (contract §16).
+        """Whether an ending other than a result waits for its record, on a store
+        other processes share (contract §16).
 
-        With a lease, another runtime writes this runtime's runs off once it
-        has not renewed the lease in time, and the first terminal record stored
-        wins. An ending answered before its record is stored could then differ
-        from the store's: it waits, and the run ends as the store says (see
-        ``_adoption``). A running run's ending always waits (the lease can run
-        out while its record is written, behind a stopped process's locks, say);
-        a pending run's cancellation reads ``cancelled`` at once while the
-        lease is fresh; a run stopped because the lease could not be renewed
-        (*lease_lost*) is not held up by the store it cannot reach.
+        Another runtime writes this runtime's runs off once this process has
+        died (and, with a lease, once it has not renewed the lease in time),
+        and the first terminal record stored wins. An ending answered before
+        its record is stored could then differ from the store's: it waits, and
+        the run ends as the store says (see ``_adoption``). A running run's
+        ending always waits (the process can die, or the lease run out, while
+        its record is written); a pending run's cancellation reads
+        ``cancelled`` at once (contract §5) while the lease, if any, is fresh;
+        a run stopped because the lease could not be renewed (*lease_lost*) is
+        not held up by the store it cannot reach.
 
         Args:
             started: the run holds a slot (it started).

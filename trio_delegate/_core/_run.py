@@ -327,7 +327,7 @@ class Outcome:
         durable). Another ending commits at once and its record follows: a
         pending run's cancellation reads ``cancelled`` immediately, and a run
         stopped because its store is unreachable is not held up by it. (On a
-        store with a lease, more endings wait: see ``Lease.holds_up``.)
+        store other processes share, more endings wait: see ``Lease.holds_up``.)
         """
         # A run stopped once its lease had run out may have been written off
         # elsewhere meanwhile: it ends as the store says (see _adoption).
@@ -385,14 +385,14 @@ def _ignore(error: StoreError | None) -> None:
     """Nobody waits for the record of an ending that is terminal already."""
 
 
-def _held_by_lease(run: Run, outcome: Outcome) -> bool:
+def _held_for_record(run: Run, outcome: Outcome) -> bool:
     """Whether *run*'s ending *outcome* (no result) waits for its record all the
-    same: on a store with a lease, once another runtime may write the run off
-    before its record is written (see ``Lease.holds_up``)."""
+    same: on a store other processes share, once the store could come to hold
+    another ending than the one answered (see ``Lease.holds_up``)."""
     writer = run.host.writer
     return (
         writer is not None
-        and writer.leased
+        and writer.shared
         and writer.lease.holds_up(run.state.holds_slot, outcome.reason is CancelReason.LEASE_LOST)
     )
 
@@ -733,8 +733,9 @@ class Run:
 
         A host that records outcomes records it and commits it: a result once
         its record is durable, any other ending at once (see
-        :attr:`Outcome.waits_for_record`), but on a store with a lease, where
-        another runtime may write the run off meanwhile (:func:`_held_by_lease`).
+        :attr:`Outcome.waits_for_record`), but on a store other processes
+        share, where the store could come to hold another ending meanwhile
+        (:func:`_held_for_record`).
         Without a record to write, the run commits it now.
 
         Returns:
@@ -746,7 +747,7 @@ class Run:
         host = self.host
         if not host.records:
             self.commit(outcome)
-        elif not outcome.waits_for_record and not _held_by_lease(self, outcome):
+        elif not outcome.waits_for_record and not _held_for_record(self, outcome):
             # Terminal at once; its record follows.
             self.commit(outcome)
             host.record(self, outcome, _ignore)

@@ -85,7 +85,7 @@ class Writer:
         "_writing",
         "events",
         "lease",
-        "leased",
+        "shared",
         "stats",
         "store",
     )
@@ -94,9 +94,11 @@ class Writer:
         self.store = store
         self._records = records
         self.lease = lease
-        # Whether other runtimes write this one's runs off once its lease ran
-        # out (PostgreSQL): its endings may then wait for their records.
-        self.leased = store.lease_seconds is not None
+        # Whether other processes share the store: they read an ending that
+        # its record did not reach as the store says (interrupted, when this
+        # process died first; another runtime's, when its lease ran out), so a
+        # started run's ending waits for its record (see Lease.holds_up).
+        self.shared = store.in_process is not True
         # What the store declares it can do (ResultStore); anything but True
         # is read as False. A store that can leave out what this runtime wrote
         # itself spares the watcher reading every record it wrote back (and
