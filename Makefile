@@ -106,7 +106,7 @@ test-under-load: $(STAMP_DEV)
 
 # Three processes on one store (SOAK_STORE: sqlite or postgres) play a seeded
 # random mix of every call for SOAK_MINUTES, with SIGKILL/restart, SIGSTOP/SIGCONT
-# and a slow store on a schedule (SOAK_FULL: times the store runs out of space);
+# and a slow or full store on a schedule (SOAK_FULL: times the store runs out of space);
 # the histories and the store are then checked. tools/soak.py prints the seed,
 # the schedule and how to replay them. `make test` runs a short smoke of it.
 SOAK_MINUTES ?= 10
@@ -114,11 +114,12 @@ SOAK_STORE ?= sqlite
 SOAK_KILLS ?= 5
 SOAK_STOPS ?= 3
 SOAK_SLOW ?= 3
-SOAK_FULL ?= 0
+SOAK_FULL ?= 2
 # One more process drives `trio-delegate serve` over MCP (Tasks) on the same store.
-# SOAK_PG_RESTARTS: times the PostgreSQL server is killed and restarted (postgres only).
+# SOAK_PG_RESTARTS: times the PostgreSQL server is killed and restarted (postgres only:
+# twice by default there).
 # The report (summary.json, soak.png) goes to SOAK_OUT, or the soak's folder's report/.
-SOAK_PG_RESTARTS ?= 0
+SOAK_PG_RESTARTS ?= $(if $(filter postgres,$(SOAK_STORE)),2,0)
 SOAK_OUT ?=
 .PHONY: soak
 soak: $(STAMP_DEV)

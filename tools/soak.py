@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -81,6 +82,13 @@ OPEN_ATTEMPTS = 20
 #: A PostgreSQL runtime's lease: short, so that a SIGSTOP outlasts it.
 LEASE_SECONDS = 3.0
 KINDS = ("ok", "ok", "ok", "fail", "hang", "shield", "swallow", "thread")
+#: How many recent runs a player picks from (for waits, statuses, cancels,
+#: continuations and replacements).
+POOL = 500
+#: How many of its oldest unresolved runs a player looks at in one step.
+RESOLVE = 3
+#: At most this much of a sibling's history is read in one step (bytes).
+SIBLING_READ = 256 * 1024
 
 # -- the worker -----------------------------------------------------------------------
 
@@ -146,9 +154,15 @@ class Player:
         self.parent = parent
         self.rng = rng
         self.directory = directory
-        self.ids: list[str] = []  # runs this parent started
-        self.foreign: list[str] = []  # runs of this owner other processes started
-        self.ended: dict[str, str] = {}  # run id -> terminal status seen
+        # What the player remembers is bounded, as a long-lived host's is: the
+        # runs it picks from are the latest few, and it resolves the runs it
+        # started as it goes (RESOLVE), so that its memory and the runtime's
+        # fail-closed ledger follow the work in flight, not the hours played.
+        self.ids: collections.deque[str] = collections.deque(maxlen=POOL)  # started here
+        self.foreign: collections.deque[str] = collections.deque(maxlen=POOL)  # elsewhere
+        self.unresolved: dict[str, None] = {}  # started here, not resolved yet; oldest first
+        self.completed: collections.deque[str] = collections.deque(maxlen=POOL)
+        self.failed: collections.deque[str] = collections.deque(maxlen=POOL)
         self.read_to: dict[Path, int] = {}  # how far each sibling history was read
 
     def task(self) -> str:
@@ -156,14 +170,47 @@ class Player:
         return f"{kind} {self.rng.randrange(1, 200)} {self.rng.randrange(10**6)}"
 
     def pick(self) -> str | None:
-        pool = self.ids + self.foreign
+        pool = [*self.ids, *self.foreign]
         return self.rng.choice(pool) if pool else None
+
+    def started(self, run_id: str) -> None:
+        self.ids.append(run_id)
+        self.unresolved[run_id] = None
 
     def note_answer(self, answer: object) -> None:
         if isinstance(answer, td.RunResult):
-            self.ended[answer.run_id] = "completed"
+            if self.unresolved.pop(answer.run_id, False) is None:
+                self.completed.append(answer.run_id)
         elif isinstance(answer, td.RunHandle) and answer.status.is_terminal:
-            self.ended[answer.run_id] = answer.status.value
+            self.note_ended(answer.run_id, answer.status.value)
+
+    def note_ended(self, run_id: str, status: str) -> None:
+        """*run_id* ended *status* (not completed): one of ours is then a candidate to replace."""
+        if status != "completed" and run_id in self.unresolved:
+            self.failed.append(run_id)
+
+    async def resolve_oldest(self) -> None:
+        """Look at the oldest runs not resolved yet: take a result, replace a failure."""
+        p = self.parent
+        for run_id in list(itertools.islice(self.unresolved, RESOLVE)):
+            try:
+                answer = await p.wait(run_id, timeout=0)
+            except td.StoreError:
+                answer = None  # the store is away for now: try again later
+            except td.DelegationError as exc:
+                del self.unresolved[run_id]
+                if exc.status in ("failed", "cancelled", "timed_out"):
+                    replacement = await p.delegate("work", "ok 2 replacement", replaces=run_id)
+                    self.started(replacement.run_id)
+                    self.note_answer(replacement)
+                    return
+                raise  # nothing can resolve it: the verdict at the end says so
+            if isinstance(answer, td.RunResult):
+                self.note_answer(answer)
+            else:
+                # Still live: it goes to the back of the line.
+                del self.unresolved[run_id]
+                self.unresolved[run_id] = None
 
     async def step(self) -> None:
         p, rng = self.parent, self.rng
@@ -181,24 +228,26 @@ class Player:
                 "answer",
                 "read",
                 "foreign",
+                "resolve",
             ],
-            weights=[24, 8, 5, 4, 20, 10, 6, 5, 5, 6, 5, 2],
+            weights=[24, 8, 5, 4, 20, 10, 6, 5, 5, 6, 5, 2, 12],
         )[0]
         try:
             if op == "start":
-                self.ids.append((await p.start("work", self.task())).run_id)
+                self.started((await p.start("work", self.task())).run_id)
             elif op == "delegate":
                 result = await p.delegate("work", self.task())
-                self.ids.append(result.run_id)
+                self.started(result.run_id)
                 self.note_answer(result)
             elif op == "ask":
                 if rng.random() < 0.5:
-                    self.ids.append((await p.start("asker", self.task())).run_id)
+                    self.started((await p.start("asker", self.task())).run_id)
                 else:
                     result = await p.delegate("asker", self.task(), on_input=self.on_input)
-                    self.ids.append(result.run_id)
+                    self.started(result.run_id)
+                    self.note_answer(result)
             elif op == "nest":
-                self.ids.append((await p.start("nester", self.task())).run_id)
+                self.started((await p.start("nester", self.task())).run_id)
             elif op in ("wait", "status", "cancel") and (run_id := self.pick()):
                 if op == "wait":
                     timeout = rng.choice([0, 0.05, 0.3, 1.0, None])
@@ -208,19 +257,23 @@ class Player:
                 else:
                     p.cancel(run_id)
             elif op == "continue":
-                done = [r for r, s in self.ended.items() if s == "completed" and r in self.ids]
-                if done:
+                if self.completed:
                     background = rng.random() < 0.5
                     answer = await p.continue_run(
-                        rng.choice(done), f"ok {rng.randrange(50)} more", background=background
+                        rng.choice(self.completed),
+                        f"ok {rng.randrange(50)} more",
+                        background=background,
                     )
-                    self.ids.append(answer.run_id)
+                    self.started(answer.run_id)
+                    self.note_answer(answer)
             elif op == "replace":
-                failed = [r for r, s in self.ended.items() if s != "completed" and r in self.ids]
-                if failed:
-                    replacing = rng.choice(failed)
-                    result = await p.delegate("work", "ok 3 again", replaces=replacing)
-                    self.ids.append(result.run_id)
+                if self.failed:
+                    replacing = self.failed.pop()
+                    if replacing in self.unresolved:
+                        del self.unresolved[replacing]
+                        result = await p.delegate("work", "ok 3 again", replaces=replacing)
+                        self.started(result.run_id)
+                        self.note_answer(result)
             elif op == "answer":
                 for question in p.questions()[:2]:
                     if rng.random() < 0.7:
@@ -240,18 +293,23 @@ class Player:
                     p.check_resolved()
             elif op == "foreign":
                 self.read_siblings()
+            elif op == "resolve":
+                await self.resolve_oldest()
         except td.DelegationError as exc:
             if exc.run_id is not None and exc.status in ("failed", "cancelled", "timed_out"):
-                self.ended[exc.run_id] = exc.status
-                if exc.run_id not in self.ids and exc.run_id not in self.foreign:
-                    self.ids.append(exc.run_id)
+                started_here = op in ("delegate", "ask", "continue", "replace", "resolve")
+                if started_here and exc.run_id not in self.unresolved:
+                    # A run this call started (and waited for) ended so.
+                    self.started(exc.run_id)
+                self.note_ended(exc.run_id, exc.status)
 
     async def resolve(self) -> None:
-        """Wait for every run this parent started, replace the ones that did not
-        complete, then claim completion (``check_resolved``): a fail-closed
-        verdict that passes, unless a budget stop left a run unreplaceable."""
+        """Wait for every run this parent started and has not resolved, replace
+        the ones that did not complete, then claim completion (``check_resolved``):
+        a fail-closed verdict that passes, unless a budget stop left a run
+        unreplaceable."""
         p = self.parent
-        for run_id in list(self.ids):
+        for run_id in list(self.unresolved):
             try:
                 while True:
                     answer = await p.wait(run_id, timeout=1.0)
@@ -275,7 +333,10 @@ class Player:
     def read_siblings(self) -> None:
         """The runs of this owner that the other processes started (from their histories).
 
-        Each file is read on from where the last reading stopped, whole lines only.
+        Each file is read on from where the last reading stopped, whole lines
+        only, at most :data:`SIBLING_READ` bytes a step: a history hours long
+        costs no long step. A player that starts late (a restarted worker)
+        begins near each file's end.
         """
         mine = f"{self.parent.recorder.process}.jsonl"
         for path in self.directory.glob("*.jsonl"):
@@ -283,12 +344,21 @@ class Player:
                 continue
             try:
                 with path.open("rb") as f:
-                    f.seek(self.read_to.get(path, 0))
-                    data = f.read()
+                    at = self.read_to.get(path)
+                    if at is None:
+                        at = max(0, f.seek(0, os.SEEK_END) - SIBLING_READ)
+                        if at:  # the rest of a line cut in two
+                            f.seek(at)
+                            at += len(f.readline())
+                    f.seek(at)
+                    data = f.read(SIBLING_READ)
             except OSError:
                 continue
-            whole = data[: data.rfind(b"\n") + 1]
-            self.read_to[path] = self.read_to.get(path, 0) + len(whole)
+            cut = data.rfind(b"\n") + 1
+            if not cut and len(data) == SIBLING_READ:
+                cut = len(data)  # a line too long to be an event: passed over
+            whole = data[:cut]
+            self.read_to[path] = at + cut
             for line in whole.splitlines():
                 try:
                     event = tdt.HistoryEvent.from_json(json.loads(line))
