@@ -61,8 +61,6 @@ def list_runs(host: ParentHost, limit: int) -> RunListing:
     ended = [run for run in reversed(runs) if run.status.is_terminal]
     chosen = (live + ended)[:limit]
     return RunListing(
-        runs=tuple(
-            ListedRun(handle=run.handle(), task_summary=run.task_summary) for run in chosen
-        ),
+        runs=tuple(ListedRun(handle=run.handle(), task_summary=run.task_summary) for run in chosen),
         omitted=len(runs) - len(chosen),
     )
