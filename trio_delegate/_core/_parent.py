@@ -370,7 +370,7 @@ class Parent(metaclass=NoPublicConstructor):
         if self._host.closed or registry.closed:
             self._host.closed_during(run)
         if run.ended_at is not None:
-            return self._host.answer(run)
+            return _answer(self._host, run)
         return run.handle()
 
     def cancel(self, run_id: str) -> CancelAck:
@@ -567,7 +567,24 @@ class Parent(metaclass=NoPublicConstructor):
             raise
         if self._host.closed or self._registry.closed:
             self._host.closed_during(run)
-        return self._host.answer(run)
+        return _answer(self._host, run)
+
+
+def _answer(host: ParentHost, run: Run) -> RunResult:
+    """The result of *host*'s terminal *run* (observing it), or its error."""
+    if not run.foreground:  # a foreground run is never kept as unobserved
+        host.settlements.told(run.run_id)
+    if run.state.status is _COMPLETED:
+        result = run.result()
+        registry = host.registry
+        if host.ledger.resolve(run.run_id) and registry.persistence is not None:
+            # Observed for the first time: the store says so too (§16).
+            registry.persistence.writer.observed(run.run_id)
+        events = registry.events
+        if events is not None:
+            events.observed(run)
+        return result
+    raise run.outcome_error()
 
 
 def open_parent_host(

@@ -329,24 +329,8 @@ class ParentHost:
         if type(record) is RunHandle:
             return record
         assert type(record) is RunRecord
-        # As :meth:`answer` does: the caller is told, and a result resolves the run.
+        # As ``_parent._answer`` does: the caller is told, and a result resolves the run.
         self.settlements.told(run_id)
         if record.status is _COMPLETED:
             self.ledger.resolve(run_id)
         return persistence.stored.answer(record)
-
-    def answer(self, run: Run) -> RunResult:
-        """The result of a terminal run (observing it), or its error."""
-        if not run.foreground:  # a foreground run is never kept as unobserved
-            self.settlements.told(run.run_id)
-        if run.state.status is _COMPLETED:
-            result = run.result()
-            registry = self.registry
-            if self.ledger.resolve(run.run_id) and registry.persistence is not None:
-                # Observed for the first time: the store says so too (§16).
-                registry.persistence.writer.observed(run.run_id)
-            events = registry.events
-            if events is not None:
-                events.observed(run)
-            return result
-        raise run.outcome_error()
