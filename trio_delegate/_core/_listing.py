@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, final
 import attrs
 
 from .._results import RunHandle
-from .._summary import summarize_task
 
 if TYPE_CHECKING:
     from ._parent_host import ParentHost
@@ -62,8 +61,6 @@ def list_runs(host: ParentHost, limit: int) -> RunListing:
     ended = [run for run in reversed(runs) if run.status.is_terminal]
     chosen = (live + ended)[:limit]
     return RunListing(
-        runs=tuple(
-            ListedRun(handle=run.handle(), task_summary=summarize_task(run.task)) for run in chosen
-        ),
+        runs=tuple(ListedRun(handle=run.handle(), task_summary=run.task_summary) for run in chosen),
         omitted=len(runs) - len(chosen),
     )

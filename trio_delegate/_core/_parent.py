@@ -119,7 +119,6 @@ async def talk_changed(parent: Parent, run_id: str) -> None:
 
 # The members read on every run, by short module-level names (as in ``_run``).
 _COMPLETED: Final = RunStatus.COMPLETED
-_ADMITTING: Final = State.ADMITTING
 _RUNNING: Final = State.RUNNING
 
 
@@ -208,11 +207,15 @@ class Parent(metaclass=NoPublicConstructor):
         await trio.lowlevel.checkpoint_if_cancelled()
         self._host.check_usable()
         answerer = None if on_input is None else check_on_input(on_input)
-        run = admit(self._host, name, task, final_schema, replaces, foreground=True)
-        if answerer is not None:
-            run.talk = Talk(answerer)
-        if run.state is _ADMITTING:
-            await self._host.record_admission(run)
+        run = await admit(
+            self._host,
+            name,
+            task,
+            final_schema,
+            replaces,
+            foreground=True,
+            talk=None if answerer is None else Talk(answerer),
+        )
         return await self._foreground(run)
 
     async def start(
@@ -236,9 +239,7 @@ class Parent(metaclass=NoPublicConstructor):
         """
         await trio.lowlevel.checkpoint()
         self._host.check_usable()
-        run = admit(self._host, name, task, final_schema, replaces)
-        if run.state is _ADMITTING:
-            await self._host.record_admission(run)
+        run = await admit(self._host, name, task, final_schema, replaces)
         return run.admission_ack()
 
     async def continue_run(
@@ -280,7 +281,7 @@ class Parent(metaclass=NoPublicConstructor):
         check_bool("background", background)
         answerer = check_on_input(on_input)
         name, carried = await self._registry.carried(run_id, self._owner, self._host.check_usable)
-        run = admit(
+        run = await admit(
             self._host,
             name,
             message,
@@ -289,12 +290,9 @@ class Parent(metaclass=NoPublicConstructor):
             carried,
             "message",
             foreground=not background,
+            continues=run_id,
+            talk=None if answerer is None or background else Talk(answerer),
         )
-        run.continues = run_id
-        if answerer is not None and not background:
-            run.talk = Talk(answerer)
-        if run.state is _ADMITTING:
-            await self._host.record_admission(run)
         if background:
             handle = run.admission_ack()  # as start gives it
             await trio.lowlevel.cancel_shielded_checkpoint()
@@ -372,7 +370,7 @@ class Parent(metaclass=NoPublicConstructor):
         if self._host.closed or registry.closed:
             self._host.closed_during(run)
         if run.ended_at is not None:
-            return self._host.answer(run)
+            return _answer(self._host, run)
         return run.handle()
 
     def cancel(self, run_id: str) -> CancelAck:
@@ -569,7 +567,24 @@ class Parent(metaclass=NoPublicConstructor):
             raise
         if self._host.closed or self._registry.closed:
             self._host.closed_during(run)
-        return self._host.answer(run)
+        return _answer(self._host, run)
+
+
+def _answer(host: ParentHost, run: Run) -> RunResult:
+    """The result of *host*'s terminal *run* (observing it), or its error."""
+    if not run.foreground:  # a foreground run is never kept as unobserved
+        host.settlements.told(run.run_id)
+    if run.state.status is _COMPLETED:
+        result = run.result()
+        registry = host.registry
+        if host.ledger.resolve(run.run_id) and registry.persistence is not None:
+            # Observed for the first time: the store says so too (§16).
+            registry.persistence.writer.observed(run.run_id)
+        events = registry.events
+        if events is not None:
+            events.observed(run)
+        return result
+    raise run.outcome_error()
 
 
 def open_parent_host(

@@ -5,9 +5,10 @@ The public :class:`Parent` (``_parent``) shows only the contract's names
 else a parent is lives here, in its :class:`ParentHost`: the runs it has
 not ended, its scheduler, its fail-closed ledger and its settlements (the
 parent reads them too, on every run), what its runs need of it
-(:class:`RunHost`), launching a run the scheduler lets start, recording an
-admission with a store, abandoning a foreground run whose caller left, and
-closing: cancelling what is live, joining it, freeing the owner.
+(:class:`RunHost`), launching a run the scheduler lets start, abandoning a
+foreground run whose caller left, and closing: cancelling what is live,
+joining it, freeing the owner. A run's admission, with its record in a
+store, is ``_admission``'s.
 """
 
 from __future__ import annotations
@@ -194,55 +195,6 @@ class ParentHost:
         registry.grace.started(run)
         self.nursery.start_soon(execute, run, self, name=registry.task_names[run.subagent.name])
 
-    async def record_admission(self, run: Run) -> None:
-        """With a store: make *run*'s admission durable; the run may start once it is.
-
-        The write is shielded, so a caller cancelled meanwhile still gets its
-        handle and meets the cancellation at its next checkpoint. If the write
-        fails, or the parent or runtime closed meanwhile, the run is withdrawn
-        as if it had never been admitted, and the caller gets the error.
-
-        Raises:
-            StoreError: the record could not be committed.
-            RuntimeClosedError: the parent or its runtime closed meanwhile.
-        """
-        persistence = self.registry.persistence
-        assert persistence is not None
-
-        def durable() -> None:
-            run.admitted()
-            self.scheduler.ready()
-
-        announcing = self.announcing
-        announcing.add(run.run_id)
-        try:
-            await persistence.writer.admit(run, durable)
-        except StoreError:
-            announcing.discard(run.run_id)
-            self._withdraw(run)
-            raise
-        if self.closed or self.registry.closed:
-            # Its record is durable, so the run exists: the close cancelled it
-            # (a pending one at once; one that started as its admission
-            # committed is joined by the close like any other). Nobody was
-            # told its id, so it is no unresolved work of this parent.
-            announcing.discard(run.run_id)
-            self.ledger.withdraw(run.run_id)
-            self.check_usable()
-        announcing.discard(run.run_id)
-        if run.state.terminal:  # it ended before its caller had its id
-            self.settlements.settled(run)
-
-    def _withdraw(self, run: Run) -> None:
-        """Undo *run*'s admission, which could not be recorded (its caller gets the
-        error and no run id)."""
-        self.ledger.withdraw(run.run_id)
-        if not run.state.live:
-            return  # a close cancelled it while it was recorded: it stays a record
-        run.withdraw()
-        del self.live[run.run_id]
-        self.registry.withdraw(run)
-
     async def leave_foreground(self, run_id: str) -> None:
         """``abandon``: the foreground caller of *run_id*, served by a surface, left.
 
@@ -377,24 +329,8 @@ class ParentHost:
         if type(record) is RunHandle:
             return record
         assert type(record) is RunRecord
-        # As :meth:`answer` does: the caller is told, and a result resolves the run.
+        # As ``_parent._answer`` does: the caller is told, and a result resolves the run.
         self.settlements.told(run_id)
         if record.status is _COMPLETED:
             self.ledger.resolve(run_id)
         return persistence.stored.answer(record)
-
-    def answer(self, run: Run) -> RunResult:
-        """The result of a terminal run (observing it), or its error."""
-        if not run.foreground:  # a foreground run is never kept as unobserved
-            self.settlements.told(run.run_id)
-        if run.state.status is _COMPLETED:
-            result = run.result()
-            registry = self.registry
-            if self.ledger.resolve(run.run_id) and registry.persistence is not None:
-                # Observed for the first time: the store says so too (§16).
-                registry.persistence.writer.observed(run.run_id)
-            events = registry.events
-            if events is not None:
-                events.observed(run)
-            return result
-        raise run.outcome_error()

@@ -17,7 +17,6 @@ from .._errors import StoreError
 from .._json import CanonicalJson
 from .._status import RunStatus
 from .._stores._protocol import RunRecord
-from .._summary import summarize_task
 from ._conversation import conversation_json
 from ._run import safe_message
 from ._talk import talk_fields
@@ -133,7 +132,7 @@ class Records:
             owner=run.owner,
             subagent=run.subagent.name,
             task=run.task,
-            task_summary=summarize_task(run.task),
+            task_summary=run.task_summary,
             status=status,
             history=history,
             replaces=run.replaces,

@@ -472,6 +472,7 @@ class Run:
         "subagent",
         "talk",
         "task",
+        "task_summary",
         "telemetry",
         "timeout",
     )
@@ -495,6 +496,8 @@ class Run:
         self.owner = owner
         self.subagent = subagent
         self.task = task
+        # Made once: every record of the run and its result carry it (contract §2).
+        self.task_summary = summarize_task(task)
         self.schema = schema
         # The conversation a continuation carries on; None for a fresh one.
         self.history = history
@@ -607,7 +610,7 @@ class Run:
         schema = self.schema
         if schema is not None and schema.target is not None:
             value = schema.structure(value)
-        return RunResult(self.run_id, self.subagent.name, summarize_task(self.task), value)
+        return RunResult(self.run_id, self.subagent.name, self.task_summary, value)
 
     def outcome_error(self) -> DelegationError:
         """A fresh exception describing this terminal, non-completed run."""

@@ -33,7 +33,6 @@ from .._errors import StoreError
 from .._status import RunStatus
 from .._stores._protocol import ResultStore, RunRecord, fold
 from ._adoption import kept_endings
-from ._answer import Answer
 from ._commit import WriteStats, commit
 from ._due import DueRecords
 from ._records import Records, store_error
@@ -259,22 +258,15 @@ class Writer:
 
     # -- the durability points ------------------------------------------------------
 
-    async def admit(self, run: Run, on_durable: Callable[[], None]) -> None:
-        """Commit *run*'s admission record. Shielded: it is all or nothing.
-
-        *on_durable* is called from the writer the moment the record is
-        committed, before this call's caller wakes: the run can start then.
-
-        Raises:
-            StoreError: the record could not be committed.
-        """
-        answer = Answer(on_durable)
+    def admit(self, run: Run, done: _Done) -> None:
+        """Queue *run*'s admission record; *done* is called, from the writer, once it
+        is committed (``None``: the run can start then) or could not be (the error).
+        Its caller waits for that (see ``_admission``): it is all or nothing."""
         record = self._records.of(run, _PENDING, None)
         run.admitted_at = record.admitted_at
         if run.history is not None:
             run.history_record = record.history
-        self._submit(record, answer)
-        await answer.wait()
+        self._submit(record, done)
 
     def settle(self, run: Run, outcome: Outcome, done: _Done = _ignore) -> None:
         """Queue *run*'s terminal record; *done* is called once it is committed (or failed)."""
