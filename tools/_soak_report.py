@@ -46,18 +46,22 @@ class StepTimer(trio.abc.Instrument):
 
     def __init__(self) -> None:
         self.longest = 0.0
+        self.longest_task = ""
         self._began = 0.0
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._began = time.thread_time()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.longest = max(self.longest, time.thread_time() - self._began)
+        step = time.thread_time() - self._began
+        if step > self.longest:
+            self.longest, self.longest_task = step, task.name
 
-    def take(self) -> float:
-        """The longest step since the last call, and start over."""
-        longest, self.longest = self.longest, 0.0
-        return longest
+    def take(self) -> tuple[float, str]:
+        """The longest step since the last call and the task that took it; start over."""
+        taken = self.longest, self.longest_task
+        self.longest, self.longest_task = 0.0, ""
+        return taken
 
 
 def rss_bytes(pid: int | None = None) -> int:
@@ -88,12 +92,14 @@ class Sampler:
         self.pid = pid
 
     def sample(self) -> None:
+        longest, task = self.timer.take()
         line = {
             "wall_time": time.time(),
             "rss": rss_bytes(self.pid),
             "answered": self.recorder.answered,
             "events": self.recorder.recorded,
-            "longest_step": self.timer.take(),
+            "longest_step": longest,
+            "longest_task": task,
         }
         # Appended and closed each time: a killed process leaves every sample it took.
         with self.path.open("a", encoding="utf-8") as f:
@@ -197,8 +203,12 @@ def summarize(
     calls = Counter(e.op for history in histories for e in history if e.phase == "call")
     raised = Counter(e.op for history in histories for e in history if e.phase == "raised")
     longest = max(
-        ((row["longest_step"], name) for name, rows in samples.items() for row in rows),
-        default=(0.0, None),
+        (
+            (row["longest_step"], name, row.get("longest_task"))
+            for name, rows in samples.items()
+            for row in rows
+        ),
+        default=(0.0, None, None),
     )
     rates = [rate for _, rate in throughput(samples, began)]
     memory = {name: _memory(rows) for name, rows in samples.items()}
@@ -223,6 +233,7 @@ def summarize(
         "memory_flat": all(m.get("flat") is not False for m in memory.values()),
         "longest_step_seconds": round(longest[0], 4),
         "longest_step_process": longest[1],
+        "longest_step_task": longest[2],
         "violation_texts": [str(v) for v in report.violations],
     }
 
@@ -292,7 +303,7 @@ def write_report(
             )
     print(
         f"  longest event-loop step: {summary['longest_step_seconds'] * 1000:.1f} ms CPU "
-        f"({summary['longest_step_process']})"
+        f"({summary['longest_step_process']}, task {summary.get('longest_step_task')})"
     )
     checked = ", ".join(f"{name} {n}" for name, n in summary["checked"].items())
     print(f"  checked: {checked}")

@@ -737,8 +737,7 @@ class Run:
         A host that records outcomes records it and commits it: a result once
         its record is durable, any other ending at once (see
         :attr:`Outcome.waits_for_record`), but on a store other processes
-        share, where the store could come to hold another ending meanwhile
-        (:func:`_held_for_record`).
+        share, which could come to hold another (:func:`_held_for_record`).
         Without a record to write, the run commits it now.
 
         Returns:
