@@ -88,7 +88,7 @@ POOL = 500
 #: How many of its oldest unresolved runs a player looks at in one step.
 RESOLVE = 3
 #: At most this much of a sibling's history is read in one step (bytes).
-SIBLING_READ = 256 * 1024
+SIBLING_READ = 64 * 1024
 
 # -- the worker -----------------------------------------------------------------------
 
