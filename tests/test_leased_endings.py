@@ -176,3 +176,30 @@ async def test_on_a_shared_store_a_started_runs_ending_is_answered_once_it_is_st
             await parent.wait(handle.run_id)
         assert parent.status(handle.run_id).status is td.RunStatus.TIMED_OUT
         assert (await _stored(store.inner, handle.run_id)).status is td.RunStatus.TIMED_OUT
+
+
+async def test_a_run_stopped_because_the_lease_could_not_be_renewed_ends_as_the_fleet_records_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The runtime stops its runs before its lease runs out, without waiting
+    # for a store it cannot reach; the others write them off (failed,
+    # interrupted) once the lease has run out. Both say the same.
+    store = _Leased()
+    async with (
+        td.open_runtime([td.Subagent("idle", _forever)], store=store, config=CONFIG) as rt,
+        rt.open_parent("alice") as parent,
+    ):
+        running = await parent.start("idle", "running")
+        pending = await parent.start("idle", "pending")
+        thawed = store.thawed = trio.Event()
+        store.rivalled.update({running.run_id, pending.run_id})
+        with pytest.raises(td.RunFailedError, match="could not renew its lease") as info:
+            await parent.wait(running.run_id)
+        assert "interrupted" in str(info.value)
+        assert parent.status(running.run_id).status is td.RunStatus.FAILED
+        assert parent.status(pending.run_id).status is td.RunStatus.FAILED
+        thawed.set()
+    for handle in (running, pending):
+        record = await _stored(store.inner, handle.run_id)
+        assert record.status is td.RunStatus.FAILED
+        assert record.error_type == "Interrupted"

@@ -295,12 +295,14 @@ async def test_a_runtime_cut_off_from_postgres_stops_its_runs_within_its_lease(
                 )
                 # Stopped before its lease ran out, by the runtime's own account
                 # of its lease (past it, the reason would be that the lease ran
-                # out): nothing goes on that the fleet wrote off.
+                # out): nothing goes on that the fleet wrote off, and it ends as
+                # the fleet records it, failed (interrupted).
                 with (
                     trio.fail_after(30),
-                    pytest.raises(td.RunCancelledError, match="could not renew its lease"),
+                    pytest.raises(td.RunFailedError, match="could not renew its lease"),
                 ):
                     await parent.wait(handle.run_id)
+                assert parent.status(handle.run_id).status is td.RunStatus.FAILED
                 # Back in, so that the runtime closes without waiting out timeouts.
                 admin.execute(f"ALTER ROLE {role} LOGIN")
         finally:

@@ -39,6 +39,7 @@ from .._errors import (
 from .._json import CanonicalJson, escape_text
 from .._results import RunHandle, RunResult
 from .._status import RunStatus
+from .._stores._protocol import INTERRUPTED_ERROR_TYPE
 from .._summary import summarize_task
 from ._adoption import as_recorded
 from ._conversation import conversation_json
@@ -282,10 +283,6 @@ class StoredEnding(Exception):
 class Outcome:
     """How a run ended, decided once; never changed after it is made.
 
-    Every settled run makes one, so it is a plain slotted class rather than
-    a frozen attrs class, which sets each field through
-    ``object.__setattr__``.
-
     Attributes:
         status: the terminal status.
         result: a completed run's result, in canonical JSON.
@@ -379,6 +376,25 @@ def failed(error: BaseException, failure_type: type[RunFailedError] = RunFailedE
 
 
 _TIMED_OUT: Final = Outcome(RunStatus.TIMED_OUT)
+
+#: A run stopped because its runtime could not renew its lease ends failed
+#: (interrupted), as the other runtimes record it once the lease runs out:
+#: whichever record the store keeps, every answer agrees (contract §16).
+_LEASE_LOST: Final = Outcome(
+    RunStatus.FAILED,
+    error=StoredEnding(
+        INTERRUPTED_ERROR_TYPE,
+        "interrupted: its runtime could not renew its lease on the shared store; its work is lost",
+    ),
+    reason=CancelReason.LEASE_LOST,
+)
+
+
+def cancelled(reason: CancelReason | None, cause: BaseException | None) -> Outcome:
+    """The ending of a run cancelled (for *reason*) before its deadline."""
+    if reason is CancelReason.LEASE_LOST:
+        return _LEASE_LOST
+    return Outcome(RunStatus.CANCELLED, error=cause, reason=reason)
 
 
 def _ignore(error: StoreError | None) -> None:
@@ -703,7 +719,7 @@ class Run:
         if not state.live:
             return True
         if not state.holds_slot:  # pending (or admitting): it ends now
-            self.decide(Outcome(RunStatus.CANCELLED, error=self.cancel_cause, reason=reason))
+            self.decide(cancelled(reason, self.cancel_cause))
         else:
             assert self.scope is not None
             self.scope.cancel()
@@ -728,7 +744,7 @@ class Run:
                 # parent is about to close, now.
                 requested, reason = self.host.now(), CancelReason.PARENT_CLOSED
         if requested < self.deadline:
-            return Outcome(RunStatus.CANCELLED, error=cause, reason=reason)
+            return cancelled(reason, cause)
         return _TIMED_OUT
 
     def decide(self, outcome: Outcome) -> bool:
