@@ -191,7 +191,8 @@ class Watcher:
     async def _send_flags(self) -> None:
         flags, self._flags = self._flags, []
         self._flagged = trio.Event()
-        for index, (run_id, flag, request) in enumerate(flags):
+        failed: list[tuple[str, str, Any]] = []
+        for run_id, flag, request in flags:
             try:
                 if flag == "cancel":
                     await self.store.request_cancel(run_id)
@@ -201,6 +202,8 @@ class Watcher:
                 else:
                     await self.store.mark_observed(run_id)
             except Exception:
-                # Kept, in order, for the next poll.
-                self._flags[:0] = flags[index:]
-                return
+                # Tried again at the next poll. Each flag is tried on its own:
+                # one the store refuses (a row it cannot write) must not hold
+                # back the flags queued after it, for other runs.
+                failed.append((run_id, flag, request))
+        self._flags[:0] = failed
