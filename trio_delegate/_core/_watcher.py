@@ -191,8 +191,7 @@ class Watcher:
     async def _send_flags(self) -> None:
         flags, self._flags = self._flags, []
         self._flagged = trio.Event()
-        failed: list[tuple[str, str, Any]] = []
-        for run_id, flag, request in flags:
+        for index, (run_id, flag, request) in enumerate(flags):
             try:
                 if flag == "cancel":
                     await self.store.request_cancel(run_id)
@@ -202,8 +201,10 @@ class Watcher:
                 else:
                     await self.store.mark_observed(run_id)
             except Exception:
-                # Tried again at the next poll. Each flag is tried on its own:
-                # one the store refuses (a row it cannot write) must not hold
-                # back the flags queued after it, for other runs.
-                failed.append((run_id, flag, request))
-        self._flags[:0] = failed
+                # Kept for the next poll, this one behind the others: a flag the
+                # store refuses for good (a row it cannot write) must not hold
+                # back the flags queued after it. The rest wait too: a store
+                # that cannot be reached would fail each in turn, slowly, and
+                # the sweep that renews the lease comes after the flags.
+                self._flags[:0] = [*flags[index + 1 :], (run_id, flag, request)]
+                return
