@@ -396,6 +396,41 @@ async def test_too_many_questions_at_once_fail_the_run(tmp_path: Path) -> None:
     assert f"more than {MAX_OPEN_ASKS} questions at once" in str(info.value)
 
 
+async def test_replies_a_command_leaves_unread_count_against_the_open_questions(
+    tmp_path: Path,
+) -> None:
+    # The command asks one question at a time, each once the previous one was
+    # answered (the test counts its answers in a file), and never reads a
+    # reply: the replies fill the channel, and the ones that cannot go out
+    # must count as open, or they pile up in the parent without bound.
+    answered = tmp_path / "answered"
+    answered.write_text("0")
+    body = f"""
+    for i in range({4 * MAX_OPEN_ASKS}):
+        while int(open({str(answered)!r}).read() or 0) < i:
+            time.sleep(0.005)
+        send({{"ask": {{"question": f"q{{i}}", "schema": {{"type": "string"}}}}, "id": i}})
+    print("never read a reply")
+    """
+    async with open_parent_lenient(talker(tmp_path, body)) as parent:
+        handle = await parent.start("talker", "go")
+        count = 0
+
+        async def answer_each() -> None:
+            nonlocal count
+            # A wait answers at once while the run asks, and else when it asks or ends.
+            while isinstance(waited := await parent.wait(handle.run_id), td.RunHandle):
+                for question in waited.questions:
+                    parent.answer(handle.run_id, "x" * 100_000, question_id=question.question_id)
+                    count += 1
+                    answered.write_text(str(count))
+
+        with trio.fail_after(60), pytest.raises(td.RunFailedError) as info:
+            await answer_each()
+    assert f"more than {MAX_OPEN_ASKS} questions at once" in str(info.value)
+    assert MAX_OPEN_ASKS <= count < 2 * MAX_OPEN_ASKS
+
+
 async def test_a_usage_report_past_the_budget_stops_the_command(tmp_path: Path) -> None:
     body = """
     send({"usage": {"input_tokens": 500, "output_tokens": 600}})

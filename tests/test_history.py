@@ -3,9 +3,10 @@ and each invariant is caught when a violation is planted in a history or a store
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -562,3 +563,93 @@ async def test_calls_recorded_by_hand_are_checked_as_a_parents_are(
     found = tdt.check_history([played.events, by_hand("other")[:2]], played.records)
     assert invariants(found) == {"result_matches_store"}
     assert tdt.check_history([played.events, events[:2]], played.records) == []
+
+
+class Unprintable:
+    """An argument that is no JSON, has no truth value and no repr of its own."""
+
+    def __bool__(self) -> bool:
+        raise RuntimeError("no truth value")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+async def test_hostile_arguments_are_recorded_and_the_call_goes_on(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    deep: Any = "x"
+    for _ in range(1000):
+        deep = [deep]
+    with contextlib.closing(tdt.HistoryRecorder("p1", tmp_path / "p1.jsonl")) as recorder:
+        async with td.open_runtime(SUBAGENTS) as rt, rt.open_parent("bob") as raw:
+            parent = recorder.wrap(raw)
+            handle = await parent.start("ok", "t")
+            refused: list[Callable[[], object]] = [
+                lambda: parent.status("\ud800"),
+                lambda: parent.status(Unprintable()),  # type: ignore[arg-type]
+                lambda: parent.status(deep),
+                lambda: parent.cancel(10**5000),  # type: ignore[arg-type]
+                lambda: parent.answer(deep, 1, question_id=deep),
+                lambda: parent.decline(handle.run_id, question_id=Unprintable()),  # type: ignore[arg-type]
+            ]
+            for call in refused:
+                # The parent's own refusal, not the recorder's failure.
+                with pytest.raises(td.InvalidArgumentsError):
+                    call()
+            refused_later: list[Callable[[], Awaitable[object]]] = [
+                lambda: parent.start("ok", 5),  # type: ignore[arg-type]
+                lambda: parent.start(deep, "t"),
+                lambda: parent.start("ok", "t", replaces=deep),
+                lambda: parent.wait(handle.run_id, timeout=Unprintable()),  # type: ignore[arg-type]
+                lambda: parent.continue_run(handle.run_id, "more", background=Unprintable()),
+            ]
+            for later in refused_later:
+                with pytest.raises(td.InvalidArgumentsError):
+                    await later()
+            long = await parent.start("ok", "y" * 50_000 + "\u202e")
+            done = await parent.wait(long.run_id)
+            await parent.wait(handle.run_id)
+        assert isinstance(done, td.RunResult)
+    calls = [e for e in recorder.events if e.phase == "call"]
+    assert recorder.answered == len(calls) == 1 + len(refused) + len(refused_later) + 3
+    raised = [e for e in recorder.events if e.phase == "raised"]
+    assert {e.error["type"] for e in raised if e.error} == {"InvalidArgumentsError"}
+    assert recorder.events[-3].value == {
+        "type": "result",
+        "run_id": long.run_id,
+        "subagent": "ok",
+        "final_result": {"task": "y" * 50_000 + "\u202e"},
+    }
+    # Every argument is kept as short JSON, and the file holds every event.
+    for event in calls:
+        assert len(json.dumps(dict(event.args))) < 1_000
+    assert tdt.read_history(tmp_path / "p1.jsonl") == recorder.events
+    tdt.check_history([recorder.events], [])
+
+
+def test_a_chain_of_ten_thousand_replacements_is_checked_without_recursion() -> None:
+    def chain(observe_last: bool) -> tuple[HistoryEvent, ...]:
+        recorder = tdt.HistoryRecorder("p1")
+        where = {"parent": "alice#1", "owner": "alice"}
+        previous = None
+        for n in range(10_000):
+            run_id = f"run_{n:032x}"
+            call = recorder.call("start", name="ok", task="t", replaces=previous, **where)
+            handle = {"type": "handle", "run_id": run_id, "status": "pending"}
+            recorder.returned(call, "start", handle, **where)
+            previous = run_id
+        if observe_last:
+            call = recorder.call("wait", run_id=previous, timeout=None, **where)
+            result = {"type": "result", "run_id": previous, "final_result": 1}
+            recorder.returned(call, "wait", result, **where)
+        call = recorder.call("check_resolved", **where)
+        recorder.returned(call, "check_resolved", {}, **where)
+        return recorder.events
+
+    # Each run is resolved by the last one, 10,000 replacements down the chain.
+    report = tdt.check_history_report([chain(observe_last=True)], [])
+    assert report.checked["fail_closed"] == 10_000
+    assert "fail_closed" not in invariants(report.violations)
+    unobserved = tdt.check_history([chain(observe_last=False)], [])
+    assert len([v for v in unobserved if v.invariant == "fail_closed"]) == 10_000

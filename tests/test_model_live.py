@@ -404,6 +404,37 @@ async def test_a_cost_the_server_reports_wins_over_the_price_table() -> None:
             assert parent.usage(result.run_id).cost_usd == 0.25
 
 
+async def test_a_reported_cost_past_a_floats_range_counts_as_none_given() -> None:
+    # As every cost reported from elsewhere is read: not a figure, so the
+    # prices price the tokens (and no OverflowError ends the run).
+    api = CHAT
+    with api.fake([Reply(text="ok", usage=Usage(cost=10**400))]) as fake:
+        runner = api.runner(fake, prices=PRICES)
+        async with open_parent(td.Subagent("c", runner)) as parent:
+            result = await parent.delegate("c", "go")
+            usage = parent.usage(result.run_id)
+    assert result.final_result == "ok"
+    assert usage.cost_usd == pytest.approx((7 * 3.0 + 3 * 0.3 + 5 * 15.0) / 1e6, rel=1e-12)
+
+
+@by_name
+@pytest.mark.parametrize("field", ["input_tokens", "output_tokens", "cache_read_input_tokens"])
+async def test_a_reported_token_count_past_any_count_fails_the_run_naming_it(
+    api: Api, field: str
+) -> None:
+    usage = Usage(**{field: 10**400})
+    with api.fake([Reply(text="ok", usage=usage)]) as fake:
+        runner = api.runner(fake, prices=PRICES)
+        async with open_parent_lenient(td.Subagent("c", runner)) as parent:
+            with pytest.raises(td.RunFailedError) as raised:
+                await parent.delegate("c", "go")
+    cause = raised.value.__cause__
+    assert isinstance(cause, td.InvalidArgumentsError)
+    # Anthropic reports cached input apart: it is counted in input_tokens.
+    named = "input_tokens" if api is ANTHROPIC and field.startswith("cache") else field
+    assert f"Usage.{named} must be an int from 0 to 2**63-1" in str(cause)
+
+
 @by_name
 async def test_a_cost_budget_clamps_max_tokens_and_stops_a_call_it_cannot_pay_for(
     api: Api,
@@ -438,6 +469,8 @@ async def test_a_cost_budget_clamps_max_tokens_and_stops_a_call_it_cannot_pay_fo
         ({"input": True, "output": 1.0}, "got True"),
         ({"input": "3", "output": 1.0}, "got '3'"),
         ({"input": 1.0, "output": 1.0, "cache_read": float("inf")}, "Prices.cache_read"),
+        ({"input": 10**400, "output": 1.0}, "Prices.input must be a finite number >= 0"),
+        ({"input": 1, "output": 1, "cache_write": 10**400}, "Prices.cache_write must be a finite"),
         ({"input": 1.0}, "lacks ['output']"),
         ({"input": 1.0, "output": 1.0, "per": "token"}, "unknown field(s) ['per']"),
         ("3 dollars", "must be a trio_delegate.Prices or None"),

@@ -144,6 +144,51 @@ async def test_a_cancel_from_another_runtime_stops_the_run(
         await eventually(lambda: on_b.cancel(handle.run_id).cancel_requested is False)
 
 
+class RefusesCancels(WrappedStore):
+    """A store handle that fails every cancel request for the runs in ``refused``
+    (a row it cannot write), and takes the others."""
+
+    def __init__(self, inner: td.ResultStore) -> None:
+        super().__init__(inner)
+        self.refused: set[str] = set()
+        self.tried: list[str] = []
+
+    async def request_cancel(self, run_id: str) -> td.RunRecord | None:
+        self.tried.append(run_id)
+        if run_id in self.refused:
+            raise td.StoreError(f"run {run_id}'s row cannot be written")
+        return await super().request_cancel(run_id)
+
+
+async def test_a_flag_the_store_refuses_holds_back_none_queued_after_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+    flags = RefusesCancels(store)
+    async with (
+        runtime(store, sub("idle", forever), config=LENIENT) as host_a,
+        runtime(flags, sub("idle", forever), config=LENIENT) as host_b,
+        host_a.open_parent("alice") as on_a,
+        host_b.open_parent("alice") as on_b,
+    ):
+        stuck = (await on_a.start("idle", "stuck")).run_id
+        other = (await on_a.start("idle", "other")).run_id
+        await trio.sleep(5)
+        flags.refused.add(stuck)
+        assert on_b.cancel(stuck).cancel_requested
+        assert on_b.cancel(other).cancel_requested  # queued behind the refused one
+        with trio.fail_after(30), pytest.raises(td.RunCancelledError):
+            await on_a.wait(other)
+        # The refused flag is tried again at each poll, on its own.
+        await trio.sleep(5)
+        assert flags.tried.count(stuck) > 2
+        assert flags.tried.count(other) == 1
+        assert on_a.status(stuck).status is td.RunStatus.RUNNING
+        flags.refused.clear()
+        with trio.fail_after(30), pytest.raises(td.RunCancelledError):
+            await on_a.wait(stuck)
+
+
 class FrozenView(WrappedStore):
     """A store handle whose runtime's watcher learns nothing of other runtimes while
     ``frozen``: its view trails the store for as long as a test needs (the

@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -405,3 +406,55 @@ def test_a_stored_progress_figure_past_a_floats_range_is_left_out() -> None:
 
     huge = attrs.evolve(live, progress={"message": "m", "progress": 10**400, "total": 3, "seq": 1})
     assert huge.progress_report() == td.Progress("m", None, 3.0, 1)
+
+
+class LeftAnswers(WrappedStore):
+    """A memory store whose reads of one run carry the answer requests a test
+    leaves on it, as a store changed by something else would hold them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run_id: str | None = None
+        self.requests: tuple[Any, ...] = ()
+
+    async def changes(
+        self, cursor: int | None, *, ignore_writes_of: str | None = None
+    ) -> td.ChangeBatch:
+        batch = await super().changes(cursor, ignore_writes_of=ignore_writes_of)
+        stored = None if self.run_id is None else await self.inner.get(self.run_id)
+        if stored is None:
+            return batch
+        left = attrs.evolve(stored, answer_requests=self.requests)
+        return attrs.evolve(batch, records=(*batch.records, left))
+
+
+@pytest.mark.parametrize(
+    ("reason", "told"),
+    [
+        ("ask the owner", "ask the owner"),
+        ("no \ud800", "refused: reason must be valid Unicode text: it holds a lone surrogate"),
+        ("x" * 3_000_000, "refused: reason is 3000000 characters long; at most 100000"),
+    ],
+)
+async def test_a_declines_stored_reason_is_checked_before_the_run_has_it(
+    reason: str, told: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    store = LeftAnswers()
+    async with (
+        td.open_runtime([sub("painter", painter, asks=True)], store=store) as rt,
+        rt.open_parent("alice") as parent,
+    ):
+        run_id = (await parent.start("painter", "paint the fence")).run_id
+        await trio.sleep(1)
+        (question,) = parent.questions()
+        store.run_id = run_id
+        left = {"question_id": question.question_id, "declined": True, "reason": reason}
+        store.requests = (left,)
+        await trio.sleep(10)  # the owner's watcher polls and applies it
+        result = await parent.wait(run_id)
+    assert isinstance(result, td.RunResult)
+    # The decline stands; a reason the runtime could not keep is replaced by
+    # what is wrong with it, in a few hundred characters.
+    (said,) = result.final_result.values()
+    assert told in said
+    assert said == reason or len(said) < 300

@@ -87,20 +87,37 @@ def apply_requests(run: Run, record: RunRecord) -> None:
     something else), is dropped.
     """
     limit = run.host.config.max_task_chars
+    talk = run.talk
     for request in record.answer_requests:
         if not isinstance(request, dict) or type(request.get("question_id")) is not str:
             continue
-        reason = request.get("reason")
+        if talk is None or request["question_id"] not in talk.open:
+            continue  # applied before, or closed meanwhile: nothing to read
+        declined = request.get("declined") is True
         try:
             answer_run(
                 run,
                 request["question_id"],
                 request.get("answer"),
-                declined=request.get("declined") is True,
-                reason=reason[:limit] if type(reason) is str else "",
+                declined=declined,
+                reason=_stored_reason(request.get("reason"), limit) if declined else "",
             )
         except DelegationError:
             continue
+
+
+def _stored_reason(reason: object, limit: int) -> str:
+    """The reason a decline left in the store gives, checked as ``Parent.decline``
+    checks its own: one that is not valid text, or is longer than this runtime
+    allows, is replaced by what is wrong with it (the decline itself stands:
+    the store keeps only the first answer left for a question, so dropping it
+    would leave the question unanswerable from elsewhere)."""
+    if type(reason) is not str:
+        return ""
+    try:
+        return check_text("reason", reason, max_chars=limit, allow_blank=True)
+    except InvalidArgumentsError as exc:
+        return f"the reason left in the store was refused: {exc}"
 
 
 @final

@@ -201,6 +201,10 @@ class Watcher:
                 else:
                     await self.store.mark_observed(run_id)
             except Exception:
-                # Kept, in order, for the next poll.
-                self._flags[:0] = flags[index:]
+                # Kept for the next poll, this one behind the others: a flag the
+                # store refuses for good (a row it cannot write) must not hold
+                # back the flags queued after it. The rest wait too: a store
+                # that cannot be reached would fail each in turn, slowly, and
+                # the sweep that renews the lease comes after the flags.
+                self._flags[:0] = [*flags[index + 1 :], (run_id, flag, request)]
                 return

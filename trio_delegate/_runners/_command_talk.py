@@ -22,7 +22,9 @@ most :data:`MAX_LINE_BYTES`), each with exactly one of these keys:
   "QuestionDeclinedError" | "AskTimeoutError" | "InputUnavailableError",
   "message": ..., "reason": ...}}``. Several questions may be open at once
   (at most :data:`MAX_OPEN_ASKS`); replies come as answers are applied, so
-  an ``id`` tells them apart.
+  an ``id`` tells them apart. A question counts as open until its reply
+  has gone out: a process that does not read its replies is refused at the
+  bound as one that asks too much.
 
 A line that breaks the protocol fails the run at once with
 :class:`CommandFailedError` naming the problem, and the process group is
@@ -228,8 +230,8 @@ class Talk:
             )
         if self._open_asks >= MAX_OPEN_ASKS:
             raise _Broken(
-                f"asked more than {MAX_OPEN_ASKS} questions at once on {FD_VARIABLE}; wait "
-                "for an answer before asking more"
+                f"asked more than {MAX_OPEN_ASKS} questions at once on {FD_VARIABLE} (a "
+                "question whose reply was not read yet counts); read a reply before asking more"
             )
         self._open_asks += 1
         asks.start_soon(self._answer, ask_id, body)
@@ -248,15 +250,20 @@ class Talk:
                 error["reason"] = exc.reason
             reply["error"] = error
         except DelegationError as exc:
+            self._open_asks -= 1
             self._fail(f'wrote an "ask" line that was refused: {exc}')
             return
         else:
             reply["answer"] = value
-        finally:
-            self._open_asks -= 1
         # ASCII only: whatever the answer holds, it is one line of valid UTF-8.
         line = json.dumps(reply, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
         async with self._send_lock:
+            # The ask counts as open until its reply goes out: a process that
+            # does not read its replies fills the channel, and the replies
+            # waiting here for it must stay within MAX_OPEN_ASKS. It stops
+            # counting before the reply is sent, not after: the process may
+            # read it and ask again before this task runs on.
+            self._open_asks -= 1
             try:
                 await self._stream.send_all(line)
             except (trio.BrokenResourceError, trio.ClosedResourceError):

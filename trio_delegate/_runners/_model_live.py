@@ -62,7 +62,8 @@ def _price(field: str, allow_none: bool) -> Any:
     def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is None and allow_none:
             return
-        if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        # An int left by _number did not fit a float: no price.
+        if type(value) is not float or not math.isfinite(value) or value < 0:
             raise InvalidArgumentsError(
                 f"Prices.{field} must be {allowed} (US dollars per million tokens), got "
                 f"{describe(value)}; write the price as a number, e.g. 3.0"

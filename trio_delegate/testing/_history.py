@@ -24,6 +24,7 @@ from typing import IO, Any, TypeVar, final
 import attrs
 import trio
 
+from .._checks import builtin, describe
 from .._converter import to_json_ready
 from .._core import Parent, Runtime, SettledRuns
 from .._errors import DelegationError, UnresolvedDelegationError
@@ -36,6 +37,8 @@ T = TypeVar("T")
 
 #: The phases of an event: a call began, it returned, it raised; or a note.
 PHASES = ("call", "returned", "raised", "note")
+#: The most characters of a text argument a history keeps.
+_ARG_CHARS = 200
 
 
 @final
@@ -55,7 +58,9 @@ class HistoryEvent:
             (``"open_parent"``, ``"close_parent"``, ``"runtime_closed"``,
             ``"killed"``, ``"settled"``).
         phase: ``"call"``, ``"returned"``, ``"raised"`` or ``"note"``.
-        args: the call's arguments, JSON-ready.
+        args: the call's arguments, JSON-ready (a ``RecordedParent`` keeps text
+            cut to 200 characters, and an argument that is not text, a
+            number, a bool or ``None`` by its short ``repr``).
         value: the answer, JSON-ready (see :func:`encode_value`), or ``None``.
         error: for ``"raised"``: ``{"type", "message", "run_id", "status"}``
             and, for ``UnresolvedDelegationError``, ``"unresolved"`` (run ids).
@@ -202,6 +207,25 @@ def encode_error(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, UnresolvedDelegationError):
         body["unresolved"] = [entry.run_id for entry in exc.unresolved]
     return body
+
+
+def _arg(value: object) -> Any:
+    """A call's argument as a history keeps it: JSON-ready and short, whatever the host passed.
+
+    The arguments are the host's, and a hostile one must not keep its call
+    from being made: text is cut to 200 characters (a lone surrogate stays,
+    escaped in the file), ``None``, a bool, a float and a short int are kept,
+    and anything else (a container nested 1,000 levels deep, an object that
+    is no JSON, an integer of thousands of digits) by its short ``repr``.
+    """
+    value = builtin(value)  # a str or int subclass (an enum member) as the plain value
+    if value is None or type(value) in (bool, float):
+        return value
+    if type(value) is int:
+        return value if value.bit_length() <= 128 else describe(value)
+    if type(value) is str:
+        return value[:_ARG_CHARS]
+    return describe(value)
 
 
 def _now() -> float | None:
@@ -436,7 +460,8 @@ class RecordedParent:
 
     def _begin(self, op: str, args: Mapping[str, Any]) -> int:
         call = self.recorder._next_call()
-        self.recorder._emit(self.name, self.raw.owner, call, op, "call", args)
+        kept = {key: _arg(value) for key, value in args.items()}
+        self.recorder._emit(self.name, self.raw.owner, call, op, "call", kept)
         return call
 
     def _returned(self, call: int, op: str, value: object) -> None:
@@ -469,17 +494,17 @@ class RecordedParent:
 
     async def delegate(self, name: str, task: str, **kwargs: Any) -> RunResult:
         """``Parent.delegate``, recorded."""
-        args = {"name": name, "task": task[:200], "replaces": kwargs.get("replaces")}
+        args = {"name": name, "task": task, "replaces": kwargs.get("replaces")}
         return await self._async("delegate", args, lambda: self.raw.delegate(name, task, **kwargs))
 
     async def start(self, name: str, task: str, **kwargs: Any) -> RunHandle:
         """``Parent.start``, recorded."""
-        args = {"name": name, "task": task[:200], "replaces": kwargs.get("replaces")}
+        args = {"name": name, "task": task, "replaces": kwargs.get("replaces")}
         return await self._async("start", args, lambda: self.raw.start(name, task, **kwargs))
 
     async def continue_run(self, run_id: str, message: str, **kwargs: Any) -> RunResult | RunHandle:
         """``Parent.continue_run``, recorded."""
-        args = {"run_id": run_id, "background": bool(kwargs.get("background", False))}
+        args = {"run_id": run_id, "background": kwargs.get("background", False)}
         return await self._async(
             "continue_run", args, lambda: self.raw.continue_run(run_id, message, **kwargs)
         )

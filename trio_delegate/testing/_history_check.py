@@ -401,9 +401,10 @@ class _Checker:
                 if note is not None and not note.args.get("fail_closed", True):
                     continue
                 if event.phase == "returned":
+                    known: dict[str, bool] = {}  # what this verdict's runs were found
                     for run_id in started[event.parent]:
                         self.checked["fail_closed"] += 1
-                        if not self._resolved(run_id, event, replaced_by, set()):
+                        if not self._resolved(run_id, event, replaced_by, known):
                             self.flag(
                                 "fail_closed",
                                 run_id,
@@ -446,19 +447,44 @@ class _Checker:
         run_id: str,
         event: HistoryEvent,
         replaced_by: Mapping[str, list[str]],
-        seen: set[str],
+        known: dict[str, bool],
     ) -> bool:
-        if run_id in seen:
-            return False
-        seen.add(run_id)
+        """Whether *run_id*, or a run that replaced it (or replaced that one, and
+        so on), was observed before *event*.
+
+        Walked with a stack, not recursion: a chain of replacements may be
+        thousands of runs long. *known* holds what earlier walks for the same
+        *event* found, so that the runs of one chain are walked once in all.
+        """
+        if run_id in known:
+            return known[run_id]
+        came_from: dict[str, str | None] = {run_id: None}
+        stack = [run_id]
+        while stack:
+            current = stack.pop()
+            if known.get(current) or self._observed(current, event):
+                # Every run on the way here was replaced, in the end, by this one.
+                step: str | None = current
+                while step is not None:
+                    known[step] = True
+                    step = came_from[step]
+                return True
+            for replacement in replaced_by.get(current, ()):
+                if replacement not in came_from and known.get(replacement) is not False:
+                    came_from[replacement] = current
+                    stack.append(replacement)
+        # Nothing this walk reached was observed, nor anything beyond it.
+        known.update(dict.fromkeys(came_from, False))
+        return False
+
+    def _observed(self, run_id: str, event: HistoryEvent) -> bool:
+        """Whether *run_id* itself was observed before *event*."""
         if self._observed_before(run_id, event, same_process=False):
             return True
         record = self.records.get(run_id)
-        if record is not None and record.observed and record.status is RunStatus.COMPLETED:
-            # Observed by a call whose answer the history did not keep (its
-            # process died right after): the store's word stands.
-            return True
-        return any(self._resolved(r, event, replaced_by, seen) for r in replaced_by.get(run_id, ()))
+        # Observed by a call whose answer the history did not keep (its
+        # process died right after): the store's word stands.
+        return record is not None and record.observed and record.status is RunStatus.COMPLETED
 
     def observed(self) -> None:
         answered = {(e.process, e.call) for e in self.events if e.phase in ("returned", "raised")}

@@ -184,11 +184,20 @@ def _details(value: Any, name: str) -> int:
 
 
 def _given_cost(usage: Any) -> float:
-    """The cost a server put in the usage (``cost``, as OpenRouter does), else 0."""
+    """The cost a server put in the usage (``cost``, as OpenRouter does), else 0.
+
+    Read as every cost reported from elsewhere is (``reported_usage``): one
+    that is not a finite number >= 0, an integer past a float's range among
+    them, counts as none given, and the run's prices, if any, price the tokens.
+    """
     cost: Any = getattr(usage, "cost", None)
-    if type(cost) in (int, float) and math.isfinite(cost) and cost >= 0:
-        return float(cost)
-    return 0.0
+    if type(cost) not in (int, float):
+        return 0.0
+    try:
+        number = float(cost)
+    except OverflowError:  # an integer of hundreds of digits
+        return 0.0
+    return number if math.isfinite(number) and number >= 0 else 0.0
 
 
 def _responses_usage(usage: Any) -> Usage:
