@@ -328,6 +328,45 @@ def test_store_may_be_a_postgres_uri_without_a_password(tmp_path: Path) -> None:
     assert "agent:***@db.internal" in str(info.value)
 
 
+def test_the_stores_retention_of_ended_runs_is_a_key(tmp_path: Path) -> None:
+    default = load_server_config(write(tmp_path, '[runtime]\nstore = "runs.db"\n' + ECHO))
+    assert (default.store_max_rows, default.store_retention_seconds) == (100_000, 2_592_000.0)
+    text = '[runtime]\nstore = "runs.db"\nstore_max_rows = 500\nstore_retention_seconds = 60\n'
+    bounded = load_server_config(write(tmp_path, text + ECHO))
+    assert (bounded.store_max_rows, bounded.store_retention_seconds) == (500, 60.0)
+    text = '[runtime]\nstore = "runs.db"\nstore_max_rows = "none"\n'
+    text += 'store_retention_seconds = "none"\n'
+    unbounded = load_server_config(write(tmp_path, text + ECHO))
+    assert (unbounded.store_max_rows, unbounded.store_retention_seconds) == (None, None)
+
+
+def test_serve_opens_its_store_with_the_retention_the_file_says(tmp_path: Path) -> None:
+    from trio_delegate._cli._serve import _store
+
+    text = '[runtime]\nstore = "runs.db"\nstore_max_rows = "none"\nstore_retention_seconds = 90\n'
+    store = _store(load_server_config(write(tmp_path, text + ECHO)))
+    assert isinstance(store, td.SQLiteStore)
+    assert (store.max_rows, store.retention_seconds) == (None, 90.0)
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("store_max_rows = 0", "runtime.store_max_rows: must be an integer >= 1 or 'none', got 0"),
+        ("store_max_rows = 2.5", "runtime.store_max_rows: must be an integer >= 1"),
+        ('store_max_rows = "all"', 'write e.g. 100000, or "none" to keep every ended run'),
+        ("store_retention_seconds = -1", "runtime.store_retention_seconds: must be a finite"),
+        ("store_retention_seconds = true", "store_retention_seconds: must be a finite number"),
+    ],
+)
+def test_a_wrong_store_retention_names_the_key_and_the_fix(
+    tmp_path: Path, line: str, fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_server_config(write(tmp_path, f'[runtime]\nstore = "runs.db"\n{line}\n' + ECHO))
+    assert fragment in str(info.value)
+
+
 def test_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file"):
         load_server_config(tmp_path / "absent.toml")

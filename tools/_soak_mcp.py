@@ -70,6 +70,9 @@ _ERROR_OF = {
 CONFIG = """\
 [runtime]
 store = {store}
+# Every run stays in the store for the check (see soak.open_store).
+store_max_rows = "none"
+store_retention_seconds = "none"
 
 [server]
 owner = "{owner}"

@@ -406,10 +406,14 @@ async def play_parent(
 
 def open_store(location: str) -> td.ResultStore:
     """The store at *location*: a ``postgresql://`` URI (default schema), else an SQLite file."""
+    # Without bounds: the check needs every run the soak admitted, and a
+    # store's own retention (100,000 ended runs by default) would prune them.
     if location.startswith("postgresql://"):
         # The default schema: the one `trio-delegate serve` (the MCP connection) uses.
-        return td.PostgresStore(location, lease_seconds=LEASE_SECONDS)
-    return td.SQLiteStore(location)
+        return td.PostgresStore(
+            location, lease_seconds=LEASE_SECONDS, max_rows=None, retention_seconds=None
+        )
+    return td.SQLiteStore(location, max_rows=None, retention_seconds=None)
 
 
 class FaultyStore:

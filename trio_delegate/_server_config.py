@@ -59,6 +59,7 @@ from ._config_file._sections import (
 from ._config_file._structure import structure
 from ._config_file._values import owner_problem, store
 from ._errors import InvalidArgumentsError
+from ._stores._protocol import DEFAULT_MAX_ROWS, DEFAULT_RETENTION_SECONDS
 from ._subagent import Runner, Subagent
 from ._usage import Budget
 
@@ -100,6 +101,10 @@ class ServerConfig:
             (``[server] budget``: its parent's budget), if anything.
         temporal: where ``kind = "temporal"`` subagents' runs go, and what
             ``trio-delegate temporal-worker`` polls (``[temporal]``), if anywhere.
+        store_max_rows: how many ended runs the store keeps (``[runtime]
+            store_max_rows``); ``None``: every one.
+        store_retention_seconds: how long the store keeps an ended run
+            (``[runtime] store_retention_seconds``); ``None``: for ever.
     """
 
     path: Path
@@ -111,6 +116,8 @@ class ServerConfig:
     owner: str | None = None
     temporal: TemporalSettings | None = None
     parent_budget: Budget | None = None
+    store_max_rows: int | None = DEFAULT_MAX_ROWS
+    store_retention_seconds: float | None = DEFAULT_RETENTION_SECONDS
 
 
 def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
@@ -146,6 +153,8 @@ def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
         server.owner,
         sections.temporal,
         server.budget,
+        sections.runtime.store_max_rows,
+        sections.runtime.store_retention_seconds,
     )
 
 

@@ -82,7 +82,7 @@ def _serve(server_config: ServerConfig, owner: str | None) -> int:
         "configuration %s; serving over stdio", server_config.path.resolve()
     )
     try:
-        store = _store(server_config.store)
+        store = _store(server_config)
         trio.run(
             functools.partial(
                 serve_stdio,
@@ -118,10 +118,14 @@ class _TerminalSafeFormatter(logging.Formatter):
         return terminal_safe(super().format(record))
 
 
-def _store(location: Path | str | None) -> ResultStore | None:
-    """The store ``[runtime] store`` names: an SQLite file or a PostgreSQL URI."""
+def _store(server_config: ServerConfig) -> ResultStore | None:
+    """The store ``[runtime] store`` names (an SQLite file or a PostgreSQL URI),
+    keeping ended runs as ``store_max_rows`` and ``store_retention_seconds`` say."""
+    location = server_config.store
     if location is None:
         return None
+    max_rows = server_config.store_max_rows
+    retention_seconds = server_config.store_retention_seconds
     if isinstance(location, str):
-        return PostgresStore(location)
-    return SQLiteStore(location)
+        return PostgresStore(location, max_rows=max_rows, retention_seconds=retention_seconds)
+    return SQLiteStore(location, max_rows=max_rows, retention_seconds=retention_seconds)

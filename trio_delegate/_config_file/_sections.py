@@ -19,6 +19,7 @@ import attrs
 from .._checks import describe
 from .._config import INHERIT, Config, TimeoutSetting
 from .._runners._model_live import Prices
+from .._stores._protocol import DEFAULT_MAX_ROWS, DEFAULT_RETENTION_SECONDS
 from .._usage import Budget
 from . import _values as check
 from ._problems import Problem, cut
@@ -144,9 +145,18 @@ def _runtime_section() -> type[Any]:
         None, check=budget, fix=_BUDGET_FIX.replace("budget =", "runtime_budget =")
     )
     fields["store"] = key(None, check=check.store)
+    # The store's own retention of ended runs (SQLiteStore / PostgresStore
+    # max_rows and retention_seconds; their defaults when absent).
+    fields["store_max_rows"] = key(DEFAULT_MAX_ROWS, check=check.row_bound)
+    fields["store_retention_seconds"] = key(DEFAULT_RETENTION_SECONDS, check=check.age_bound)
     cls = attrs.make_class("RuntimeSection", fields, frozen=True, kw_only=True)
     # A class attribute, as the other tables' ClassVar (attrs.make_class takes fields only).
-    setattr(cls, "keys_say", "[runtime] takes the fields of trio_delegate.Config and store")  # noqa: B010
+    setattr(  # noqa: B010
+        cls,
+        "keys_say",
+        "[runtime] takes the fields of trio_delegate.Config, store, store_max_rows and "
+        "store_retention_seconds",
+    )
     return cls
 
 

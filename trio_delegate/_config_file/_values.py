@@ -82,6 +82,38 @@ def deadline(value: Any) -> float | None:
     return float(value)
 
 
+def row_bound(value: Any) -> int | None:
+    """An integer >= 1, or ``"none"``: no bound (``None``).
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
+    if value == NO_DEADLINE:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise Problem(
+            f"must be an integer >= 1 or {NO_DEADLINE!r}, got {toml_text(value)}",
+            f'write e.g. 100000, or "{NO_DEADLINE}" to keep every ended run',
+        )
+    return value
+
+
+def age_bound(value: Any) -> float | None:
+    """A number of seconds > 0, or ``"none"``: no bound (``None``).
+
+    Raises:
+        Problem: the value is not that, naming it.
+    """
+    if value == NO_DEADLINE:
+        return None
+    if not (_finite(value) and value > 0):
+        raise Problem(
+            f"must be a finite number of seconds > 0 or {NO_DEADLINE!r}, got {toml_text(value)}",
+            f'write e.g. 2592000 (30 days), or "{NO_DEADLINE}" to keep ended runs of any age',
+        )
+    return float(value)
+
+
 def seconds(example: str) -> Check:
     """A number of seconds > 0 where ``"none"`` makes no sense; *example* is the fix.
 

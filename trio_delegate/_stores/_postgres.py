@@ -56,7 +56,9 @@ from ._codec import (
     with_head,
 )
 from ._protocol import (
+    DEFAULT_MAX_ROWS,
     DEFAULT_POLL_INTERVAL,
+    DEFAULT_RETENTION_SECONDS,
     ChangeBatch,
     RunRecord,
     StoredRun,
@@ -565,8 +567,8 @@ class PostgresStore(ThreadedStore):
         pool_size: int = 4,
         connect_timeout: float = 5.0,
         statement_timeout: float = 10.0,
-        retention_seconds: float | None = 30 * 24 * 3600.0,
-        max_rows: int | None = 100_000,
+        retention_seconds: float | None = DEFAULT_RETENTION_SECONDS,
+        max_rows: int | None = DEFAULT_MAX_ROWS,
     ) -> None:
         pg, _ = _psycopg()
         if not isinstance(dsn, str):

@@ -31,6 +31,8 @@ from .._status import RunStatus
 from .._usage import Usage
 
 __all__ = [
+    "DEFAULT_MAX_ROWS",
+    "DEFAULT_RETENTION_SECONDS",
     "DEFAULT_POLL_INTERVAL",
     "INTERRUPTED_ERROR_TYPE",
     "INVALID_RESULT",
@@ -53,6 +55,11 @@ __all__ = [
     "terminal_index",
     "wall_clock_now",
 ]
+
+#: How many ended runs a store keeps by default (``max_rows``), and for how
+#: long (``retention_seconds``: 30 days).
+DEFAULT_MAX_ROWS: Final = 100_000
+DEFAULT_RETENTION_SECONDS: Final = 30 * 24 * 3600.0
 
 #: ``error_type`` of a run that was live when its runtime's process ended.
 INTERRUPTED_ERROR_TYPE = "Interrupted"

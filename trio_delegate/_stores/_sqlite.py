@@ -51,7 +51,9 @@ from ._codec import (
 )
 from ._liveness import RuntimeLock, lock_dir_for, runtime_is_gone
 from ._protocol import (
+    DEFAULT_MAX_ROWS,
     DEFAULT_POLL_INTERVAL,
+    DEFAULT_RETENTION_SECONDS,
     ChangeBatch,
     RunRecord,
     StoredRun,
@@ -479,8 +481,8 @@ class SQLiteStore(ThreadedStore):
         self,
         path: str | os.PathLike[str],
         *,
-        retention_seconds: float | None = 30 * 24 * 3600.0,
-        max_rows: int | None = 100_000,
+        retention_seconds: float | None = DEFAULT_RETENTION_SECONDS,
+        max_rows: int | None = DEFAULT_MAX_ROWS,
         max_bytes: int | None = None,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
