@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import datetime
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar, final
@@ -16,7 +17,7 @@ from .._threads import run_sync
 from ._codec import decode_row
 from ._protocol import ChangeBatch, RunRecord, StoreSnapshot, is_run_id, is_run_id_start
 
-__all__ = ["DamagedRow", "RecordReader", "ThreadedStore", "guarded", "listing"]
+__all__ = ["DamagedRow", "RecordReader", "ThreadedStore", "guarded", "listing", "pruned_before"]
 
 T = TypeVar("T")
 
@@ -428,3 +429,14 @@ class ThreadedStore(abc.ABC):
 
     @abc.abstractmethod
     def _post_sync(self, run_id: str, request: dict[str, Any]) -> RunRecord | None: ...
+
+
+def pruned_before(retention_seconds: float) -> str | None:
+    """The ``ended_at`` before which a terminal run is older than *retention_seconds*
+    (ISO 8601, as stored); ``None`` when the retention reaches back past the
+    calendar's start, so that no run is that old."""
+    try:
+        cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=retention_seconds)
+    except OverflowError:
+        return None
+    return cutoff.isoformat(timespec="milliseconds")

@@ -26,7 +26,6 @@ Design:
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import re
 import socket
@@ -40,7 +39,7 @@ from .._checks import check_int, check_seconds, describe
 from .._errors import InvalidArgumentsError, StoreError
 from .._status import RunStatus
 from .._threads import run_sync
-from ._base import RecordReader, ThreadedStore
+from ._base import RecordReader, ThreadedStore, pruned_before
 from ._codec import (
     EncodedRecord,
     LiveHeads,
@@ -1156,11 +1155,9 @@ class PostgresStore(ThreadedStore):
 
     def _prune(self, conn: psycopg.Connection[Any]) -> None:
         statements = self._sql
-        if self.retention_seconds is not None:
-            cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(
-                seconds=self.retention_seconds
-            )
-            conn.execute(statements.prune_age, [cutoff.isoformat(timespec="milliseconds")])
+        cutoff = None if self.retention_seconds is None else pruned_before(self.retention_seconds)
+        if cutoff is not None:
+            conn.execute(statements.prune_age, [cutoff])
         if self.max_rows is not None:
             conn.execute(statements.prune_rows, [self.max_rows])
 

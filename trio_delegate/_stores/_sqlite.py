@@ -22,7 +22,6 @@ Design:
 from __future__ import annotations
 
 import contextlib
-import datetime
 import itertools
 import os
 import sqlite3
@@ -36,7 +35,7 @@ import trio
 from .._checks import check_int, check_seconds
 from .._errors import StoreError
 from .._status import RunStatus
-from ._base import RecordReader, ThreadedStore
+from ._base import RecordReader, ThreadedStore, pruned_before
 from ._codec import (
     EncodedRecord,
     LiveHeads,
@@ -897,13 +896,11 @@ class SQLiteStore(ThreadedStore):
         a query it can prove is within it.)
         """
         removed = 0
-        if self.retention_seconds is not None:
-            cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(
-                seconds=self.retention_seconds
-            )
+        cutoff = None if self.retention_seconds is None else pruned_before(self.retention_seconds)
+        if cutoff is not None:
             removed += conn.execute(
                 "DELETE FROM runs WHERE status NOT IN ('pending', 'running') AND ended_at < ?",
-                (cutoff.isoformat(timespec="milliseconds"),),
+                (cutoff,),
             ).rowcount
         if self.max_rows is not None:
             row = conn.execute(
