@@ -15,202 +15,32 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 pytest.importorskip("mcp")
 
-from trio_delegate.mcp._tasks import TASKS_EXTENSION
+from . import mcp_lines as lines
+from .mcp_lines import Wire, envelope, stop
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Outer hang guard for one answer (the server answers in milliseconds).
-ANSWER_SECONDS = 30
-
-#: What a 2026-07-28 request declares, by name.
-FORM: dict[str, Any] = {"elicitation": {"form": {}}}
-
-
-def envelope(*, tasks: bool = True, elicit: bool = True) -> dict[str, Any]:
-    capabilities: dict[str, Any] = {}
-    if tasks:
-        capabilities["extensions"] = {TASKS_EXTENSION: {}}
-    if elicit:
-        capabilities.update(FORM)
-    return {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-        "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "0"},
-    }
-
-
-class Wire:
-    """Raw lines to a server process; everything it writes, in order."""
-
-    def __init__(self, process: subprocess.Popen[bytes], gates: Path) -> None:
-        self.process = process
-        self.gates = gates
-        self.buffer = b""
-        #: Every message read, in the order the server wrote them.
-        self.lines: list[dict[str, Any]] = []
-        self.taken = 0
-        self.next_id = 1000
-        self._stdin: trio.lowlevel.FdStream | None = None
-        self._stdout: trio.lowlevel.FdStream | None = None
-
-    @asynccontextmanager
-    async def attached(self) -> AsyncIterator[Wire]:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        stdin = trio.lowlevel.FdStream(os.dup(self.process.stdin.fileno()))
-        stdout = trio.lowlevel.FdStream(os.dup(self.process.stdout.fileno()))
-        self._stdin, self._stdout = stdin, stdout
-        try:
-            yield self
-        finally:
-            self._stdin = self._stdout = None
-            await stdin.aclose()
-            await stdout.aclose()
-
-    async def send(self, message: dict[str, Any]) -> None:
-        assert self._stdin is not None
-        await self._stdin.send_all(json.dumps(message).encode() + b"\n")
-
-    async def _read_one(self) -> None:
-        assert self._stdout is not None
-        while b"\n" not in self.buffer:
-            chunk = await self._stdout.receive_some()
-            assert chunk, f"the server closed its stdout; it had sent {self.buffer!r}"
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        self.lines.append(json.loads(line))
-
-    async def first(self, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-        """The first message *match* accepts (waiting for it); it is taken."""
-        with trio.fail_after(ANSWER_SECONDS):
-            index = 0
-            while True:
-                while index < len(self.lines):
-                    message = self.lines[index]
-                    if not message.get("_taken") and match(message):
-                        message["_taken"] = True
-                        return message
-                    index += 1
-                await self._read_one()
-
-    async def answer(self, request_id: Any) -> dict[str, Any]:
-        return await self.first(lambda m: m.get("id") == request_id and "method" not in m)
-
-    def fresh_id(self) -> int:
-        self.next_id += 1
-        return self.next_id
-
-    async def request(
-        self,
-        method: str,
-        params: dict[str, Any] | None = None,
-        *,
-        meta: dict[str, Any] | None = None,
-        legacy: bool = False,
-    ) -> dict[str, Any]:
-        request_id = self.fresh_id()
-        body = dict(params or {})
-        if not legacy:
-            body["_meta"] = {**(meta if meta is not None else envelope()), **body.get("_meta", {})}
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if body:
-            message["params"] = body
-        await self.send(message)
-        return await self.answer(request_id)
-
-    async def call(self, tool: str, arguments: dict[str, Any], **options: Any) -> dict[str, Any]:
-        answer = await self.request("tools/call", {"name": tool, "arguments": arguments}, **options)
-        assert "result" in answer, answer
-        result: dict[str, Any] = answer["result"]
-        return result
-
-    async def get(self, task_id: str, **options: Any) -> dict[str, Any]:
-        answer = await self.request("tasks/get", {"taskId": task_id}, **options)
-        assert "result" in answer, answer
-        task: dict[str, Any] = answer["result"]
-        return task
-
-    async def update(self, task_id: str, responses: Any, **options: Any) -> dict[str, Any]:
-        return await self.request(
-            "tasks/update", {"taskId": task_id, "inputResponses": responses}, **options
-        )
-
-    async def until(self, task_id: str, status: str, **options: Any) -> dict[str, Any]:
-        """Poll ``tasks/get`` until the task reads *status*, waiting on a listen stream."""
-        subscription = self.fresh_id()
-        await self.send(
-            {
-                "jsonrpc": "2.0",
-                "id": subscription,
-                "method": "subscriptions/listen",
-                "params": {
-                    "notifications": {"taskIds": [task_id]},
-                    "_meta": options.get("meta", envelope()),
-                },
-            }
-        )
-        try:
-            while True:
-                task = await self.get(task_id, **options)
-                if task["status"] == status:
-                    return task
-                await self.first(
-                    lambda m: (
-                        m.get("method") == "notifications/tasks"
-                        and m["params"]["taskId"] == task_id
-                    )
-                )
-        finally:
-            await self.send(
-                {
-                    "jsonrpc": "2.0",
-                    "method": "notifications/cancelled",
-                    "params": {"requestId": subscription, "_meta": envelope()},
-                }
-            )
-
-    def release(self, name: str) -> None:
-        (self.gates / name).write_text("")
-
 
 def start(folder: Path, *arguments: str, command: list[str] | None = None) -> Wire:
-    """A server process: the talking fake, or *command*."""
+    """A server process whose requests declare form elicitation: the talking fake, or
+    *command*."""
     gates = folder / "gates"
-    gates.mkdir(exist_ok=True)
-    process = subprocess.Popen(
+    return lines.start(
         command or [PY, "-m", "tests.fakes.talking", str(gates), *arguments],
+        gates,
         cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        elicit=True,
     )
-    return Wire(process, gates)
-
-
-def stop(wire: Wire) -> None:
-    assert wire.process.stdin is not None
-    wire.process.stdin.close()  # the end of stdin ends the connection
-    try:
-        wire.process.wait(ANSWER_SECONDS)
-    finally:
-        if wire.process.poll() is None:
-            wire.process.kill()
-            wire.process.wait()
-        if wire.process.stdout is not None:
-            wire.process.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -400,7 +230,7 @@ async def test_a_task_of_another_owner_is_unknown_to_update(wire: Wire, tmp_path
 async def test_without_form_elicitation_the_task_is_working_with_the_question_in_its_message(
     wire: Wire,
 ) -> None:
-    plain = envelope(elicit=False)
+    plain = envelope()
     task_id = await asking_task(wire, "ask_text", "the door", meta=plain)
     # The elicit-declaring read waits for the question; the plain one tells it in words.
     key = next(iter((await wire.until(task_id, "input_required"))["inputRequests"]))
@@ -412,7 +242,9 @@ async def test_without_form_elicitation_the_task_is_working_with_the_question_in
     assert "answer_subagent" in task["statusMessage"]
     # The tool answers it.
     ack = await wire.call(
-        "answer_subagent", {"run_id": task_id, "answer": "green"}, meta=envelope(tasks=False)
+        "answer_subagent",
+        {"run_id": task_id, "answer": "green"},
+        meta=envelope(tasks=False, elicit=True),
     )
     assert ack["structuredContent"]["accepted"] is True
     done = await wire.until(task_id, "completed", meta=plain)
@@ -423,7 +255,7 @@ async def test_progress_rides_the_status_message(wire: Wire) -> None:
     task_id = await asking_task(wire, "report_then_ask")
     task = await wire.until(task_id, "input_required")
     assert task["statusMessage"].endswith("progress: halfway (1/2)")
-    plain = await wire.get(task_id, meta=envelope(elicit=False))
+    plain = await wire.get(task_id, meta=envelope())
     assert "progress: halfway (1/2)" in plain["statusMessage"]
     key = next(iter(task["inputRequests"]))
     await wire.update(task_id, {key: {"action": "accept", "content": {"answer": "yes"}}})
@@ -444,26 +276,10 @@ async def test_a_foreground_call_whose_child_asks_is_a_task_at_once(wire: Wire) 
 async def test_a_listener_hears_every_change_of_status_or_question(wire: Wire) -> None:
     task_id = await asking_task(wire, "ask_twice")
     await wire.until(task_id, "input_required")
-    subscription = wire.fresh_id()
-    await wire.send(
-        {
-            "jsonrpc": "2.0",
-            "id": subscription,
-            "method": "subscriptions/listen",
-            "params": {"notifications": {"taskIds": [task_id]}, "_meta": envelope()},
-        }
-    )
+    subscription = await wire.listen([task_id])
 
     async def heard() -> dict[str, Any]:
-        message = await wire.first(
-            lambda m: (
-                m.get("method") == "notifications/tasks"
-                and m["params"].get("_meta", {}).get("io.modelcontextprotocol/subscriptionId")
-                == subscription
-            )
-        )
-        params: dict[str, Any] = message["params"]
-        return params
+        return await wire.on_stream("notifications/tasks", subscription)
 
     # At once: the task is already asking.
     now = await heard()
@@ -484,18 +300,12 @@ async def test_a_listener_hears_every_change_of_status_or_question(wire: Wire) -
     while change["status"] != "completed":
         change = await heard()
     assert change["result"]["structuredContent"]["final_result"] == ["1", "2"]
-    await wire.send(
-        {
-            "jsonrpc": "2.0",
-            "method": "notifications/cancelled",
-            "params": {"requestId": subscription, "_meta": envelope()},
-        }
-    )
+    await wire.unlisten(subscription)
 
 
 async def test_a_task_declaring_foreground_call_never_hears_progress_notices(wire: Wire) -> None:
     request_id = wire.fresh_id()
-    meta = {**envelope(), "progressToken": "tok-tasks"}
+    meta = {**envelope(elicit=True), "progressToken": "tok-tasks"}
     await wire.send(
         {
             "jsonrpc": "2.0",
@@ -535,17 +345,8 @@ async def test_a_legacy_foreground_call_hears_the_childs_reports_as_progress(
     wire = start(tmp_path, "0.05")
     try:
         async with wire.attached():
-            hello = await wire.request(
-                "initialize",
-                {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw-test", "version": "0"},
-                },
-                legacy=True,
-            )
+            hello = await wire.initialize()
             assert "result" in hello
-            await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
             request_id = wire.fresh_id()
             await wire.send(
                 {
@@ -577,7 +378,7 @@ async def test_a_legacy_foreground_call_hears_the_childs_reports_as_progress(
                 wire.release(f"walk.{step}")
             answer = await wire.answer(request_id)
             assert answer["result"]["structuredContent"]["final_result"] == "stepped"
-            ping = await wire.request("ping", legacy=True)
+            ping = await wire.request("ping", tasks=None)
             assert "result" in ping
             ping_at = wire.lines.index(ping)
             answer_at = wire.lines.index(answer)
@@ -633,7 +434,7 @@ budget = {{ max_total_tokens = 1000 }}
     wire = start(tmp_path, command=[PY, "-m", "trio_delegate", "serve", "--config", str(config)])
     try:
         async with wire.attached():
-            plain = envelope(tasks=False)
+            plain = envelope(tasks=False, elicit=True)
             # Through the tools: the wait is the run's end, cancelled, the budget named.
             handle = await wire.call(
                 "delegate_task",

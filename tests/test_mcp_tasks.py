@@ -20,13 +20,11 @@ on the clock.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
-import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,12 +41,11 @@ import trio_delegate as td
 from trio_delegate._cli._main import main
 from trio_delegate.mcp._tasks import TASKS_EXTENSION, TaskBook
 
+from . import mcp_lines as lines
 from .helpers import forever, returning, sub
+from .mcp_lines import ANSWER_SECONDS, Wire
 
 PY = sys.executable
-
-#: Outer hang guard for one answer (the server answers in milliseconds).
-ANSWER_SECONDS = 30
 
 #: A subagent that waits until the gate file named by its task exists, then shouts its task
 #: (it marks its start with a file named by its task and ``.started``).
@@ -94,196 +91,17 @@ command = [{json.dumps(PY)}, "-c", "import sys; sys.exit('broken on purpose')"]
 """
 
 
-def envelope(*, tasks: bool = True) -> dict[str, Any]:
-    """The 2026-07-28 ``_meta`` envelope of one request."""
-    capabilities: dict[str, Any] = {"extensions": {TASKS_EXTENSION: {}}} if tasks else {}
-    return {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-        "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "0"},
-    }
-
-
-def subscription_of(message: dict[str, Any]) -> Any:
-    """The listen stream a notification belongs to (its subscription id), or None."""
-    meta = message.get("params", {}).get("_meta", {})
-    return meta.get("io.modelcontextprotocol/subscriptionId")
-
-
-class Wire:
-    """Raw lines to a server process; its answers by id, its notifications in order.
-
-    The process outlives a test's Trio run when it is shared: each test
-    attaches fresh streams over the pipes (:meth:`attached`); what was read
-    and not yet taken stays here for the next.
-    """
-
-    def __init__(self, process: subprocess.Popen[bytes], folder: Path) -> None:
-        self.process = process
-        self.folder = folder
-        self.buffer = b""
-        self.answers: dict[Any, dict[str, Any]] = {}
-        self.notifications: list[dict[str, Any]] = []
-        self.next_id = 100
-        #: The answer to ``initialize``, on a legacy connection.
-        self.handshake: dict[str, Any] = {}
-        self._stdin: trio.lowlevel.FdStream | None = None
-        self._stdout: trio.lowlevel.FdStream | None = None
-
-    @asynccontextmanager
-    async def attached(self) -> AsyncIterator[Wire]:
-        """Trio streams over the process's pipes, for one test's Trio run."""
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        stdin = trio.lowlevel.FdStream(os.dup(self.process.stdin.fileno()))
-        stdout = trio.lowlevel.FdStream(os.dup(self.process.stdout.fileno()))
-        self._stdin, self._stdout = stdin, stdout
-        try:
-            yield self
-        finally:
-            self._stdin = self._stdout = None
-            await stdin.aclose()
-            await stdout.aclose()
-
-    def fresh_id(self) -> int:
-        self.next_id += 1
-        return self.next_id
-
-    def release(self, task: str) -> None:
-        """Open the gate of the gated run whose task is *task*."""
-        (self.folder / "gates" / task).write_text("open")
-
-    async def send_line(self, line: bytes) -> None:
-        assert self._stdin is not None
-        await self._stdin.send_all(line + b"\n")
-
-    async def send(self, message: dict[str, Any]) -> None:
-        await self.send_line(json.dumps(message).encode())
-
-    async def _read_one(self) -> None:
-        assert self._stdout is not None
-        while b"\n" not in self.buffer:
-            chunk = await self._stdout.receive_some()
-            assert chunk, f"the server closed its stdout; it had sent {self.buffer!r}"
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        message: dict[str, Any] = json.loads(line)
-        if "id" in message and "method" not in message:
-            self.answers[message["id"]] = message
-        else:
-            self.notifications.append(message)
-
-    async def answer(self, request_id: Any) -> dict[str, Any]:
-        with trio.fail_after(ANSWER_SECONDS):
-            while request_id not in self.answers:
-                await self._read_one()
-        return self.answers.pop(request_id)
-
-    async def notification(
-        self, method: str, match: Callable[[dict[str, Any]], bool] = lambda _: True
-    ) -> dict[str, Any]:
-        """The first notification of *method* (that *match* accepts) not yet taken."""
-        with trio.fail_after(ANSWER_SECONDS):
-            while True:
-                for i, message in enumerate(self.notifications):
-                    if message.get("method") == method and match(message):
-                        return self.notifications.pop(i)
-                await self._read_one()
-
-    async def on_stream(self, method: str, subscription: Any) -> dict[str, Any]:
-        """The next notification of *method* on the listen stream *subscription*: its params."""
-        message = await self.notification(method, lambda m: subscription_of(m) == subscription)
-        params: dict[str, Any] = message["params"]
-        return params
-
-    async def request(
-        self, method: str, params: dict[str, Any] | None = None, *, tasks: bool | None = True
-    ) -> dict[str, Any]:
-        """Send a request (2026-07-28 unless *tasks* is None: legacy) and read its answer."""
-        request_id = self.fresh_id()
-        await self.send(self.message(request_id, method, params, tasks=tasks))
-        return await self.answer(request_id)
-
-    @staticmethod
-    def message(
-        request_id: Any, method: str, params: dict[str, Any] | None, *, tasks: bool | None = True
-    ) -> dict[str, Any]:
-        body = dict(params or {})
-        if tasks is not None:
-            body["_meta"] = {**envelope(tasks=tasks), **body.get("_meta", {})}
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if body:
-            message["params"] = body
-        return message
-
-    async def call(
-        self, tool: str, arguments: dict[str, Any], *, tasks: bool | None = True
-    ) -> dict[str, Any]:
-        answer = await self.request(
-            "tools/call", {"name": tool, "arguments": arguments}, tasks=tasks
-        )
-        assert "result" in answer, answer
-        result: dict[str, Any] = answer["result"]
-        return result
-
-    async def listen(self, task_ids: list[str]) -> int:
-        """Open a ``subscriptions/listen`` stream for *task_ids*; its subscription id."""
-        request_id = self.fresh_id()
-        await self.send(
-            self.message(
-                request_id, "subscriptions/listen", {"notifications": {"taskIds": task_ids}}
-            )
-        )
-        return request_id
-
-    async def unlisten(self, subscription: int) -> None:
-        """Close a listen stream, as a client does: cancel its request."""
-        await self.send(
-            {
-                "jsonrpc": "2.0",
-                "method": "notifications/cancelled",
-                "params": {"requestId": subscription, "_meta": envelope()},
-            }
-        )
-
-    async def initialize(self) -> dict[str, Any]:
-        """The legacy handshake."""
-        answer = await self.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "raw-test", "version": "0"},
-            },
-            tasks=None,
-        )
-        await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        return answer
-
-
 def start_server(config: Path, *arguments: str, errlog: Any = subprocess.DEVNULL) -> Wire:
-    process = subprocess.Popen(
+    return lines.start(
         [PY, "-m", "trio_delegate", "serve", "--config", str(config), *arguments],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=errlog,
+        config.parent / "gates",
+        errlog=errlog,
     )
-    return Wire(process, config.parent)
 
 
 def stop_server(wire: Wire) -> None:
     """SIGTERM (the server cancels its live runs and exits), then reap it."""
-    if wire.process.poll() is None:
-        wire.process.send_signal(signal.SIGTERM)
-    try:
-        wire.process.wait(ANSWER_SECONDS)
-    finally:
-        if wire.process.poll() is None:
-            wire.process.kill()
-            wire.process.wait()
-        for pipe in (wire.process.stdin, wire.process.stdout):
-            if pipe is not None:
-                pipe.close()
+    lines.stop(wire, terminate=True)
 
 
 @contextmanager
