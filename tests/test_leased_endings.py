@@ -12,7 +12,8 @@ answers as the store says. A pending run's cancellation still reads
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 import attrs
 import pytest
@@ -59,6 +60,20 @@ async def _forever(ctx: td.ChildContext) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+HANG = td.Subagent("hang", _forever, timeout_seconds=5)
+IDLE = td.Subagent("idle", _forever)
+
+
+@asynccontextmanager
+async def _parent(store: td.ResultStore, subagent: td.Subagent) -> AsyncIterator[td.Parent]:
+    """Alice's parent on a runtime of *subagent* over *store*, one run at a time."""
+    async with (
+        td.open_runtime([subagent], store=store, config=CONFIG) as rt,
+        rt.open_parent("alice") as parent,
+    ):
+        yield parent
+
+
 async def _stored(store: td.ResultStore, run_id: str) -> td.RunRecord:
     record = await store.get(run_id)
     assert record is not None
@@ -69,11 +84,7 @@ async def test_a_deadline_on_a_leased_store_answers_the_ending_the_store_kept(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store = _Leased()
-    subagents = [td.Subagent("hang", _forever, timeout_seconds=5)]
-    async with (
-        td.open_runtime(subagents, store=store, config=CONFIG) as rt,
-        rt.open_parent("alice") as parent,
-    ):
+    async with _parent(store, HANG) as parent:
         handle = await parent.start("hang", "x")
         store.rivalled.add(handle.run_id)
         with pytest.raises(td.RunFailedError, match="interrupted"):
@@ -86,11 +97,7 @@ async def test_a_deadline_on_a_leased_store_reads_timed_out_once_it_is_stored(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store = _Leased()
-    subagents = [td.Subagent("hang", _forever, timeout_seconds=5)]
-    async with (
-        td.open_runtime(subagents, store=store, config=CONFIG) as rt,
-        rt.open_parent("alice") as parent,
-    ):
+    async with _parent(store, HANG) as parent:
         handle = await parent.start("hang", "x")
         with pytest.raises(td.RunTimedOutError):
             await parent.wait(handle.run_id)
@@ -101,10 +108,7 @@ async def test_a_pending_cancellation_with_a_fresh_lease_reads_cancelled_at_once
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store = _Leased()
-    async with (
-        td.open_runtime([td.Subagent("idle", _forever)], store=store, config=CONFIG) as rt,
-        rt.open_parent("alice") as parent,
-    ):
+    async with _parent(store, IDLE) as parent:
         first = await parent.start("idle", "first")
         second = await parent.start("idle", "second")
         assert second.status is td.RunStatus.PENDING
@@ -119,10 +123,7 @@ async def test_a_pending_cancellation_once_the_lease_may_have_lapsed_answers_as_
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store = _Leased()
-    async with (
-        td.open_runtime([td.Subagent("idle", _forever)], store=store, config=CONFIG) as rt,
-        rt.open_parent("alice") as parent,
-    ):
+    async with _parent(store, IDLE) as parent:
         first = await parent.start("idle", "first")
         second = await parent.start("idle", "second")
         # Its sweeps are held up past half its lease (its lease may run out
@@ -161,11 +162,7 @@ async def test_on_a_shared_store_a_started_runs_ending_is_answered_once_it_is_st
     # the record was written would leave the store saying failed (interrupted)
     # to everyone else, two endings for one run.
     store = _HeldEndings()
-    subagents = [td.Subagent("hang", _forever, timeout_seconds=5)]
-    async with (
-        td.open_runtime(subagents, store=store, config=CONFIG) as rt,
-        rt.open_parent("alice") as parent,
-    ):
+    async with _parent(store, HANG) as parent:
         handle = await parent.start("hang", "x")
         await trio.sleep(60)  # long past the deadline; the record is held
         try:
@@ -185,10 +182,7 @@ async def test_a_run_stopped_because_the_lease_could_not_be_renewed_ends_as_the_
     # for a store it cannot reach; the others write them off (failed,
     # interrupted) once the lease has run out. Both say the same.
     store = _Leased()
-    async with (
-        td.open_runtime([td.Subagent("idle", _forever)], store=store, config=CONFIG) as rt,
-        rt.open_parent("alice") as parent,
-    ):
+    async with _parent(store, IDLE) as parent:
         running = await parent.start("idle", "running")
         pending = await parent.start("idle", "pending")
         thawed = store.thawed = trio.Event()
