@@ -8,6 +8,7 @@ another runtime's news arrives by notification or by poll (≤ 1 s).
 
 from __future__ import annotations
 
+import gc
 import secrets
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import trio_delegate as td
 
@@ -187,6 +189,34 @@ async def test_a_flag_the_store_refuses_holds_back_none_queued_after_it(
         flags.refused.clear()
         with trio.fail_after(30), pytest.raises(td.RunCancelledError):
             await on_a.wait(stuck)
+
+
+def live_events() -> int:
+    gc.collect()
+    return sum(isinstance(o, trio.Event) for o in gc.get_objects())
+
+
+async def test_timed_waits_on_runs_that_never_change_leave_nothing_behind(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A wait on another runtime's run sleeps on a wake-up for that run; a run
+    # that never changes again must not keep it once nobody waits.
+    store = td.MemoryStore()
+    config = td.Config(fail_closed=False, max_concurrent_runs=50)
+    async with (
+        runtime(store, sub("idle", forever), config=config) as host_a,
+        runtime(store, sub("idle", forever), config=config) as host_b,
+        host_a.open_parent("alice") as on_a,
+        host_b.open_parent("alice") as on_b,
+    ):
+        run_ids = [(await on_a.start("idle", f"run {i}")).run_id for i in range(50)]
+        await on_b.wait(run_ids[0], timeout=0.5)  # every lazy structure made once
+        before = live_events()
+        for run_id in run_ids:
+            assert isinstance(await on_b.wait(run_id, timeout=0.5), td.RunHandle)
+        assert live_events() - before < 10
+        for run_id in run_ids:
+            on_a.cancel(run_id)
 
 
 class FrozenView(WrappedStore):

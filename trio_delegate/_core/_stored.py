@@ -369,11 +369,18 @@ class StoredRuns:
 
     async def _changed_within(self, run_id: str, timeout: float) -> None:
         """Until the watcher sees *run_id* change, or *timeout* seconds pass."""
-        event = self._changed.get(run_id)
+        changed = self._changed
+        event = changed.get(run_id)
         if event is None:
-            event = self._changed[run_id] = trio.Event()
-        with trio.move_on_after(timeout):
-            await event.wait()
+            event = changed[run_id] = trio.Event()
+        try:
+            with trio.move_on_after(timeout):
+                await event.wait()
+        finally:
+            # The last wait on a run that did not change: a run that never
+            # changes again keeps no wake-up once nobody waits on it.
+            if changed.get(run_id) is event and not event.statistics().tasks_waiting:
+                del changed[run_id]
 
     def replied(self, run_id: str, stored: StoredRun) -> None:
         """This runtime answered a question of *run_id*: its view is *stored* now."""
