@@ -464,24 +464,3 @@ async def test_a_version_1_file_is_migrated_and_reads_the_same(tmp_path: Path) -
     finally:
         conn.close()
     assert version == (str(SCHEMA_VERSION),)
-
-
-async def test_a_retention_longer_than_the_calendar_prunes_nothing(tmp_path: Path) -> None:
-    # 1e308 seconds reaches back past year 1: no run is that old. Before, the
-    # cutoff overflowed and every write failed with a StoreError.
-    store = td.SQLiteStore(tmp_path / "runs.db", retention_seconds=1e308)
-
-    async def done(ctx: td.ChildContext) -> str:
-        return ctx.task
-
-    async with (
-        td.open_runtime([td.Subagent("done", done)], store=store) as rt,
-        rt.open_parent("a") as parent,
-    ):
-        result = await parent.delegate("done", "kept")
-    reopened = td.SQLiteStore(tmp_path / "runs.db", retention_seconds=1e308)
-    async with (
-        td.open_runtime([td.Subagent("done", done)], store=reopened) as rt,
-        rt.open_parent("a") as parent,
-    ):
-        assert await parent.wait(result.run_id) == result

@@ -454,6 +454,33 @@ def disk_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Pa
     return _target(request, tmp_path)
 
 
+async def test_a_retention_longer_than_the_calendar_prunes_nothing(
+    disk_target: tuple[str, Path, str, str],
+) -> None:
+    # 1e308 seconds reaches back past year 1: no run is that old. Before, the
+    # cutoff overflowed and every write failed with a StoreError.
+    kit = StoreKit(*disk_target)
+
+    async def done(ctx: td.ChildContext) -> str:
+        return ctx.task
+
+    try:
+        store = kit.handle(retention_seconds=1e308)
+        async with (
+            td.open_runtime([td.Subagent("done", done)], store=store) as rt,
+            rt.open_parent("a") as parent,
+        ):
+            result = await parent.delegate("done", "kept")
+        reopened = kit.handle(retention_seconds=1e308)
+        async with (
+            td.open_runtime([td.Subagent("done", done)], store=reopened) as rt,
+            rt.open_parent("a") as parent,
+        ):
+            assert await parent.wait(result.run_id) == result
+    finally:
+        await kit.aclose()
+
+
 async def test_changes_skip_nothing_under_two_writer_processes(
     disk_target: tuple[str, Path, str, str],
 ) -> None:
