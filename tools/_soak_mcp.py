@@ -35,6 +35,8 @@ The connection's runs are checked like the workers' (one ending, the result
 the store holds, admission durable, statuses monotonic, nothing live at the
 end, observed only through a result handed out). It is not killed or stopped
 by the fault schedule; a PostgreSQL restart reaches it through the store.
+The server samples its own memory and event-loop steps as a worker does
+(``tools/_soak_serve.py``); this process samples its own.
 """
 
 from __future__ import annotations
@@ -284,7 +286,9 @@ def prepare(args: Any) -> tuple[tdt.HistoryRecorder, list[str], dict[str, str], 
     password = re.match(r"postgresql://[^:@/]+:([^@]*)@", args.store)
     if password:
         env["PGPASSWORD"] = password.group(1)  # a configuration file holds no password
-    command = [sys.executable, "-m", "trio_delegate", "serve", "--config", str(config)]
+    # The real command line, its event loop timed as the workers' are (_soak_serve.py).
+    samples = directory / "samples" / f"{args.process}.serve.jsonl"
+    command = [sys.executable, "-m", "_soak_serve", str(samples), "serve", "--config", str(config)]
     return recorder, command, env, folder / f"{args.process}.stderr"
 
 
@@ -292,7 +296,7 @@ async def run_connection(args: Any, sampler_of: Any) -> None:
     """Start the server, play ``args.ops`` calls (or until ``args.seconds``), resolve, close.
 
     *sampler_of* makes this process's sampler from its recorder (the soak's
-    ``Sampler``): it samples the server process's memory, not this one's.
+    ``Sampler``); the server samples itself (``samples/<process>.serve.jsonl``).
     """
     recorder, command, env, log_path = prepare(args)
     rng = random.Random(f"{args.seed}/{args.process}")
@@ -301,7 +305,7 @@ async def run_connection(args: Any, sampler_of: Any) -> None:
         process = await trio.lowlevel.open_process(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env
         )
-    sampler = sampler_of(recorder, process.pid)
+    sampler = sampler_of(recorder)
     try:
         async with trio.open_nursery() as sampling:
             sampling.start_soon(sampler.run)

@@ -64,11 +64,10 @@ class StepTimer(trio.abc.Instrument):
         return taken
 
 
-def rss_bytes(pid: int | None = None) -> int:
-    """Process *pid*'s resident memory now (this one's by default; Linux ``/proc``,
-    else this process's peak so far)."""
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux ``/proc``, else its peak so far)."""
     try:
-        with open(f"/proc/{pid or 'self'}/statm", encoding="ascii") as f:
+        with open("/proc/self/statm", encoding="ascii") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         import resource
@@ -77,25 +76,19 @@ def rss_bytes(pid: int | None = None) -> int:
 
 
 class Sampler:
-    """Appends one JSON line per sample to *path*: wall time, RSS, answers, longest step.
+    """Appends one JSON line per sample to *path*: wall time, RSS, answers, longest step."""
 
-    The RSS is of process *pid* (this one by default).
-    """
-
-    def __init__(
-        self, path: Path, recorder: tdt.HistoryRecorder, timer: StepTimer, pid: int | None = None
-    ) -> None:
+    def __init__(self, path: Path, recorder: tdt.HistoryRecorder, timer: StepTimer) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.recorder = recorder
         self.timer = timer
-        self.pid = pid
 
     def sample(self) -> None:
         longest, task = self.timer.take()
         line = {
             "wall_time": time.time(),
-            "rss": rss_bytes(self.pid),
+            "rss": rss_bytes(),
             "answered": self.recorder.answered,
             "events": self.recorder.recorded,
             "longest_step": longest,

@@ -813,9 +813,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "mcp":
         timer = _soak_report.StepTimer()
 
-        def sampler_of(recorder: tdt.HistoryRecorder, pid: int) -> _soak_report.Sampler:
+        def sampler_of(recorder: tdt.HistoryRecorder) -> _soak_report.Sampler:
             path = Path(args.dir) / "samples" / f"{args.process}.jsonl"
-            return _soak_report.Sampler(path, recorder, timer, pid)
+            return _soak_report.Sampler(path, recorder, timer)
 
         trio.run(_soak_mcp.run_connection, args, sampler_of, instruments=[timer])
         return 0
