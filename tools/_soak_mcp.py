@@ -271,9 +271,13 @@ def config_text(location: str) -> str:
     return CONFIG.format(store=store, owner=OWNER)
 
 
-def prepare(args: Any) -> tuple[list[str], dict[str, str], Path]:
-    """The server's command line (its samples named by *process*, with ``{process}``
-    left to fill) and environment, and its stderr log."""
+#: What :func:`prepare` makes: the ``trio-delegate`` arguments, the environment, the log.
+Launch = tuple[list[str], dict[str, str], Path]
+
+
+def prepare(args: Any) -> Launch:
+    """The ``trio-delegate`` arguments that serve the soak's store, the server's
+    environment, and its stderr log."""
     directory = Path(args.dir)
     folder = directory / "mcp"
     folder.mkdir(exist_ok=True)
@@ -286,10 +290,7 @@ def prepare(args: Any) -> tuple[list[str], dict[str, str], Path]:
     password = re.match(r"postgresql://[^:@/]+:([^@]*)@", args.store)
     if password:
         env["PGPASSWORD"] = password.group(1)  # a configuration file holds no password
-    # The real command line, its event loop timed as the workers' are (_soak_serve.py).
-    samples = str(directory / "samples" / "{process}.serve.jsonl")
-    command = [sys.executable, "-m", "_soak_serve", samples, "serve", "--config", str(config)]
-    return command, env, folder / "serve.stderr"
+    return ["serve", "--config", str(config)], env, folder / "serve.stderr"
 
 
 class Served:
@@ -303,10 +304,19 @@ class Served:
         self.connection = Connection(Wire(process), recorder, rng)
 
     @classmethod
-    async def start(cls, args: Any, name: str, rng: random.Random) -> Served:
-        """A server process, and the history *name* of the calls to it."""
-        command, env, log_path = prepare(args)
-        command = [part.replace("{process}", name) for part in command]
+    async def start(
+        cls,
+        args: Any,
+        name: str,
+        rng: random.Random,
+        served: tuple[list[str], dict[str, str], Path],
+    ) -> Served:
+        """A server process (*served*: what :func:`prepare` made), and the history
+        *name* of the calls to it."""
+        argv, env, log_path = served
+        # The real command line, its event loop timed as the workers' are (_soak_serve.py).
+        samples = Path(args.dir) / "samples" / f"{name}.serve.jsonl"
+        command = [sys.executable, "-m", "_soak_serve", str(samples), *argv]
         recorder = tdt.HistoryRecorder(name, Path(args.dir) / f"{name}.jsonl", keep_events=False)
         with log_path.open("ab") as log:
             process = await trio.lowlevel.open_process(
@@ -360,13 +370,13 @@ async def run_connection(args: Any, sampler_of: Any) -> None:
     kills: list[float] = sorted(args.kill_at)
     base, number = args.process.rsplit(".", 1)
     incarnation = int(number)
-    served = await Served.start(args, args.process, rng)
+    launch = prepare(args)
+    served = await Served.start(args, args.process, rng, launch)
     sampler = sampler_of(served.recorder)
-    recorded_before = 0
 
     def due() -> bool:
         if args.seconds is None:
-            return bool(recorded_before + served.recorder.recorded >= kills[0])
+            return bool(sampler.recorded >= kills[0])
         return bool(time.monotonic() - began >= kills[0])
 
     try:
@@ -378,10 +388,9 @@ async def run_connection(args: Any, sampler_of: Any) -> None:
                 if kills and due():
                     when = kills.pop(0)
                     killed = served.recorder.process
-                    recorded_before += served.recorder.recorded
                     await served.kill()
                     incarnation += 1
-                    served = await Served.start(args, f"{base}.{incarnation}", rng)
+                    served = await Served.start(args, f"{base}.{incarnation}", rng, launch)
                     sampler.follow(served.recorder)
                     print(
                         f"  fault servekill at {when:g}: killed the MCP server of {killed}; "

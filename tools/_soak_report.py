@@ -75,6 +75,23 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def append_sample(path: Path, *, answered: int, events: int, longest: float, task: str) -> None:
+    """Append one sample line to *path*: now, this process's RSS, and the given counts.
+
+    Appended and closed each time: a killed process leaves every sample it took.
+    """
+    line = {
+        "wall_time": time.time(),
+        "rss": rss_bytes(),
+        "answered": answered,
+        "events": events,
+        "longest_step": longest,
+        "longest_task": task,
+    }
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 class Sampler:
     """Appends one JSON line per sample to *path*: wall time, RSS, answers, longest step.
 
@@ -96,19 +113,20 @@ class Sampler:
             self._recorded_before += self.recorder.recorded
             self.recorder = recorder
 
+    @property
+    def recorded(self) -> int:
+        """Events recorded by every recorder followed so far."""
+        return self._recorded_before + self.recorder.recorded
+
     def sample(self) -> None:
         longest, task = self.timer.take()
-        line = {
-            "wall_time": time.time(),
-            "rss": rss_bytes(),
-            "answered": self._answered_before + self.recorder.answered,
-            "events": self._recorded_before + self.recorder.recorded,
-            "longest_step": longest,
-            "longest_task": task,
-        }
-        # Appended and closed each time: a killed process leaves every sample it took.
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
+        append_sample(
+            self.path,
+            answered=self._answered_before + self.recorder.answered,
+            events=self.recorded,
+            longest=longest,
+            task=task,
+        )
 
     async def run(self) -> None:
         """Sample every :data:`SAMPLE_SECONDS` until cancelled."""

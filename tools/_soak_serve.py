@@ -14,7 +14,6 @@ one call the command makes.
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import time
 import unittest.mock
@@ -48,17 +47,8 @@ class ServeSampler(_soak_report.StepTimer):
     def write(self, now: float) -> None:
         self._written = now
         longest, task = self.take()
-        line = {
-            "wall_time": now,
-            "rss": _soak_report.rss_bytes(),
-            "answered": 0,  # the MCP driver counts the connection's calls
-            "events": 0,
-            "longest_step": longest,
-            "longest_task": task,
-        }
-        # Appended and closed each time: a killed process leaves every sample it took.
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
+        # The MCP driver counts the connection's calls: none here.
+        _soak_report.append_sample(self.path, answered=0, events=0, longest=longest, task=task)
 
 
 def run(samples: Path, argv: list[str]) -> int:

@@ -568,12 +568,17 @@ class Fleet:
             command += ["--seconds", str(args.seconds)]
         return subprocess.Popen(command)
 
-    def count_server_kills(self, faults: list[Fault]) -> None:
+    def count_server_kills(
+        self, faults: list[Fault], histories: list[tuple[tdt.HistoryEvent, ...]]
+    ) -> None:
         """Count the servekill faults the MCP connection applied (its histories say)."""
         scheduled = sum(1 for fault in faults if fault.what == "servekill")
-        applied = 0
-        for path in self.dir.glob("m1.*.jsonl"):
-            applied += any(event.op == "killed" for event in tdt.read_history(path))
+        applied = sum(
+            1
+            for history in histories
+            for event in history
+            if event.op == "killed" and event.process.startswith("m1.")
+        )
         if applied:
             self.applied["servekill"] += applied
         if scheduled > applied:
@@ -764,10 +769,10 @@ def drive(args: argparse.Namespace) -> int:
         began = time.time()
         fleet.start(faults)
         failed = fleet.run(faults)
-        fleet.count_server_kills(faults)
         elapsed = time.time() - began
         records = trio.run(final_records, location)
     histories = [tdt.read_history(path) for path in sorted(directory.glob("*.jsonl"))]
+    fleet.count_server_kills(faults, histories)
     report = tdt.check_history_report(
         histories,
         records,
